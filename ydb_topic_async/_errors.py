@@ -1,0 +1,387 @@
+"""Every exception the SDK raises.
+
+The tree::
+
+    YdbTopicError
+    ├── UsageError                    the caller did something wrong; raised at the call
+    │   ├── InvalidArgumentError      (also a ValueError)
+    │   ├── ClosedError               the writer/reader/driver is closed
+    │   │   ├── WriterClosedError
+    │   │   └── ReaderClosedError
+    │   ├── UnsupportedCodecError     codec not registered or not allowed by the topic
+    │   ├── CommitNotAllowedError     commit on a reader without a consumer
+    │   └── MessageTooLargeError      one message exceeds the request size limit
+    ├── BufferFullTimeoutError        write() waited for buffer space longer than allowed (also TimeoutError)
+    ├── OperationTimeoutError         a client-side deadline passed (also TimeoutError)
+    ├── PartitionSessionClosedError   a commit for a partition session that has ended
+    ├── TransportError                gRPC failure: the server's status is unknown
+    │   ├── ConnectionLostError       UNAVAILABLE, connection reset, stream broken
+    │   ├── DeadlineExceededError
+    │   ├── ResourceExhaustedError
+    │   ├── UnauthenticatedError
+    │   └── ...                       one class per other gRPC code
+    └── ServerError                   the server answered with a YDB status
+        ├── BadRequestError           BAD_REQUEST
+        ├── UnauthorizedError         UNAUTHORIZED
+        ├── InternalError             INTERNAL_ERROR
+        ├── AbortedError              ABORTED
+        ├── UnavailableError          UNAVAILABLE
+        ├── OverloadedError           OVERLOADED
+        ├── SchemeError               SCHEME_ERROR (e.g. the path does not exist)
+        ├── GenericError              GENERIC_ERROR
+        ├── ServerTimeoutError        TIMEOUT
+        ├── BadSessionError           BAD_SESSION
+        ├── PreconditionFailedError   PRECONDITION_FAILED
+        ├── AlreadyExistsError        ALREADY_EXISTS
+        ├── NotFoundError             NOT_FOUND
+        ├── SessionExpiredError       SESSION_EXPIRED
+        ├── ServerCancelledError      CANCELLED
+        ├── UndeterminedError         UNDETERMINED
+        ├── UnsupportedError          UNSUPPORTED
+        ├── SessionBusyError          SESSION_BUSY
+        └── ExternalError             EXTERNAL_ERROR
+
+Each error knows whether a retry may help: ``retriable`` (safe for any operation) and
+``retriable_if_idempotent`` (safe only when repeating the operation cannot apply it twice),
+and which backoff schedule applies (``backoff``: ``"fast"`` or ``"slow"``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+import grpc
+
+from ._proto import ydb_status_codes_pb2
+
+Backoff = Literal["fast", "slow", "none"]
+
+_Status = ydb_status_codes_pb2.StatusIds
+
+
+@dataclass(frozen=True)
+class Issue:
+    """One server-side issue: a message, a numeric code, a severity and nested issues."""
+
+    message: str
+    code: int = 0
+    severity: int = 0
+    issues: tuple[Issue, ...] = ()
+
+    @classmethod
+    def from_proto(cls, msg: Any) -> Issue:
+        return cls(
+            message=msg.message,
+            code=msg.issue_code,
+            severity=msg.severity,
+            issues=tuple(cls.from_proto(i) for i in msg.issues),
+        )
+
+    def __str__(self) -> str:
+        text = f"{self.message} (code {self.code})" if self.code else self.message
+        if self.issues:
+            text += ": " + "; ".join(str(i) for i in self.issues)
+        return text
+
+
+class YdbTopicError(Exception):
+    """Base class of every error raised by ``ydb_topic_async``."""
+
+    retriable: ClassVar[bool] = False
+    retriable_if_idempotent: ClassVar[bool] = False
+    backoff: ClassVar[Backoff] = "none"
+
+    def is_retriable(self, *, idempotent: bool) -> bool:
+        """Whether repeating the failed operation may succeed."""
+        return self.retriable or (idempotent and self.retriable_if_idempotent)
+
+
+# --- mistakes of the caller -------------------------------------------------------------
+
+
+class UsageError(YdbTopicError):
+    """The call itself is wrong; nothing was sent and nothing accepted."""
+
+
+class InvalidArgumentError(UsageError, ValueError):
+    """An argument has a wrong value or type."""
+
+
+class ClosedError(UsageError):
+    """The object was closed; no further calls are accepted."""
+
+
+class WriterClosedError(ClosedError):
+    """The writer is closed (or failed); it accepts no more messages."""
+
+
+class ReaderClosedError(ClosedError):
+    """The reader is closed (or failed); it delivers no more messages."""
+
+
+class UnsupportedCodecError(UsageError):
+    """A codec that is not registered, or that the topic does not allow."""
+
+
+class CommitNotAllowedError(UsageError):
+    """Commits need a consumer; this reader reads without one."""
+
+
+class MessageTooLargeError(InvalidArgumentError):
+    """A single message cannot fit in any request under the configured size limit."""
+
+
+# --- client-side waiting ----------------------------------------------------------------
+
+
+class BufferFullTimeoutError(YdbTopicError, TimeoutError):
+    """The writer's buffer stayed full for longer than allowed; nothing from the call was accepted."""
+
+
+class OperationTimeoutError(YdbTopicError, TimeoutError):
+    """A client-side timeout passed before the operation finished."""
+
+
+class PartitionSessionClosedError(YdbTopicError):
+    """The partition session of a message has ended: its offsets can no longer be committed."""
+
+
+# --- server statuses --------------------------------------------------------------------
+
+
+class ServerError(YdbTopicError):
+    """The server answered with a non-success YDB status."""
+
+    status_code: ClassVar[int] = 0
+
+    def __init__(self, message: str = "", issues: Sequence[Issue] = ()) -> None:
+        self.issues: tuple[Issue, ...] = tuple(issues)
+        self.message = message
+        parts = [p for p in (message, "; ".join(str(i) for i in self.issues)) if p]
+        name = _Status.StatusCode.Name(self.status_code) if self.status_code else "UNKNOWN"
+        super().__init__(f"{name}: {' - '.join(parts) or 'no details'}")
+
+    @property
+    def status_name(self) -> str:
+        return _Status.StatusCode.Name(self.status_code)
+
+
+class BadRequestError(ServerError):
+    status_code = _Status.BAD_REQUEST
+
+
+class UnauthorizedError(ServerError):
+    status_code = _Status.UNAUTHORIZED
+
+
+class InternalError(ServerError):
+    status_code = _Status.INTERNAL_ERROR
+
+
+class AbortedError(ServerError):
+    status_code = _Status.ABORTED
+    retriable = True
+    backoff = "fast"
+
+
+class UnavailableError(ServerError):
+    status_code = _Status.UNAVAILABLE
+    retriable = True
+    backoff = "fast"
+
+
+class OverloadedError(ServerError):
+    status_code = _Status.OVERLOADED
+    retriable = True
+    backoff = "slow"
+
+
+class SchemeError(ServerError):
+    status_code = _Status.SCHEME_ERROR
+
+
+class GenericError(ServerError):
+    status_code = _Status.GENERIC_ERROR
+
+
+class ServerTimeoutError(ServerError):
+    status_code = _Status.TIMEOUT
+
+
+class BadSessionError(ServerError):
+    status_code = _Status.BAD_SESSION
+    retriable = True
+    backoff = "fast"
+
+
+class PreconditionFailedError(ServerError):
+    status_code = _Status.PRECONDITION_FAILED
+
+
+class AlreadyExistsError(ServerError):
+    status_code = _Status.ALREADY_EXISTS
+
+
+class NotFoundError(ServerError):
+    status_code = _Status.NOT_FOUND
+
+
+class SessionExpiredError(ServerError):
+    status_code = _Status.SESSION_EXPIRED
+    retriable = True
+    backoff = "fast"
+
+
+class ServerCancelledError(ServerError):
+    status_code = _Status.CANCELLED
+
+
+class UndeterminedError(ServerError):
+    status_code = _Status.UNDETERMINED
+    retriable_if_idempotent = True
+    backoff = "fast"
+
+
+class UnsupportedError(ServerError):
+    status_code = _Status.UNSUPPORTED
+
+
+class SessionBusyError(ServerError):
+    status_code = _Status.SESSION_BUSY
+    retriable = True
+    backoff = "fast"
+
+
+class ExternalError(ServerError):
+    status_code = _Status.EXTERNAL_ERROR
+
+
+_BY_STATUS: dict[int, type[ServerError]] = {
+    cls.status_code: cls
+    for cls in (
+        BadRequestError, UnauthorizedError, InternalError, AbortedError, UnavailableError,
+        OverloadedError, SchemeError, GenericError, ServerTimeoutError, BadSessionError,
+        PreconditionFailedError, AlreadyExistsError, NotFoundError, SessionExpiredError,
+        ServerCancelledError, UndeterminedError, UnsupportedError, SessionBusyError, ExternalError,
+    )
+}
+
+
+def error_from_status(status: int, issues: Iterable[Any] = (), message: str = "") -> ServerError:
+    """Build the error for a YDB status code and its protobuf ``IssueMessage`` list."""
+    parsed = [i if isinstance(i, Issue) else Issue.from_proto(i) for i in issues]
+    cls = _BY_STATUS.get(status)
+    if cls is None:
+        err = ServerError(message or f"unknown status code {status}", parsed)
+        return err
+    return cls(message, parsed)
+
+
+def raise_for_status(status: int, issues: Iterable[Any] = (), message: str = "") -> None:
+    """Raise the matching ``ServerError`` unless ``status`` is SUCCESS."""
+    if status != _Status.SUCCESS:
+        raise error_from_status(status, issues, message)
+
+
+# --- transport --------------------------------------------------------------------------
+
+
+class TransportError(YdbTopicError):
+    """The gRPC call failed; whether the server applied the operation is unknown."""
+
+    grpc_code: ClassVar[grpc.StatusCode | None] = None
+
+    def __init__(self, details: str = "", code: grpc.StatusCode | None = None) -> None:
+        self.details = details
+        self.code = code or self.grpc_code
+        name = self.code.name if self.code is not None else "UNKNOWN"
+        super().__init__(f"gRPC {name}: {details or 'no details'}")
+
+
+class ConnectionLostError(TransportError):
+    """UNAVAILABLE: the server could not be reached or the connection broke."""
+
+    grpc_code = grpc.StatusCode.UNAVAILABLE
+    retriable = True
+    backoff = "fast"
+
+
+class DeadlineExceededError(TransportError):
+    grpc_code = grpc.StatusCode.DEADLINE_EXCEEDED
+    retriable_if_idempotent = True
+    backoff = "fast"
+
+
+class ResourceExhaustedError(TransportError):
+    grpc_code = grpc.StatusCode.RESOURCE_EXHAUSTED
+    retriable = True
+    backoff = "slow"
+
+
+class UnauthenticatedError(TransportError):
+    grpc_code = grpc.StatusCode.UNAUTHENTICATED
+
+
+class TransportCancelledError(TransportError):
+    grpc_code = grpc.StatusCode.CANCELLED
+    retriable_if_idempotent = True
+    backoff = "fast"
+
+
+class TransportInternalError(TransportError):
+    grpc_code = grpc.StatusCode.INTERNAL
+    retriable_if_idempotent = True
+    backoff = "fast"
+
+
+class TransportUnknownError(TransportError):
+    grpc_code = grpc.StatusCode.UNKNOWN
+    retriable_if_idempotent = True
+    backoff = "fast"
+
+
+class TransportAbortedError(TransportError):
+    grpc_code = grpc.StatusCode.ABORTED
+    retriable_if_idempotent = True
+    backoff = "fast"
+
+
+class UnimplementedError(TransportError):
+    grpc_code = grpc.StatusCode.UNIMPLEMENTED
+
+
+class PermissionDeniedError(TransportError):
+    grpc_code = grpc.StatusCode.PERMISSION_DENIED
+
+
+class InvalidRequestError(TransportError):
+    """INVALID_ARGUMENT, FAILED_PRECONDITION, OUT_OF_RANGE and the like from gRPC itself."""
+
+
+_BY_GRPC: dict[grpc.StatusCode, type[TransportError]] = {
+    cls.grpc_code: cls
+    for cls in (
+        ConnectionLostError, DeadlineExceededError, ResourceExhaustedError, UnauthenticatedError,
+        TransportCancelledError, TransportInternalError, TransportUnknownError, TransportAbortedError,
+        UnimplementedError, PermissionDeniedError,
+    )
+    if cls.grpc_code is not None
+}
+
+
+def error_from_grpc(exc: grpc.RpcError) -> TransportError:
+    """Translate a ``grpc.aio.AioRpcError`` (or any ``RpcError``) into a ``TransportError``."""
+    code_fn = getattr(exc, "code", None)
+    details_fn = getattr(exc, "details", None)
+    code = code_fn() if callable(code_fn) else None
+    details = details_fn() if callable(details_fn) else str(exc)
+    cls = _BY_GRPC.get(code, InvalidRequestError) if code is not None else TransportUnknownError
+    return cls(details or "", code)
+
+
+__all__ = [name for name, value in globals().items()
+           if isinstance(value, type) and issubclass(value, Exception)] + [
+    "Issue", "error_from_status", "raise_for_status", "error_from_grpc",
+]
