@@ -1,0 +1,61 @@
+"""asyncio-native SDK for YDB Topics.
+
+    async with Driver("grpc://localhost:2136/?database=/local") as driver:
+        await driver.topic.create_topic("events", consumers=["analytics"])
+"""
+
+from ._codecs import LZ4_CODEC, Codec, lz4_decode, lz4_encode
+from ._credentials import (
+    AccessTokenCredentials,
+    AnonymousCredentials,
+    Credentials,
+    StaticCredentials,
+    TokenProviderCredentials,
+)
+from ._driver import Driver
+from ._errors import *  # noqa: F403 - the exception tree is public as a whole
+from ._errors import __all__ as _error_names
+from ._retry import BackoffSchedule, RetryPolicy
+from ._version import __version__
+from .topic import (
+    AutoPartitioningSettings,
+    AutoPartitioningStrategy,
+    ConsumerDescription,
+    ConsumerPartitionInfo,
+    ConsumerSettings,
+    MeteringMode,
+    PartitionInfo,
+    PartitionStats,
+    TopicClient,
+    TopicDescription,
+)
+from .topic.types import AlterConsumerSettings, PartitionLocation
+
+__all__ = [
+    "LZ4_CODEC",
+    "AccessTokenCredentials",
+    "AlterConsumerSettings",
+    "AnonymousCredentials",
+    "AutoPartitioningSettings",
+    "AutoPartitioningStrategy",
+    "BackoffSchedule",
+    "Codec",
+    "ConsumerDescription",
+    "ConsumerPartitionInfo",
+    "ConsumerSettings",
+    "Credentials",
+    "Driver",
+    "MeteringMode",
+    "PartitionInfo",
+    "PartitionLocation",
+    "PartitionStats",
+    "RetryPolicy",
+    "StaticCredentials",
+    "TokenProviderCredentials",
+    "TopicClient",
+    "TopicDescription",
+    "__version__",
+    "lz4_decode",
+    "lz4_encode",
+    *_error_names,
+]

@@ -165,7 +165,7 @@ class ServerError(YdbTopicError):
 
     @property
     def status_name(self) -> str:
-        return _Status.StatusCode.Name(self.status_code)
+        return str(_Status.StatusCode.Name(self.status_code))
 
 
 class BadRequestError(ServerError):

@@ -1,0 +1,120 @@
+"""Message codecs shared by the writer and the reader.
+
+raw, gzip and zstd are built in. lz4 is a custom codec (YDB reserves ids 10000-19999 for
+those): pass ``{LZ4_CODEC: lz4_encode}`` to a writer's ``encoders`` and
+``{LZ4_CODEC: lz4_decode}`` to a reader's ``decoders``. Large payloads are encoded and decoded
+in worker threads (these libraries release the GIL), so the event loop keeps running and
+several messages compress in parallel.
+"""
+
+from __future__ import annotations
+
+import gzip
+from collections.abc import Callable, Mapping
+from enum import IntEnum
+
+import anyio.to_thread
+import lz4.frame
+import zstandard
+
+from ._errors import InvalidArgumentError, UnsupportedCodecError
+
+Transform = Callable[[bytes], bytes]
+
+
+class Codec(IntEnum):
+    """Codec ids of the YDB topic protocol."""
+
+    RAW = 1
+    GZIP = 2
+    LZOP = 3
+    ZSTD = 4
+
+
+CUSTOM_CODEC_MIN = 10000
+CUSTOM_CODEC_MAX = 19999
+LZ4_CODEC = 10001
+"""The custom codec id this SDK uses for lz4 frames."""
+
+OFF_LOOP_THRESHOLD = 16 * 1024
+"""Payloads at least this large are (de)compressed in a worker thread."""
+
+
+def _zstd_compress(data: bytes) -> bytes:
+    return zstandard.ZstdCompressor().compress(data)
+
+
+def _zstd_decompress(data: bytes) -> bytes:
+    # Frames written without a content size need the streaming reader.
+    with zstandard.ZstdDecompressor().stream_reader(data) as reader:
+        return reader.read()
+
+
+def _identity(data: bytes) -> bytes:
+    return data
+
+
+def lz4_encode(data: bytes) -> bytes:
+    """Compress one message as an lz4 frame."""
+    return bytes(lz4.frame.compress(data))
+
+
+def lz4_decode(data: bytes) -> bytes:
+    """Decompress one lz4 frame."""
+    return bytes(lz4.frame.decompress(data))
+
+
+BUILTIN_ENCODERS: Mapping[int, Transform] = {
+    Codec.RAW: _identity,
+    Codec.GZIP: lambda data: gzip.compress(data, compresslevel=6, mtime=0),
+    Codec.ZSTD: _zstd_compress,
+}
+BUILTIN_DECODERS: Mapping[int, Transform] = {
+    Codec.RAW: _identity,
+    Codec.GZIP: gzip.decompress,
+    Codec.ZSTD: _zstd_decompress,
+}
+
+
+def codec_name(codec: int) -> str:
+    """A readable name for a codec id."""
+    if codec == LZ4_CODEC:
+        return "lz4 (custom 10001)"
+    try:
+        return Codec(codec).name.lower()
+    except ValueError:
+        return f"custom {codec}" if CUSTOM_CODEC_MIN <= codec <= CUSTOM_CODEC_MAX else f"unknown {codec}"
+
+
+def merge_codecs(builtin: Mapping[int, Transform], extra: Mapping[int, Transform] | None) -> dict[int, Transform]:
+    """The built-in transforms plus user-registered ones; custom ids must be in the user range."""
+    merged = dict(builtin)
+    for codec, fn in (extra or {}).items():
+        if not isinstance(codec, int) or codec <= 0:
+            raise InvalidArgumentError(f"codec id must be a positive int, got {codec!r}")
+        if codec not in builtin and not CUSTOM_CODEC_MIN <= codec <= CUSTOM_CODEC_MAX and codec not in set(Codec):
+            raise InvalidArgumentError(
+                f"custom codec id {codec} is outside the range {CUSTOM_CODEC_MIN}-{CUSTOM_CODEC_MAX}"
+            )
+        if not callable(fn):
+            raise InvalidArgumentError(f"codec {codec_name(codec)} needs a callable bytes -> bytes")
+        merged[codec] = fn
+    return merged
+
+
+def lookup(table: Mapping[int, Transform], codec: int, what: str) -> Transform:
+    """The transform for ``codec``; raise ``UnsupportedCodecError`` naming it when none is registered."""
+    fn = table.get(codec)
+    if fn is None:
+        hint = " (register lz4_encode/lz4_decode for it)" if codec == LZ4_CODEC else ""
+        raise UnsupportedCodecError(f"no {what} registered for codec {codec_name(codec)}{hint}")
+    return fn
+
+
+async def apply(fn: Transform, data: bytes) -> bytes:
+    """Run ``fn(data)``, in a worker thread when the payload is large."""
+    if fn is _identity:
+        return data
+    if len(data) < OFF_LOOP_THRESHOLD:
+        return fn(data)
+    return await anyio.to_thread.run_sync(fn, data)

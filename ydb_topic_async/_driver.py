@@ -1,0 +1,387 @@
+"""The Driver: channels, YDB headers, endpoint discovery, authentication and unary calls."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import parse_qs, urlsplit
+
+import anyio
+import grpc
+import grpc.aio
+
+from ._credentials import AnonymousCredentials, Credentials, StaticCredentials
+from ._errors import (
+    ClosedError,
+    InvalidArgumentError,
+    OperationTimeoutError,
+    YdbTopicError,
+    error_from_grpc,
+    raise_for_status,
+)
+from ._proto import ydb_auth_pb2, ydb_discovery_pb2
+from ._retry import DEFAULT_RETRY, RetryPolicy, retry_call
+from ._version import __version__
+
+if TYPE_CHECKING:
+    from google.protobuf.message import Message
+
+    from .topic import TopicClient
+
+logger = logging.getLogger("ydb_topic_async.driver")
+
+M = TypeVar("M", bound="Message")
+
+DEFAULT_MAX_MESSAGE_SIZE = 64 * 1024 * 1024
+"""gRPC send/receive limit set on every channel; topic write requests stay below it."""
+
+_SDK_BUILD_INFO = f"ydb-topic-async/{__version__}"
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One server address, with the TLS flag."""
+
+    host: str
+    port: int
+    secure: bool = False
+
+    @property
+    def target(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host and not self.host.startswith("[") else self.host
+        return f"{host}:{self.port}"
+
+    def __str__(self) -> str:
+        return f"{'grpcs' if self.secure else 'grpc'}://{self.target}"
+
+
+def parse_connection_string(value: str) -> tuple[Endpoint, str | None]:
+    """Split ``grpc[s]://host:port/?database=/local`` (or ``grpc://host:port/local``) into parts.
+
+    A bare ``host:port`` means plain ``grpc://``. The database is None when the string has none.
+    """
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidArgumentError("endpoint must be a non-empty string like 'grpc://localhost:2136'")
+    text = value.strip()
+    if "://" not in text:
+        text = "grpc://" + text
+    parts = urlsplit(text)
+    if parts.scheme not in ("grpc", "grpcs"):
+        raise InvalidArgumentError(f"unsupported endpoint scheme {parts.scheme!r} in {value!r}: use grpc:// or grpcs://")
+    try:
+        port = parts.port
+    except ValueError as exc:
+        raise InvalidArgumentError(f"bad port in endpoint {value!r}") from exc
+    if not parts.hostname:
+        raise InvalidArgumentError(f"endpoint {value!r} has no host")
+    secure = parts.scheme == "grpcs"
+    database: str | None = None
+    query = parse_qs(parts.query)
+    if "database" in query:
+        database = query["database"][0]
+    elif parts.path and parts.path != "/":
+        database = parts.path
+    return Endpoint(parts.hostname, port or (2135 if secure else 2136), secure), database
+
+
+class Driver:
+    """Connection to one YDB database. Open it with ``async with Driver(...) as driver``.
+
+    ``endpoint`` is ``grpc://host:port`` or ``grpcs://host:port`` (TLS), optionally a whole
+    connection string with ``?database=``. ``root_certificates`` (PEM bytes) replaces the
+    system trust store for TLS. With ``discovery`` on, the driver asks the endpoint for the
+    cluster's nodes (``ListEndpoints``) and spreads new streams across them; when discovery
+    fails it keeps using the given endpoint. Unary idempotent calls are retried by ``retry``.
+    """
+
+    def __init__(
+        self,
+        endpoint: str,
+        database: str | None = None,
+        credentials: Credentials | None = None,
+        *,
+        root_certificates: bytes | None = None,
+        application_name: str | None = None,
+        discovery: bool = True,
+        discovery_interval: float = 60.0,
+        retry: RetryPolicy = DEFAULT_RETRY,
+        max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+        channel_options: Sequence[tuple[str, Any]] = (),
+    ) -> None:
+        self._endpoint, parsed_db = parse_connection_string(endpoint)
+        database = database or parsed_db
+        if not database:
+            raise InvalidArgumentError(
+                "database is required: pass database='/local' or use 'grpc://host:port/?database=/local'"
+            )
+        if not database.startswith("/"):
+            raise InvalidArgumentError(f"database must be an absolute path starting with '/', got {database!r}")
+        if credentials is not None and not isinstance(credentials, Credentials):
+            raise InvalidArgumentError("credentials must have an async auth_token() method")
+        if max_message_size < 1024:
+            raise InvalidArgumentError("max_message_size is too small")
+        self.database = database.rstrip("/") or "/"
+        self.credentials: Credentials = credentials or AnonymousCredentials()
+        if isinstance(self.credentials, StaticCredentials):
+            self.credentials._bind(self)
+        self.retry = retry
+        self.max_message_size = max_message_size
+        self._root_certificates = root_certificates
+        self._application_name = application_name
+        self._discovery = discovery
+        self._discovery_interval = discovery_interval
+        self._channel_options = [
+            ("grpc.max_send_message_length", max_message_size),
+            ("grpc.max_receive_message_length", max_message_size),
+            ("grpc.keepalive_time_ms", 10_000),
+            ("grpc.keepalive_timeout_ms", 5_000),
+            ("grpc.keepalive_permit_without_calls", 1),
+            *channel_options,
+        ]
+        self._channels: dict[Endpoint, grpc.aio.Channel] = {}
+        self._active: list[Endpoint] = [self._endpoint]
+        self._round_robin = itertools.count()
+        self._discovery_task: asyncio.Task[None] | None = None
+        self._opened = False
+        self._closed = False
+        self._topic: TopicClient | None = None
+
+    # --- lifecycle ------------------------------------------------------------------
+
+    @property
+    def endpoint(self) -> str:
+        """The endpoint given at construction."""
+        return str(self._endpoint)
+
+    @property
+    def endpoints(self) -> list[str]:
+        """The endpoints new streams are spread across (discovered, or the given one)."""
+        return [str(e) for e in self._active]
+
+    async def __aenter__(self) -> Driver:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def open(self) -> None:
+        """Run the first discovery (errors are logged, not raised) and start periodic discovery."""
+        if self._closed:
+            raise ClosedError("driver is closed")
+        if self._opened:
+            return
+        self._opened = True
+        if self._discovery:
+            with contextlib.suppress(YdbTopicError):
+                await self._discover(timeout=5.0)
+            self._discovery_task = asyncio.get_running_loop().create_task(
+                self._discovery_loop(), name="ydb-topic-async discovery"
+            )
+
+    async def close(self) -> None:
+        """Close clients created from this driver, stop discovery and close every channel."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._topic is not None:
+            await self._topic._close()
+        if self._discovery_task is not None:
+            self._discovery_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._discovery_task
+        channels, self._channels = list(self._channels.values()), {}
+        for channel in channels:
+            await channel.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    async def wait_ready(self, timeout: float = 10.0) -> None:
+        """Wait until the database answers; raise ``OperationTimeoutError`` when nothing does in time."""
+        self._check_open()
+        last: BaseException | None = None
+        with anyio.move_on_after(timeout):
+            while True:
+                try:
+                    await self._list_endpoints(timeout=max(0.5, min(timeout, 5.0)))
+                    return
+                except YdbTopicError as exc:
+                    last = exc
+                    if not exc.is_retriable(idempotent=True):
+                        raise
+                await anyio.sleep(0.1)
+        raise OperationTimeoutError(
+            f"no YDB endpoint answered at {self._endpoint} (database {self.database}) within {timeout}s"
+            + (f"; last error: {last}" if last else "")
+        )
+
+    # --- clients --------------------------------------------------------------------
+
+    @property
+    def topic(self) -> TopicClient:
+        """Topic administration, writers and readers."""
+        if self._topic is None:
+            from .topic import TopicClient
+
+            self._topic = TopicClient(self)
+        return self._topic
+
+    # --- plumbing used by the clients -------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClosedError("driver is closed")
+
+    def _channel_for(self, endpoint: Endpoint) -> grpc.aio.Channel:
+        channel = self._channels.get(endpoint)
+        if channel is None:
+            if endpoint.secure:
+                creds = grpc.ssl_channel_credentials(root_certificates=self._root_certificates)
+                channel = grpc.aio.secure_channel(endpoint.target, creds, options=self._channel_options)
+            else:
+                channel = grpc.aio.insecure_channel(endpoint.target, options=self._channel_options)
+            self._channels[endpoint] = channel
+        return channel
+
+    def _channel(self) -> grpc.aio.Channel:
+        """A channel for a new call, round-robin over the active endpoints."""
+        self._check_open()
+        active = self._active or [self._endpoint]
+        return self._channel_for(active[next(self._round_robin) % len(active)])
+
+    async def _metadata(self, *, with_token: bool = True) -> list[tuple[str, str]]:
+        """The YDB headers for a new call."""
+        md = [("x-ydb-database", self.database), ("x-ydb-sdk-build-info", _SDK_BUILD_INFO)]
+        if self._application_name:
+            md.append(("x-ydb-application-name", self._application_name))
+        if with_token:
+            token = await self.credentials.auth_token()
+            if token:
+                md.append(("x-ydb-auth-ticket", token))
+        return md
+
+    async def _unary(
+        self,
+        path: str,
+        request: Message,
+        response_cls: type[Message],
+        result_cls: type[M] | None,
+        *,
+        timeout: float | None = None,
+        idempotent: bool = False,
+        retry: RetryPolicy | None = None,
+        with_token: bool = True,
+        endpoint: Endpoint | None = None,
+    ) -> M | None:
+        """Call a unary ``Operation``-returning method; return its unpacked result.
+
+        ``path`` is the full method path (``/Ydb.Topic.V1.TopicService/DescribeTopic``). A
+        non-success status raises the matching ``ServerError``. The result's ``Any`` is parsed
+        into ``result_cls`` whatever package its type URL names.
+        """
+        self._check_open()
+
+        async def attempt() -> M | None:
+            channel = self._channel_for(endpoint) if endpoint else self._channel()
+            method = channel.unary_unary(
+                path,
+                request_serializer=type(request).SerializeToString,
+                response_deserializer=response_cls.FromString,
+            )
+            metadata = await self._metadata(with_token=with_token)
+            try:
+                response: Any = await method(request, metadata=metadata, timeout=timeout)
+            except grpc.aio.AioRpcError as exc:
+                raise error_from_grpc(exc) from None
+            operation = response.operation
+            raise_for_status(operation.status, operation.issues)
+            if result_cls is None:
+                return None
+            result: M = result_cls()
+            result.ParseFromString(operation.result.value)
+            return result
+
+        return await retry_call(attempt, retry or self.retry, idempotent=idempotent)
+
+    def _stream(self, path: str, request_cls: type[Message], response_cls: type[Message]) -> Any:
+        """A stream-stream multicallable for ``path`` on the next channel; call it with metadata."""
+        return self._channel().stream_stream(
+            path,
+            request_serializer=request_cls.SerializeToString,
+            response_deserializer=response_cls.FromString,
+        )
+
+    async def _open_stream(
+        self, path: str, request_cls: type[Message], response_cls: type[Message]
+    ) -> grpc.aio.StreamStreamCall[Any, Any]:
+        """Start a bidirectional stream with the YDB headers; the caller writes, reads and cancels it."""
+        method = self._stream(path, request_cls, response_cls)
+        call: grpc.aio.StreamStreamCall[Any, Any] = method(metadata=await self._metadata())
+        return call
+
+    async def _login(self, user: str, password: str) -> str:
+        request = ydb_auth_pb2.LoginRequest(user=user, password=password)
+        result = await self._unary(
+            "/Ydb.Auth.V1.AuthService/Login",
+            request,
+            ydb_auth_pb2.LoginResponse,
+            ydb_auth_pb2.LoginResult,
+            idempotent=True,
+            with_token=False,
+            endpoint=self._endpoint,
+            timeout=10.0,
+        )
+        assert result is not None
+        return result.token
+
+    # --- discovery ----------------------------------------------------------------------
+
+    async def _list_endpoints(self, timeout: float) -> ydb_discovery_pb2.ListEndpointsResult:
+        result = await self._unary(
+            "/Ydb.Discovery.V1.DiscoveryService/ListEndpoints",
+            ydb_discovery_pb2.ListEndpointsRequest(database=self.database),
+            ydb_discovery_pb2.ListEndpointsResponse,
+            ydb_discovery_pb2.ListEndpointsResult,
+            timeout=timeout,
+            idempotent=True,
+            retry=RetryPolicy.no_retries(),
+            endpoint=self._endpoint,
+        )
+        assert result is not None
+        return result
+
+    async def _discover(self, timeout: float) -> None:
+        result = await self._list_endpoints(timeout)
+        found = [
+            Endpoint(e.address, e.port, self._endpoint.secure or e.ssl)
+            for e in result.endpoints
+            if e.address and e.port and (not e.service or "topic_service" in e.service or "topic" in e.service)
+        ]
+        if found:
+            self._active = found
+            stale = [e for e in self._channels if e not in found and e != self._endpoint]
+            for endpoint in stale:
+                # In-flight calls on a dropped channel fail and are retried elsewhere.
+                await self._channels.pop(endpoint).close()
+        logger.debug("discovered endpoints: %s", ", ".join(map(str, self._active)))
+
+    async def _discovery_loop(self) -> None:
+        while True:
+            await anyio.sleep(self._discovery_interval)
+            try:
+                await self._discover(timeout=10.0)
+            except YdbTopicError as exc:
+                logger.warning("endpoint discovery failed, keeping %s: %s", self.endpoints, exc)
+
+    def __repr__(self) -> str:
+        return f"Driver(endpoint={str(self._endpoint)!r}, database={self.database!r})"

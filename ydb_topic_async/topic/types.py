@@ -1,0 +1,324 @@
+"""Typed results and settings of topic administration (never raw protobuf objects)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any
+
+from google.protobuf import duration_pb2, timestamp_pb2
+
+from .._errors import InvalidArgumentError
+from .._proto import ydb_topic_pb2 as pb
+
+
+class MeteringMode(IntEnum):
+    """How a serverless database bills the topic."""
+
+    UNSPECIFIED = 0
+    RESERVED_CAPACITY = 1
+    REQUEST_UNITS = 2
+
+
+class AutoPartitioningStrategy(IntEnum):
+    """Whether and how the topic splits (and merges) partitions under load."""
+
+    UNSPECIFIED = 0
+    DISABLED = 1
+    SCALE_UP = 2
+    SCALE_UP_AND_DOWN = 3
+    PAUSED = 4
+
+
+@dataclass(frozen=True)
+class AutoPartitioningSettings:
+    """Auto-partitioning strategy and the write-speed thresholds that trigger it."""
+
+    strategy: AutoPartitioningStrategy = AutoPartitioningStrategy.UNSPECIFIED
+    stabilization_window: dt.timedelta | None = None
+    up_utilization_percent: int | None = None
+    down_utilization_percent: int | None = None
+
+
+@dataclass(frozen=True)
+class ConsumerSettings:
+    """A consumer of a topic: its name and options (as created, or as described)."""
+
+    name: str
+    important: bool = False
+    read_from: dt.datetime | None = None
+    supported_codecs: Sequence[int] = ()
+    attributes: Mapping[str, str] = field(default_factory=dict)
+    availability_period: dt.timedelta | None = None
+
+
+@dataclass(frozen=True)
+class AlterConsumerSettings:
+    """Changes to one consumer; ``None`` leaves a setting as it is."""
+
+    name: str
+    important: bool | None = None
+    read_from: dt.datetime | None = None
+    supported_codecs: Sequence[int] | None = None
+    attributes: Mapping[str, str] | None = None
+
+
+@dataclass(frozen=True)
+class PartitionStats:
+    """Offsets and sizes of one partition."""
+
+    start_offset: int
+    end_offset: int
+    store_size_bytes: int = 0
+    last_write_time: dt.datetime | None = None
+    max_write_time_lag: dt.timedelta | None = None
+    bytes_written_per_minute: int = 0
+    bytes_written_per_hour: int = 0
+    bytes_written_per_day: int = 0
+
+
+@dataclass(frozen=True)
+class PartitionLocation:
+    """Where a partition lives: its node and the generation of its tablet."""
+
+    node_id: int
+    generation: int
+
+
+@dataclass(frozen=True)
+class PartitionInfo:
+    """One partition of a topic. Inactive partitions were split; their children take the writes."""
+
+    partition_id: int
+    active: bool
+    child_partition_ids: tuple[int, ...] = ()
+    parent_partition_ids: tuple[int, ...] = ()
+    stats: PartitionStats | None = None
+    location: PartitionLocation | None = None
+
+
+@dataclass(frozen=True)
+class TopicDescription:
+    """Settings and partitions of a topic, from ``describe_topic``."""
+
+    path: str
+    partitions: tuple[PartitionInfo, ...]
+    min_active_partitions: int
+    max_active_partitions: int
+    partition_count_limit: int
+    auto_partitioning: AutoPartitioningSettings
+    retention_period: dt.timedelta | None
+    retention_storage_mb: int
+    supported_codecs: tuple[int, ...]
+    partition_write_speed_bytes_per_second: int
+    partition_write_burst_bytes: int
+    attributes: Mapping[str, str]
+    consumers: tuple[ConsumerSettings, ...]
+    metering_mode: MeteringMode
+    store_size_bytes: int = 0
+
+    def consumer(self, name: str) -> ConsumerSettings | None:
+        """The consumer called ``name``, if the topic has one."""
+        return next((c for c in self.consumers if c.name == name), None)
+
+    @property
+    def active_partition_ids(self) -> list[int]:
+        return [p.partition_id for p in self.partitions if p.active]
+
+
+@dataclass(frozen=True)
+class ConsumerPartitionInfo:
+    """One partition as seen by one consumer: how far it has read and committed."""
+
+    partition_id: int
+    active: bool
+    child_partition_ids: tuple[int, ...]
+    parent_partition_ids: tuple[int, ...]
+    start_offset: int
+    end_offset: int
+    committed_offset: int
+    last_read_offset: int
+    read_session_id: str
+    reader_name: str
+
+    @property
+    def lag(self) -> int:
+        """Messages written but not yet committed by this consumer."""
+        return max(0, self.end_offset - max(self.committed_offset, self.start_offset))
+
+
+@dataclass(frozen=True)
+class ConsumerDescription:
+    """A consumer and its per-partition progress, from ``describe_consumer``."""
+
+    path: str
+    consumer: ConsumerSettings
+    partitions: tuple[ConsumerPartitionInfo, ...]
+
+    @property
+    def total_lag(self) -> int:
+        return sum(p.lag for p in self.partitions)
+
+
+# --- protobuf conversion ------------------------------------------------------------------
+
+
+def to_duration(value: dt.timedelta | float, what: str) -> duration_pb2.Duration:
+    seconds = value.total_seconds() if isinstance(value, dt.timedelta) else float(value)
+    if seconds < 0:
+        raise InvalidArgumentError(f"{what} must not be negative, got {value!r}")
+    d = duration_pb2.Duration()
+    d.FromTimedelta(dt.timedelta(seconds=seconds))
+    return d
+
+
+def to_timestamp(value: dt.datetime, what: str) -> timestamp_pb2.Timestamp:
+    if not isinstance(value, dt.datetime):
+        raise InvalidArgumentError(f"{what} must be a datetime, got {type(value).__name__}")
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.timezone.utc)
+    ts = timestamp_pb2.Timestamp()
+    ts.FromDatetime(value.astimezone(dt.timezone.utc))
+    return ts
+
+
+def from_duration(msg: Any, present: bool = True) -> dt.timedelta | None:
+    if not present:
+        return None
+    result: dt.timedelta = msg.ToTimedelta()
+    return result
+
+
+def from_timestamp(msg: Any, present: bool = True) -> dt.datetime | None:
+    if not present or (msg.seconds == 0 and msg.nanos == 0):
+        return None
+    result: dt.datetime = msg.ToDatetime(tzinfo=dt.timezone.utc)
+    return result
+
+
+def check_codecs(codecs: Sequence[int], what: str) -> list[int]:
+    out = []
+    for c in codecs:
+        if not isinstance(c, int) or isinstance(c, bool) or c <= 0:
+            raise InvalidArgumentError(f"{what}: codec ids must be positive ints, got {c!r}")
+        out.append(int(c))
+    return out
+
+
+def check_attributes(attributes: Mapping[str, str] | None, what: str) -> dict[str, str]:
+    attrs = dict(attributes or {})
+    for k, v in attrs.items():
+        if not isinstance(k, str) or not isinstance(v, str):
+            raise InvalidArgumentError(f"{what}: attribute keys and values must be str")
+    return attrs
+
+
+def consumer_to_proto(consumer: ConsumerSettings | str) -> pb.Consumer:
+    if isinstance(consumer, str):
+        consumer = ConsumerSettings(consumer)
+    if not isinstance(consumer, ConsumerSettings):
+        raise InvalidArgumentError(f"a consumer must be a name or ConsumerSettings, got {consumer!r}")
+    if not consumer.name or not isinstance(consumer.name, str):
+        raise InvalidArgumentError("a consumer needs a non-empty name")
+    msg = pb.Consumer(
+        name=consumer.name,
+        important=consumer.important,
+        attributes=check_attributes(consumer.attributes, f"consumer {consumer.name!r}"),
+    )
+    if consumer.read_from is not None:
+        msg.read_from.CopyFrom(to_timestamp(consumer.read_from, "read_from"))
+    if consumer.supported_codecs:
+        msg.supported_codecs.codecs.extend(check_codecs(consumer.supported_codecs, f"consumer {consumer.name!r}"))
+    if consumer.availability_period is not None:
+        msg.availability_period.CopyFrom(to_duration(consumer.availability_period, "availability_period"))
+    return msg
+
+
+def consumer_from_proto(msg: Any) -> ConsumerSettings:
+    return ConsumerSettings(
+        name=msg.name,
+        important=msg.important,
+        read_from=from_timestamp(msg.read_from, msg.HasField("read_from")),
+        supported_codecs=tuple(msg.supported_codecs.codecs),
+        attributes=dict(msg.attributes),
+        availability_period=from_duration(msg.availability_period, msg.HasField("availability_period")),
+    )
+
+
+def partition_stats_from_proto(msg: Any) -> PartitionStats:
+    return PartitionStats(
+        start_offset=msg.partition_offsets.start,
+        end_offset=msg.partition_offsets.end,
+        store_size_bytes=msg.store_size_bytes,
+        last_write_time=from_timestamp(msg.last_write_time, msg.HasField("last_write_time")),
+        max_write_time_lag=from_duration(msg.max_write_time_lag, msg.HasField("max_write_time_lag")),
+        bytes_written_per_minute=msg.bytes_written.per_minute,
+        bytes_written_per_hour=msg.bytes_written.per_hour,
+        bytes_written_per_day=msg.bytes_written.per_day,
+    )
+
+
+def partition_from_proto(msg: Any) -> PartitionInfo:
+    return PartitionInfo(
+        partition_id=msg.partition_id,
+        active=msg.active,
+        child_partition_ids=tuple(msg.child_partition_ids),
+        parent_partition_ids=tuple(msg.parent_partition_ids),
+        stats=partition_stats_from_proto(msg.partition_stats) if msg.HasField("partition_stats") else None,
+        location=(
+            PartitionLocation(msg.partition_location.node_id, msg.partition_location.generation)
+            if msg.HasField("partition_location")
+            else None
+        ),
+    )
+
+
+def topic_from_proto(msg: Any, path: str) -> TopicDescription:
+    ps = msg.partitioning_settings
+    aps = ps.auto_partitioning_settings
+    speed = aps.partition_write_speed
+    return TopicDescription(
+        path=path,
+        partitions=tuple(partition_from_proto(p) for p in msg.partitions),
+        min_active_partitions=ps.min_active_partitions,
+        max_active_partitions=ps.max_active_partitions,
+        partition_count_limit=ps.partition_count_limit,
+        auto_partitioning=AutoPartitioningSettings(
+            strategy=AutoPartitioningStrategy(aps.strategy),
+            stabilization_window=from_duration(speed.stabilization_window, speed.HasField("stabilization_window")),
+            up_utilization_percent=speed.up_utilization_percent or None,
+            down_utilization_percent=speed.down_utilization_percent or None,
+        ),
+        retention_period=from_duration(msg.retention_period, msg.HasField("retention_period")),
+        retention_storage_mb=msg.retention_storage_mb,
+        supported_codecs=tuple(msg.supported_codecs.codecs),
+        partition_write_speed_bytes_per_second=msg.partition_write_speed_bytes_per_second,
+        partition_write_burst_bytes=msg.partition_write_burst_bytes,
+        attributes=dict(msg.attributes),
+        consumers=tuple(consumer_from_proto(c) for c in msg.consumers),
+        metering_mode=MeteringMode(msg.metering_mode),
+        store_size_bytes=msg.topic_stats.store_size_bytes,
+    )
+
+
+def consumer_description_from_proto(msg: Any, path: str) -> ConsumerDescription:
+    parts = []
+    for p in msg.partitions:
+        stats = p.partition_consumer_stats
+        parts.append(
+            ConsumerPartitionInfo(
+                partition_id=p.partition_id,
+                active=p.active,
+                child_partition_ids=tuple(p.child_partition_ids),
+                parent_partition_ids=tuple(p.parent_partition_ids),
+                start_offset=p.partition_stats.partition_offsets.start,
+                end_offset=p.partition_stats.partition_offsets.end,
+                committed_offset=stats.committed_offset,
+                last_read_offset=stats.last_read_offset,
+                read_session_id=stats.read_session_id,
+                reader_name=stats.reader_name,
+            )
+        )
+    return ConsumerDescription(path=path, consumer=consumer_from_proto(msg.consumer), partitions=tuple(parts))
