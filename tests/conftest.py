@@ -1,0 +1,58 @@
+"""Shared fixtures: a local topic server on loopback, a driver bound to it, fresh topics.
+
+Every test also fails if it leaves a task pending on the event loop: background work must be
+owned and must end when its owner closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import AsyncIterator
+
+import pytest
+
+from ydb_topic_async import Driver
+from ydb_topic_async.testing import LocalTopicServer
+
+_names = itertools.count()
+
+
+@pytest.fixture(autouse=True)
+async def no_leaked_tasks() -> AsyncIterator[None]:
+    """Fail a test that leaves tasks behind (after everything else was torn down)."""
+    before = set(asyncio.all_tasks())
+    yield
+    current = asyncio.current_task()
+    leaked: set[asyncio.Task[object]] = set()
+    for _ in range(50):
+        leaked = {t for t in asyncio.all_tasks() - before if t is not current and not t.done()}
+        if not leaked:
+            return
+        await asyncio.sleep(0.01)
+    pytest.fail("tasks left pending: " + ", ".join(sorted(repr(t.get_coro()) for t in leaked)))
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[LocalTopicServer]:
+    async with LocalTopicServer() as srv:
+        yield srv
+
+
+@pytest.fixture
+async def driver(server: LocalTopicServer) -> AsyncIterator[Driver]:
+    async with Driver(server.endpoint, server.database) as drv:
+        yield drv
+
+
+@pytest.fixture
+def topic_name() -> str:
+    """A unique topic path (relative to the database); the test creates it."""
+    return f"topic-{next(_names)}"
+
+
+@pytest.fixture
+async def topic(driver: Driver, topic_name: str) -> str:
+    """A fresh topic with one partition and the consumer ``consumer``."""
+    await driver.topic.create_topic(topic_name, consumers=["consumer"])
+    return topic_name
