@@ -1,0 +1,210 @@
+"""Driver: connection strings, headers, discovery, readiness, credentials."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import socket
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+import grpc.aio
+import pytest
+from google.protobuf import any_pb2
+
+import ydb_topic_async as yta
+from ydb_topic_async._credentials import token_expiry
+from ydb_topic_async._driver import Endpoint, parse_connection_string
+from ydb_topic_async._proto import ydb_discovery_pb2, ydb_operation_pb2, ydb_status_codes_pb2
+from ydb_topic_async.testing import LocalTopicServer
+
+
+@pytest.mark.parametrize(
+    ("text", "endpoint", "database"),
+    [
+        ("grpc://localhost:2136/?database=/local", Endpoint("localhost", 2136, False), "/local"),
+        ("grpcs://ydb.example.com:2135/?database=/ru/db1", Endpoint("ydb.example.com", 2135, True), "/ru/db1"),
+        ("grpc://127.0.0.1:9000/local/sub", Endpoint("127.0.0.1", 9000, False), "/local/sub"),
+        ("localhost:2136", Endpoint("localhost", 2136, False), None),
+        ("grpcs://host", Endpoint("host", 2135, True), None),
+        ("grpc://[::1]:2136", Endpoint("::1", 2136, False), None),
+    ],
+)
+def test_connection_strings(text: str, endpoint: Endpoint, database: str | None) -> None:
+    assert parse_connection_string(text) == (endpoint, database)
+
+
+@pytest.mark.parametrize("text", ["", "http://host:80", "grpc://:2136", "grpc://host:notaport"])
+def test_bad_connection_strings_raise_clearly(text: str) -> None:
+    with pytest.raises(yta.InvalidArgumentError):
+        parse_connection_string(text)
+
+
+def test_driver_needs_an_absolute_database() -> None:
+    with pytest.raises(yta.InvalidArgumentError, match="database is required"):
+        yta.Driver("grpc://localhost:2136")
+    with pytest.raises(yta.InvalidArgumentError, match="absolute"):
+        yta.Driver("grpc://localhost:2136", "local")
+    assert yta.Driver("grpc://localhost:2136/?database=/local").database == "/local"
+
+
+def test_ipv6_target_is_bracketed() -> None:
+    assert Endpoint("::1", 2136).target == "[::1]:2136"
+
+
+class RecordingDiscovery:
+    """A real gRPC server with only ``ListEndpoints``, recording the headers of every call."""
+
+    def __init__(self, endpoints: list[tuple[str, int]] | None = None, status: int | None = None) -> None:
+        self.calls: list[dict[str, str]] = []
+        self.endpoints = endpoints
+        self.status = status or ydb_status_codes_pb2.StatusIds.SUCCESS
+        self.server = grpc.aio.server()
+        handler = grpc.method_handlers_generic_handler(
+            "Ydb.Discovery.V1.DiscoveryService",
+            {
+                "ListEndpoints": grpc.unary_unary_rpc_method_handler(
+                    self._list,
+                    request_deserializer=ydb_discovery_pb2.ListEndpointsRequest.FromString,
+                    response_serializer=ydb_discovery_pb2.ListEndpointsResponse.SerializeToString,
+                )
+            },
+        )
+        self.server.add_generic_rpc_handlers((handler,))
+        self.port = self.server.add_insecure_port("127.0.0.1:0")
+
+    async def _list(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        self.calls.append({k: v for k, v in context.invocation_metadata() or ()})  # type: ignore[misc]
+        result = ydb_discovery_pb2.ListEndpointsResult()
+        for host, port in self.endpoints or [("127.0.0.1", self.port)]:
+            result.endpoints.add(address=host, port=port)
+        packed = any_pb2.Any()
+        packed.Pack(result)
+        return ydb_discovery_pb2.ListEndpointsResponse(
+            operation=ydb_operation_pb2.Operation(ready=True, status=self.status, result=packed)
+        )
+
+
+@pytest.fixture
+async def discovery_server() -> AsyncIterator[RecordingDiscovery]:
+    srv = RecordingDiscovery()
+    await srv.server.start()
+    yield srv
+    await srv.server.stop(None)
+
+
+async def test_headers_are_sent(discovery_server: RecordingDiscovery) -> None:
+    creds = yta.AccessTokenCredentials("secret-token")
+    async with yta.Driver(
+        f"grpc://127.0.0.1:{discovery_server.port}", "/local", creds, application_name="billing"
+    ) as driver:
+        await driver.wait_ready(timeout=5)
+    headers = discovery_server.calls[-1]
+    assert headers["x-ydb-database"] == "/local"
+    assert headers["x-ydb-auth-ticket"] == "secret-token"
+    assert headers["x-ydb-application-name"] == "billing"
+    assert headers["x-ydb-sdk-build-info"] == f"ydb-topic-async/{yta.__version__}"
+    assert "secret-token" not in repr(creds)
+
+
+async def test_discovery_replaces_endpoints_and_falls_back() -> None:
+    srv = RecordingDiscovery(endpoints=[("localhost", 1), ("localhost", 2)])
+    await srv.server.start()
+    try:
+        async with yta.Driver(f"grpc://127.0.0.1:{srv.port}", "/local") as driver:
+            assert driver.endpoints == ["grpc://localhost:1", "grpc://localhost:2"]
+        failing = RecordingDiscovery(status=ydb_status_codes_pb2.StatusIds.UNAVAILABLE)
+        await failing.server.start()
+        try:
+            async with yta.Driver(f"grpc://127.0.0.1:{failing.port}", "/local") as driver:
+                assert driver.endpoints == [f"grpc://127.0.0.1:{failing.port}"]
+        finally:
+            await failing.server.stop(None)
+    finally:
+        await srv.server.stop(None)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+async def test_wait_ready_fails_clearly_when_nothing_answers() -> None:
+    port = _free_port()
+    async with yta.Driver(f"grpc://127.0.0.1:{port}", "/local", discovery=False) as driver:
+        started = time.monotonic()
+        with pytest.raises(yta.OperationTimeoutError, match=f"127.0.0.1:{port}"):
+            await driver.wait_ready(timeout=1.0)
+        assert time.monotonic() - started < 5
+
+
+async def test_calls_after_close_raise(server: LocalTopicServer) -> None:
+    driver = yta.Driver(server.endpoint, server.database)
+    async with driver:
+        await driver.wait_ready(timeout=5)
+    assert driver.closed
+    with pytest.raises(yta.ClosedError):
+        await driver.topic.describe_topic("anything")
+    await driver.close()  # a second close is a no-op
+
+
+def _jwt(exp: float) -> str:
+    def enc(obj: dict[str, Any]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(obj).encode()).rstrip(b"=").decode()
+
+    return f"{enc({'alg': 'none'})}.{enc({'exp': exp})}.sig"
+
+
+def test_token_expiry_reads_jwt_exp_only() -> None:
+    assert token_expiry(_jwt(1_900_000_000)) == 1_900_000_000
+    assert token_expiry("opaque-token") is None
+    assert token_expiry("a.b.c") is None
+
+
+async def test_token_provider_is_cached() -> None:
+    calls = 0
+
+    async def provider() -> str:
+        nonlocal calls
+        calls += 1
+        return f"t{calls}"
+
+    creds = yta.TokenProviderCredentials(provider, cache_seconds=60)
+    assert await creds.auth_token() == "t1"
+    assert await creds.auth_token() == "t1"
+    uncached = yta.TokenProviderCredentials(provider)
+    assert await uncached.auth_token() == "t2"
+    assert await uncached.auth_token() == "t3"
+
+
+async def test_static_credentials_log_in_and_are_required() -> None:
+    async with LocalTopicServer(users={"alice": "wonderland"}) as srv:
+        async with yta.Driver(srv.endpoint, srv.database) as anonymous:
+            with pytest.raises(yta.UnauthorizedError):
+                await anonymous.topic.create_topic("t")
+        async with yta.Driver(srv.endpoint, srv.database, yta.StaticCredentials("alice", "bad")) as wrong:
+            with pytest.raises(yta.UnauthorizedError):
+                await wrong.topic.create_topic("t")
+        creds = yta.StaticCredentials("alice", "wonderland")
+        async with yta.Driver(srv.endpoint, srv.database, creds) as driver:
+            await driver.topic.create_topic("t")
+            assert (await driver.topic.describe_topic("t")).path == f"{srv.database}/t"
+            assert "wonderland" not in repr(creds)
+
+
+async def test_static_credentials_refresh_before_expiry() -> None:
+    async with LocalTopicServer(users={"bob": "pw"}) as srv:
+        creds = yta.StaticCredentials("bob", "pw", refresh_interval=0.2)
+        async with yta.Driver(srv.endpoint, srv.database, creds) as driver:
+            first = await creds.auth_token()
+            assert await creds.auth_token() == first  # cached
+            await driver.topic.create_topic("t")
+            await asyncio.sleep(0.25)
+            second = await creds.auth_token()
+            assert second and second != first
+            await driver.topic.describe_topic("t")

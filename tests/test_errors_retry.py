@@ -1,0 +1,153 @@
+"""The error map and the retry policy (pure logic, no server)."""
+
+from __future__ import annotations
+
+import time
+
+import grpc
+import pytest
+
+import ydb_topic_async as yta
+from ydb_topic_async._errors import error_from_status
+from ydb_topic_async._proto import ydb_issue_message_pb2, ydb_status_codes_pb2
+from ydb_topic_async._retry import BackoffSchedule, RetryPolicy, retry_call
+
+Status = ydb_status_codes_pb2.StatusIds
+
+
+def test_every_status_code_has_its_own_class() -> None:
+    codes = [v.number for v in Status.StatusCode.DESCRIPTOR.values if v.number not in (0, Status.SUCCESS)]
+    classes = {type(error_from_status(code)) for code in codes}
+    assert len(classes) == len(codes)
+    assert all(issubclass(c, yta.ServerError) and c is not yta.ServerError for c in classes)
+
+
+@pytest.mark.parametrize(
+    ("status", "cls", "retriable", "idempotent_only", "backoff"),
+    [
+        (Status.BAD_REQUEST, yta.BadRequestError, False, False, "none"),
+        (Status.SCHEME_ERROR, yta.SchemeError, False, False, "none"),
+        (Status.UNAUTHORIZED, yta.UnauthorizedError, False, False, "none"),
+        (Status.ABORTED, yta.AbortedError, True, False, "fast"),
+        (Status.UNAVAILABLE, yta.UnavailableError, True, False, "fast"),
+        (Status.OVERLOADED, yta.OverloadedError, True, False, "slow"),
+        (Status.BAD_SESSION, yta.BadSessionError, True, False, "fast"),
+        (Status.SESSION_BUSY, yta.SessionBusyError, True, False, "fast"),
+        (Status.UNDETERMINED, yta.UndeterminedError, False, True, "fast"),
+        (Status.ALREADY_EXISTS, yta.AlreadyExistsError, False, False, "none"),
+    ],
+)
+def test_status_retriability(status: int, cls: type, retriable: bool, idempotent_only: bool, backoff: str) -> None:
+    err = error_from_status(status)
+    assert type(err) is cls
+    assert err.is_retriable(idempotent=False) is retriable
+    assert err.is_retriable(idempotent=True) is (retriable or idempotent_only)
+    assert err.backoff == backoff
+
+
+def test_server_issues_are_in_the_message() -> None:
+    inner = ydb_issue_message_pb2.IssueMessage(message="partition 7 does not exist", issue_code=500011)
+    outer = ydb_issue_message_pb2.IssueMessage(message="bad write request", issues=[inner])
+    err = error_from_status(Status.BAD_REQUEST, [outer])
+    assert "BAD_REQUEST" in str(err)
+    assert "partition 7 does not exist (code 500011)" in str(err)
+    assert err.issues[0].issues[0].code == 500011
+
+
+class _FakeRpcError(grpc.RpcError):
+    def __init__(self, code: grpc.StatusCode) -> None:
+        self._code = code
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return "socket closed"
+
+
+@pytest.mark.parametrize(
+    ("code", "cls", "retriable", "idempotent"),
+    [
+        (grpc.StatusCode.UNAVAILABLE, yta.ConnectionLostError, True, True),
+        (grpc.StatusCode.RESOURCE_EXHAUSTED, yta.ResourceExhaustedError, True, True),
+        (grpc.StatusCode.DEADLINE_EXCEEDED, yta.DeadlineExceededError, False, True),
+        (grpc.StatusCode.UNAUTHENTICATED, yta.UnauthenticatedError, False, False),
+        (grpc.StatusCode.INVALID_ARGUMENT, yta.InvalidRequestError, False, False),
+    ],
+)
+def test_grpc_codes(code: grpc.StatusCode, cls: type, retriable: bool, idempotent: bool) -> None:
+    err = yta.error_from_grpc(_FakeRpcError(code))
+    assert type(err) is cls
+    assert err.code == code
+    assert "socket closed" in str(err)
+    assert err.is_retriable(idempotent=False) is retriable
+    assert err.is_retriable(idempotent=True) is idempotent
+
+
+def test_full_jitter_stays_within_the_exponential_bound() -> None:
+    schedule = BackoffSchedule(base=0.1, cap=1.0)
+    assert schedule.delay(0, rand=lambda: 1.0) == pytest.approx(0.1)
+    assert schedule.delay(3, rand=lambda: 1.0) == pytest.approx(0.8)
+    assert schedule.delay(10, rand=lambda: 1.0) == pytest.approx(1.0)  # capped
+    assert schedule.delay(10, rand=lambda: 0.0) == 0.0
+    assert schedule.delay(1000, rand=lambda: 0.5) == pytest.approx(0.5)  # no overflow
+
+
+def test_policy_picks_schedule_by_error_and_respects_limits() -> None:
+    fast, slow = BackoffSchedule(0.001, 0.001), BackoffSchedule(5.0, 5.0)
+    policy = RetryPolicy(max_attempts=3, max_elapsed=None, fast=fast, slow=slow)
+    now = time.monotonic()
+    unavailable, overloaded = yta.UnavailableError(), yta.OverloadedError()
+    assert policy.next_delay(unavailable, 1, now, idempotent=False) <= 0.001  # type: ignore[operator]
+    assert 0 <= policy.next_delay(overloaded, 1, now, idempotent=False) <= 5.0  # type: ignore[operator]
+    assert policy.next_delay(unavailable, 3, now, idempotent=False) is None  # attempts used up
+    assert policy.next_delay(yta.SchemeError(), 1, now, idempotent=True) is None
+    assert policy.next_delay(yta.UndeterminedError(), 1, now, idempotent=False) is None
+    assert policy.next_delay(yta.UndeterminedError(), 1, now, idempotent=True) is not None
+    assert policy.next_delay(ValueError("not ours"), 1, now, idempotent=True) is None
+    timed = RetryPolicy(max_attempts=None, max_elapsed=0.5, fast=BackoffSchedule(10, 10))
+    assert timed.next_delay(unavailable, 1, now - 1.0, idempotent=True) is None  # out of time
+
+
+def test_policy_rejects_nonsense() -> None:
+    with pytest.raises(ValueError):
+        RetryPolicy(max_attempts=0)
+    with pytest.raises(ValueError):
+        RetryPolicy(max_elapsed=-1)
+
+
+async def test_retry_call_retries_then_succeeds_and_gives_up_on_permanent_errors() -> None:
+    calls = 0
+
+    async def flaky() -> str:
+        nonlocal calls
+        calls += 1
+        if calls < 3:
+            raise yta.UnavailableError("node restarting")
+        return "ok"
+
+    fast = BackoffSchedule(0.001, 0.001)
+    assert await retry_call(flaky, RetryPolicy(max_attempts=5, fast=fast), idempotent=False) == "ok"
+    assert calls == 3
+
+    calls = 0
+
+    async def broken() -> str:
+        nonlocal calls
+        calls += 1
+        raise yta.SchemeError("no such topic")
+
+    with pytest.raises(yta.SchemeError):
+        await retry_call(broken, RetryPolicy(max_attempts=5, fast=fast), idempotent=True)
+    assert calls == 1
+
+    calls = 0
+
+    async def always_down() -> str:
+        nonlocal calls
+        calls += 1
+        raise yta.UnavailableError()
+
+    with pytest.raises(yta.UnavailableError):
+        await retry_call(always_down, RetryPolicy(max_attempts=4, fast=fast), idempotent=True)
+    assert calls == 4
