@@ -30,6 +30,7 @@ from .topic import (
     TopicDescription,
 )
 from .topic.types import AlterConsumerSettings, PartitionLocation
+from .writer import InitInfo, Message, Skipped, TopicWriter, WriteResult, WriteStatistics, Written, WrittenInTx
 
 __all__ = [
     "LZ4_CODEC",
@@ -54,6 +55,14 @@ __all__ = [
     "TokenProviderCredentials",
     "TopicClient",
     "TopicDescription",
+    "InitInfo",
+    "Message",
+    "Skipped",
+    "TopicWriter",
+    "WriteResult",
+    "WriteStatistics",
+    "Written",
+    "WrittenInTx",
     "__version__",
     "lz4_decode",
     "lz4_encode",

@@ -12,7 +12,10 @@ from .._proto import ydb_topic_pb2 as pb
 from . import types as t
 
 if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
     from .._driver import Driver
+    from ..writer.writer import TopicWriter, WriterOptions
 
 _SERVICE = "/Ydb.Topic.V1.TopicService/"
 
@@ -64,6 +67,16 @@ class TopicClient:
     async def _close(self) -> None:
         for obj in list(self._owned):
             await obj.close()
+
+    # --- writers and readers ------------------------------------------------------------
+
+    def writer(self, path: str, **options: Unpack[WriterOptions]) -> TopicWriter:
+        """A ``TopicWriter`` for ``path``; options as for ``TopicWriter``. Closing the driver closes it."""
+        from ..writer import TopicWriter
+
+        writer = TopicWriter(self._driver, path, **options)
+        self._own(writer)
+        return writer
 
     # --- administration -----------------------------------------------------------------
 

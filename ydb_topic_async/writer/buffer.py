@@ -1,0 +1,242 @@
+"""The writer's accumulator: accepted-but-unacknowledged messages, limits and waiting for space.
+
+Messages live here from the moment ``write`` accepts them until their WriteAck arrives, in
+sequence-number order, split into ``unsent`` (not yet sent on the current stream) and
+``inflight`` (sent, awaiting acks). A reconnect moves everything back to ``unsent`` so it is
+resent with the original seq_no and created_at.
+
+Space is reserved when a call is admitted (count and bytes of all its messages at once) and
+released when acks arrive. A call is admitted when it fits, or when the buffer is empty (so a
+single call larger than the limits still makes progress). Waiting calls are admitted in FIFO
+order, so a large call is never starved by a stream of small ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from typing import TYPE_CHECKING
+
+from .._errors import BufferFullTimeoutError
+
+if TYPE_CHECKING:
+    from .messages import WriteResult
+
+
+class PendingMessage:
+    """One accepted message, as it will be (re)sent."""
+
+    __slots__ = ("created_ns", "data", "encoded", "future", "metadata", "seq_no", "size")
+
+    def __init__(
+        self,
+        data: bytes,
+        seq_no: int,
+        created_ns: int,
+        metadata: list[tuple[str, bytes]] | None,
+        size: int,
+    ) -> None:
+        self.data = data
+        self.seq_no = seq_no
+        self.created_ns = created_ns
+        """Nanoseconds since the epoch; -1 when the message carries no creation time."""
+        self.metadata = metadata
+        self.size = size
+        """Bytes counted against the buffer limit: payload plus metadata."""
+        self.encoded: bytes | None = None
+        """The payload after the writer's codec, kept so a resend does not compress again."""
+        self.future: asyncio.Future[WriteResult] | None = None
+
+
+class _SpaceWaiter:
+    __slots__ = ("count", "future", "nbytes")
+
+    def __init__(self, count: int, nbytes: int, future: asyncio.Future[None]) -> None:
+        self.count = count
+        self.nbytes = nbytes
+        self.future = future
+
+
+class WriteBuffer:
+    """Accepted messages in seq_no order, with count/byte limits (``None``: unlimited)."""
+
+    def __init__(self, max_messages: int | None, max_bytes: int | None) -> None:
+        self.max_messages = max_messages
+        self.max_bytes = max_bytes
+        self.unsent: deque[PendingMessage] = deque()
+        self.inflight: deque[PendingMessage] = deque()
+        self.messages = 0
+        """Messages admitted and not yet acknowledged (including space reserved by admitted calls)."""
+        self.nbytes = 0
+        self.accepted_total = 0
+        """Messages ever accepted; a flush waits until ``acked_total`` reaches this mark."""
+        self.acked_total = 0
+        self.has_unsent = asyncio.Event()
+        """Set when ``unsent`` gained messages; the sender clears it when it has taken them all."""
+        self._space_waiters: deque[_SpaceWaiter] = deque()
+        self._flush_waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
+        self._failure: BaseException | None = None
+
+    # --- admission ------------------------------------------------------------------------
+
+    def try_reserve(self, count: int, nbytes: int) -> bool:
+        """Reserve space without waiting; False when the call has to queue."""
+        if self._space_waiters:
+            return False
+        if self.messages and not self._fits(count, nbytes):
+            return False
+        self.messages += count
+        self.nbytes += nbytes
+        return True
+
+    async def reserve(self, count: int, nbytes: int, timeout: float | None) -> None:
+        """Wait (FIFO) until the call is admitted; ``BufferFullTimeoutError`` after ``timeout``."""
+        if self._failure is not None:
+            raise self._failure
+        if self.try_reserve(count, nbytes):
+            return
+        loop = asyncio.get_running_loop()
+        waiter = _SpaceWaiter(count, nbytes, loop.create_future())
+        self._space_waiters.append(waiter)
+        timer = None
+        if timeout is not None:
+            timer = loop.call_later(timeout, self._expire, waiter, timeout)
+        try:
+            await waiter.future
+        except asyncio.CancelledError:
+            if waiter.future.done() and not waiter.future.cancelled():
+                # Granted just before the cancellation landed: give the space back.
+                self.release(count, nbytes)
+            else:
+                self._drop_waiter(waiter)
+            raise
+        finally:
+            if timer is not None:
+                timer.cancel()
+
+    def _fits(self, count: int, nbytes: int) -> bool:
+        return (self.max_messages is None or self.messages + count <= self.max_messages) and (
+            self.max_bytes is None or self.nbytes + nbytes <= self.max_bytes
+        )
+
+    def _expire(self, waiter: _SpaceWaiter, timeout: float) -> None:
+        if waiter.future.done():
+            return
+        self._drop_waiter(waiter)
+        waiter.future.set_exception(
+            BufferFullTimeoutError(
+                f"writer buffer stayed full for {timeout}s (holding {self.messages} messages / {self.nbytes} bytes,"
+                f" limits {self.max_messages} / {self.max_bytes}; the call needs {waiter.count} / {waiter.nbytes});"
+                " nothing from this call was accepted"
+            )
+        )
+
+    def _drop_waiter(self, waiter: _SpaceWaiter) -> None:
+        try:
+            self._space_waiters.remove(waiter)
+        except ValueError:
+            return
+        # The head may have been blocking smaller calls behind it.
+        self._grant()
+
+    def _grant(self) -> None:
+        waiters = self._space_waiters
+        while waiters:
+            head = waiters[0]
+            if head.future.done():
+                waiters.popleft()
+                continue
+            if self.messages and not self._fits(head.count, head.nbytes):
+                return
+            waiters.popleft()
+            self.messages += head.count
+            self.nbytes += head.nbytes
+            head.future.set_result(None)
+
+    def release(self, count: int, nbytes: int) -> None:
+        """Free space (acknowledged messages, or a reservation that was not used)."""
+        self.messages -= count
+        self.nbytes -= nbytes
+        if self._space_waiters:
+            self._grant()
+
+    # --- queue ----------------------------------------------------------------------------
+
+    def push(self, entries: list[PendingMessage]) -> None:
+        """Queue admitted messages for sending (their space is already reserved)."""
+        self.unsent.extend(entries)
+        self.accepted_total += len(entries)
+        if not self.has_unsent.is_set():
+            self.has_unsent.set()
+
+    def push_one(self, entry: PendingMessage) -> None:
+        self.unsent.append(entry)
+        self.accepted_total += 1
+        if not self.has_unsent.is_set():
+            self.has_unsent.set()
+
+    def rewind(self) -> None:
+        """A new stream starts: every unacknowledged message is to be sent again, in order."""
+        if self.inflight:
+            self.inflight.extend(self.unsent)
+            self.unsent, self.inflight = self.inflight, deque()
+        if self.unsent:
+            self.has_unsent.set()
+
+    @property
+    def empty(self) -> bool:
+        return not self.unsent and not self.inflight
+
+    def acknowledged(self, count: int, nbytes: int) -> None:
+        """``count`` messages were popped from ``inflight`` by acks; wake flushes and writers."""
+        self.acked_total += count
+        self.release(count, nbytes)
+        waiters = self._flush_waiters
+        while waiters and waiters[0][0] <= self.acked_total:
+            future = waiters.popleft()[1]
+            if not future.done():
+                future.set_result(None)
+
+    async def wait_acked(self, mark: int) -> None:
+        """Wait until the first ``mark`` accepted messages are acknowledged (or the writer fails)."""
+        if self._failure is not None:
+            raise self._failure
+        if self.acked_total >= mark:
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._flush_waiters.append((mark, future))
+        try:
+            await future
+        finally:
+            if not future.done():
+                # Cancelled or timed out: stop tracking this waiter.
+                future.cancel()
+                self._flush_waiters = deque(w for w in self._flush_waiters if w[1] is not future)
+
+    # --- failure --------------------------------------------------------------------------
+
+    def fail(self, error: BaseException) -> int:
+        """Fail every pending future and waiter with ``error``; return how many messages were lost."""
+        if self._failure is None:
+            self._failure = error
+        lost = 0
+        for queue in (self.inflight, self.unsent):
+            for entry in queue:
+                future = entry.future
+                if future is not None and not future.done():
+                    future.set_exception(error)
+                    # The caller may hold the future without awaiting it (write_with_ack_future);
+                    # the writer reports the error itself, so do not warn about it at GC time.
+                    future.exception()
+            lost += len(queue)
+            queue.clear()
+        self.messages = self.nbytes = 0
+        for waiter in self._space_waiters:
+            if not waiter.future.done():
+                waiter.future.set_exception(error)
+        self._space_waiters.clear()
+        for _, flush_waiter in self._flush_waiters:
+            if not flush_waiter.done():
+                flush_waiter.set_exception(error)
+        self._flush_waiters.clear()
+        return lost

@@ -1,0 +1,93 @@
+"""What users hand to a writer (``Message``) and what they get back (results, init info, statistics)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+MetadataValue = bytes | str
+MetadataInput = Mapping[str, MetadataValue] | Iterable[tuple[str, MetadataValue]]
+
+
+class Message:
+    """One topic message.
+
+    ``data`` is the payload (``str`` is sent as UTF-8). ``seq_no`` is the deduplication number
+    (only with ``auto_seqno=False``); ``created_at`` overrides the creation time (only with
+    ``auto_created_at=False``, naive datetimes are taken as UTC); ``metadata`` is a mapping or a
+    list of ``(key, value)`` pairs with unique keys, sent uncompressed next to the payload.
+    """
+
+    __slots__ = ("created_at", "data", "metadata", "seq_no")
+
+    def __init__(
+        self,
+        data: bytes | str,
+        *,
+        seq_no: int | None = None,
+        created_at: dt.datetime | None = None,
+        metadata: MetadataInput | None = None,
+    ) -> None:
+        self.data = data
+        self.seq_no = seq_no
+        self.created_at = created_at
+        self.metadata = metadata
+
+    def __repr__(self) -> str:
+        size = len(self.data)
+        return f"Message(<{size} {'chars' if isinstance(self.data, str) else 'bytes'}>, seq_no={self.seq_no!r})"
+
+
+@dataclass(frozen=True, slots=True)
+class Written:
+    """The server stored the message at ``offset`` of ``partition_id``."""
+
+    partition_id: int
+    offset: int
+    seq_no: int
+
+
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    """The server already had a message with this (or a later) ``seq_no`` from this producer."""
+
+    partition_id: int
+    seq_no: int
+
+
+@dataclass(frozen=True, slots=True)
+class WrittenInTx:
+    """The message was written inside a transaction; its offset is assigned at commit."""
+
+    partition_id: int
+    seq_no: int
+
+
+WriteResult = Written | Skipped | WrittenInTx
+
+
+@dataclass(frozen=True, slots=True)
+class InitInfo:
+    """What the server answered to the writer's first handshake."""
+
+    last_seq_no: int
+    """The last sequence number stored for this producer (0 for a new producer)."""
+    partition_id: int
+    supported_codecs: tuple[int, ...]
+    """Codecs the topic accepts; empty means any."""
+    session_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class WriteStatistics:
+    """Server-side timings reported with the latest acknowledgement batch."""
+
+    partition_id: int
+    messages: int
+    """How many acknowledgements that batch carried."""
+    persisting_time: dt.timedelta
+    min_queue_wait_time: dt.timedelta
+    max_queue_wait_time: dt.timedelta
+    partition_quota_wait_time: dt.timedelta
+    topic_quota_wait_time: dt.timedelta

@@ -1,0 +1,445 @@
+"""The writer's background work: one gRPC StreamWrite session at a time, and reconnecting.
+
+``WriterSender.run`` is the writer's single background task. Each loop iteration opens a stream
+(``_session``): handshake, then three child tasks under one anyio task group, a sender (moves
+messages from the buffer's ``unsent`` queue into WriteRequests), a reader (matches WriteAcks to
+``inflight`` messages in seq_no order) and a token refresher. The first failing child ends the
+stream; ``run`` then decides, via the retry policy, whether to reconnect (resending every
+unacknowledged message with its original seq_no and created_at, so the server deduplicates) or to
+give up, in which case the error leaves ``run`` and the writer fans it out to every waiter.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import grpc
+
+from .. import _codecs
+from .._errors import (
+    ConnectionLostError,
+    DeadlineExceededError,
+    InternalError,
+    MessageTooLargeError,
+    UnsupportedCodecError,
+    UsageError,
+    YdbTopicError,
+    error_from_grpc,
+    error_from_status,
+)
+from .._proto import ydb_status_codes_pb2
+from .._proto import ydb_topic_pb2 as pb
+from .._retry import RetryPolicy, as_ydb_error
+from .messages import InitInfo, Skipped, Written, WrittenInTx
+
+if TYPE_CHECKING:
+    from .._driver import Driver
+    from .buffer import PendingMessage, WriteBuffer
+
+logger = logging.getLogger("ydb_topic_async.writer")
+
+_METHOD = "/Ydb.Topic.V1.TopicService/StreamWrite"
+_SUCCESS = ydb_status_codes_pb2.StatusIds.SUCCESS
+_UNSPECIFIED = ydb_status_codes_pb2.StatusIds.STATUS_CODE_UNSPECIFIED
+
+MESSAGE_OVERHEAD = 48
+"""Upper bound of the protobuf framing of one MessageData besides payload and metadata
+(seq_no, created_at, uncompressed_size, tags and lengths)."""
+METADATA_ITEM_OVERHEAD = 12
+REQUEST_OVERHEAD = 64
+"""FromClient/WriteRequest framing and the codec field."""
+MAX_MESSAGES_PER_REQUEST = 100_000
+"""Bounds the work done between two awaits when a huge backlog is sent."""
+
+
+def wire_size(payload_len: int, entry: PendingMessage) -> int:
+    """An upper bound of ``entry``'s encoded size inside a WriteRequest."""
+    size = payload_len + MESSAGE_OVERHEAD
+    metadata = entry.metadata
+    if metadata:
+        size += entry.size - len(entry.data) + METADATA_ITEM_OVERHEAD * len(metadata)
+    return size
+
+
+@dataclass(frozen=True)
+class SenderSettings:
+    path: str
+    producer_id: str
+    partition_id: int | None
+    direct_write: bool
+    session_metadata: Mapping[str, str]
+    codec: int
+    encoder: _codecs.Transform
+    retry: RetryPolicy
+    max_request_size: int
+    token_refresh_interval: float
+    init_timeout: float
+
+
+class WriterSender:
+    """Keeps one write stream alive and moves the buffer's messages through it."""
+
+    def __init__(
+        self,
+        driver: Driver,
+        settings: SenderSettings,
+        buffer: WriteBuffer,
+        on_init: Callable[[InitInfo, bool], None],
+    ) -> None:
+        self._driver = driver
+        self._settings = settings
+        self._buffer = buffer
+        self._on_init = on_init
+        self._first_init = True
+        self._progress = False
+        self._generation: int | None = None
+        self._last_token: str | None = None
+        self._pending_token: str | None = None
+        self._token_in_flight = False
+        self._stream_error: BaseException | None = None
+        self.session_id = ""
+        self.partition_id: int | None = None
+        self.last_statistics: tuple[int, int, Any] | None = None
+        """(partition_id, ack count, WriteStatistics proto) of the latest WriteResponse."""
+        self.reconnects = 0
+
+    # --- reconnect loop -----------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Run streams until a failure the retry policy gives up on; that error is raised."""
+        attempt = 0
+        started = time.monotonic()
+        while True:
+            try:
+                await self._session()
+            except Exception as exc:
+                error = as_ydb_error(exc)
+                if error is None:
+                    raise
+                if self._progress:
+                    attempt, started, self._progress = 0, time.monotonic(), False
+                attempt += 1
+                delay = self._settings.retry.next_delay(error, attempt, started, idempotent=True)
+                if delay is None and self._settings.direct_write and await self._generation_changed():
+                    # The partition moved: the old location is stale, not the request.
+                    delay = self._settings.retry.fast.delay(attempt - 1)
+                if delay is None:
+                    logger.debug("writer %s gives up: %r", self._settings.path, error)
+                    raise error from (exc if exc is not error else None)
+                logger.debug("writer %s reconnects in %.3fs after %r", self._settings.path, delay, error)
+                self.reconnects += 1
+                await anyio.sleep(delay)
+
+    async def _generation_changed(self) -> bool:
+        old = self._generation
+        try:
+            await self._resolve_location()
+        except YdbTopicError:
+            return False
+        return self._generation != old
+
+    async def _resolve_location(self) -> None:
+        assert self._settings.partition_id is not None
+        info = await self._driver.topic.describe_partition(
+            self._settings.path, self._settings.partition_id, include_stats=False, include_location=True
+        )
+        if info.location is None:
+            raise InternalError(f"partition {self._settings.partition_id} has no location for direct write")
+        self._generation = info.location.generation
+
+    # --- one stream ---------------------------------------------------------------------
+
+    def _init_request(self) -> pb.StreamWriteMessage.FromClient:
+        s = self._settings
+        request = pb.StreamWriteMessage.FromClient()
+        init = request.init_request
+        init.path = s.path
+        init.producer_id = s.producer_id
+        init.write_session_meta.update(s.session_metadata)
+        # Only the first handshake needs the stored seq_no: later ones resend known numbers.
+        init.get_last_seq_no = self._first_init
+        if s.partition_id is not None:
+            if s.direct_write:
+                assert self._generation is not None
+                init.partition_with_generation.partition_id = s.partition_id
+                init.partition_with_generation.generation = self._generation
+            else:
+                init.partition_id = s.partition_id
+        return request
+
+    async def _session(self) -> None:
+        s = self._settings
+        if s.direct_write:
+            await self._resolve_location()
+        call = await self._driver._open_stream(
+            _METHOD, pb.StreamWriteMessage.FromClient, pb.StreamWriteMessage.FromServer
+        )
+        try:
+            self._last_token = await self._driver.credentials.auth_token()
+            self._pending_token = None
+            self._token_in_flight = False
+            await _write(call, self._init_request())
+            try:
+                with anyio.fail_after(s.init_timeout):
+                    response = await _read(call)
+            except TimeoutError:
+                raise DeadlineExceededError(f"no InitResponse within {s.init_timeout}s") from None
+            if response.WhichOneof("server_message") != "init_response":
+                raise InternalError(f"expected InitResponse, got {response.WhichOneof('server_message')}")
+            self._handle_init(response.init_response)
+            self._buffer.rewind()
+            self._stream_error = None
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._guard, self._send_loop, call, tg.cancel_scope)
+                tg.start_soon(self._guard, self._read_loop, call, tg.cancel_scope)
+                if s.token_refresh_interval > 0:
+                    tg.start_soon(self._guard, self._token_loop, call, tg.cancel_scope)
+            raise self._stream_error or ConnectionLostError("write stream ended")
+        finally:
+            call.cancel()
+
+    async def _guard(
+        self, loop: Callable[[Any], Awaitable[None]], call: Any, scope: anyio.CancelScope
+    ) -> None:
+        # Children report their failure here instead of raising, so the task group does not
+        # wrap it in an ExceptionGroup and the first failure is the one that counts.
+        try:
+            await loop(call)
+        except Exception as exc:
+            if self._stream_error is None:
+                self._stream_error = exc
+            scope.cancel()
+
+    def _handle_init(self, init: Any) -> None:
+        supported = tuple(init.supported_codecs.codecs)
+        codec = self._settings.codec
+        if supported and codec not in supported:
+            raise UnsupportedCodecError(
+                f"the topic accepts codecs {[_codecs.codec_name(c) for c in supported]},"
+                f" not the writer's {_codecs.codec_name(codec)}; nothing was sent"
+            )
+        self.session_id = init.session_id
+        self.partition_id = init.partition_id
+        info = InitInfo(
+            last_seq_no=init.last_seq_no,
+            partition_id=init.partition_id,
+            supported_codecs=supported,
+            session_id=init.session_id,
+        )
+        first, self._first_init = self._first_init, False
+        self._on_init(info, first)
+        if self._buffer.empty:
+            self._progress = True
+
+    # --- sending ------------------------------------------------------------------------
+
+    async def _send_loop(self, call: Any) -> None:
+        buffer = self._buffer
+        has_unsent = buffer.has_unsent
+        while True:
+            if self._pending_token is not None and not self._token_in_flight:
+                token, self._pending_token = self._pending_token, None
+                self._token_in_flight = True
+                self._last_token = token
+                request = pb.StreamWriteMessage.FromClient()
+                request.update_token_request.token = token
+                await _write(call, request)
+            if not buffer.unsent:
+                has_unsent.clear()
+                await has_unsent.wait()
+                continue
+            for request in await self._next_requests():
+                await _write(call, request)
+
+    async def _next_requests(self) -> list[pb.StreamWriteMessage.FromClient]:
+        """Take a prefix of ``unsent``, encode it, and pack it into as few requests as fit.
+
+        The taken messages move to ``inflight`` before anything is written, so acks that arrive
+        while later requests are still being written find them there.
+        """
+        s = self._settings
+        limit = s.max_request_size - REQUEST_OVERHEAD
+        unsent = self._buffer.unsent
+        count = 0
+        raw_total = 0
+        for entry in unsent:
+            # Encoding rarely grows data; the exact packing below uses encoded sizes anyway.
+            raw_total += wire_size(len(entry.data), entry)
+            count += 1
+            if raw_total >= limit or count >= MAX_MESSAGES_PER_REQUEST:
+                break
+        batch = [unsent[i] for i in range(count)] if count < 64 else _take(unsent, count)
+        if s.codec != _codecs.Codec.RAW:
+            await self._encode(batch)
+
+        requests: list[pb.StreamWriteMessage.FromClient] = []
+        codec = s.codec
+        raw = codec == _codecs.Codec.RAW
+        request = pb.StreamWriteMessage.FromClient()
+        write = request.write_request
+        write.codec = codec
+        add = write.messages.add
+        size = 0
+        inflight = self._buffer.inflight
+        popleft = unsent.popleft
+        append = inflight.append
+        for entry in batch:
+            payload = entry.data if raw else entry.encoded
+            assert payload is not None
+            entry_size = wire_size(len(payload), entry)
+            if entry_size > limit:
+                raise MessageTooLargeError(
+                    f"message seq_no={entry.seq_no} is {len(payload)} bytes after {_codecs.codec_name(codec)}"
+                    f" encoding; it cannot fit in a request of max_request_size={s.max_request_size}"
+                )
+            if size and size + entry_size > limit:
+                requests.append(request)
+                request = pb.StreamWriteMessage.FromClient()
+                write = request.write_request
+                write.codec = codec
+                add = write.messages.add
+                size = 0
+            size += entry_size
+            message = add()
+            message.seq_no = entry.seq_no
+            if entry.created_ns >= 0:
+                created = message.created_at
+                created.seconds, created.nanos = divmod(entry.created_ns, 1_000_000_000)
+            message.data = payload
+            message.uncompressed_size = len(entry.data)
+            if entry.metadata:
+                items = message.metadata_items
+                for key, value in entry.metadata:
+                    items.add(key=key, value=value)
+            append(popleft())
+        requests.append(request)
+        return requests
+
+    async def _encode(self, batch: list[PendingMessage]) -> None:
+        """Encode payloads not encoded yet; large ones in worker threads, in parallel."""
+        encoder = self._settings.encoder
+        large: list[PendingMessage] = []
+        try:
+            for entry in batch:
+                if entry.encoded is None:
+                    if len(entry.data) < _codecs.OFF_LOOP_THRESHOLD:
+                        entry.encoded = encoder(entry.data)
+                    else:
+                        large.append(entry)
+        except Exception as exc:
+            raise self._encoder_error(exc) from exc
+        if not large:
+            return
+        failures: list[BaseException] = []
+
+        async def encode_one(entry: PendingMessage) -> None:
+            try:
+                entry.encoded = await _codecs.apply(encoder, entry.data)
+            except Exception as exc:
+                failures.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            for entry in large:
+                tg.start_soon(encode_one, entry)
+        if failures:
+            raise self._encoder_error(failures[0]) from failures[0]
+
+    def _encoder_error(self, exc: BaseException) -> UsageError:
+        return UsageError(f"encoder for codec {_codecs.codec_name(self._settings.codec)} failed: {exc!r}")
+
+    # --- receiving ----------------------------------------------------------------------
+
+    async def _read_loop(self, call: Any) -> None:
+        while True:
+            response = await _read(call)
+            kind = response.WhichOneof("server_message")
+            if kind == "write_response":
+                self._handle_acks(response.write_response)
+            elif kind == "update_token_response":
+                self._token_in_flight = False
+                if self._pending_token is not None:
+                    self._buffer.has_unsent.set()  # wake the sender to send the newer token
+
+    def _handle_acks(self, response: Any) -> None:
+        partition_id = response.partition_id
+        inflight = self._buffer.inflight
+        count = 0
+        nbytes = 0
+        for ack in response.acks:
+            seq_no = ack.seq_no
+            if not inflight:
+                raise InternalError(f"protocol violation: WriteAck for seq_no={seq_no} with nothing in flight")
+            entry = inflight[0]
+            if seq_no != entry.seq_no:
+                if seq_no < entry.seq_no:
+                    continue  # already settled: a repeated ack changes nothing
+                raise InternalError(
+                    f"protocol violation: WriteAck for seq_no={seq_no} while seq_no={entry.seq_no} is unacknowledged"
+                )
+            inflight.popleft()
+            count += 1
+            nbytes += entry.size
+            future = entry.future
+            if future is not None and not future.done():
+                status = ack.WhichOneof("message_write_status")
+                if status == "written":
+                    future.set_result(Written(partition_id, ack.written.offset, seq_no))
+                elif status == "skipped":
+                    future.set_result(Skipped(partition_id, seq_no))
+                elif status == "written_in_tx":
+                    future.set_result(WrittenInTx(partition_id, seq_no))
+                else:
+                    raise InternalError(f"protocol violation: WriteAck for seq_no={seq_no} has no status")
+        if count:
+            self._progress = True
+            self.last_statistics = (partition_id, count, response.write_statistics)
+            self._buffer.acknowledged(count, nbytes)
+
+    # --- tokens -------------------------------------------------------------------------
+
+    async def _token_loop(self, call: Any) -> None:
+        del call  # the sender writes the update, so writes to the stream never interleave
+        credentials = self._driver.credentials
+        while True:
+            await anyio.sleep(self._settings.token_refresh_interval)
+            token = await credentials.auth_token()
+            if token and token != self._last_token and token != self._pending_token:
+                self._pending_token = token
+                self._buffer.has_unsent.set()
+
+
+def _take(queue: Any, count: int) -> list[PendingMessage]:
+    batch: list[PendingMessage] = []
+    append = batch.append
+    for entry in queue:
+        append(entry)
+        if len(batch) == count:
+            break
+    return batch
+
+
+async def _write(call: Any, request: pb.StreamWriteMessage.FromClient) -> None:
+    try:
+        await call.write(request)
+    except grpc.RpcError as exc:
+        raise error_from_grpc(exc) from None
+    except Exception as exc:  # e.g. writing to a call the server already finished
+        raise ConnectionLostError(f"write stream broke while sending: {exc!r}") from exc
+
+
+async def _read(call: Any) -> Any:
+    try:
+        response = await call.read()
+    except grpc.RpcError as exc:
+        raise error_from_grpc(exc) from None
+    if response is grpc.aio.EOF:
+        raise ConnectionLostError("the server closed the write stream")
+    status = response.status
+    if status != _SUCCESS and status != _UNSPECIFIED:
+        raise error_from_status(status, response.issues)
+    return response

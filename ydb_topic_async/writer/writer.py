@@ -1,0 +1,583 @@
+"""``TopicWriter``: the public writer facade.
+
+``write`` only validates, numbers and buffers messages (no per-message future unless the caller
+asks for acks); one background task (``WriterSender.run``) does all the I/O, and the writer turns
+its terminal failure into the error of every pending future and every later call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import time
+import uuid
+from collections.abc import Mapping
+from types import TracebackType
+from typing import TYPE_CHECKING, overload
+
+import anyio
+
+from .. import _codecs
+from .._errors import (
+    InvalidArgumentError,
+    MessageTooLargeError,
+    OperationTimeoutError,
+    WriterClosedError,
+)
+from .._retry import RetryPolicy
+from .buffer import PendingMessage, WriteBuffer
+from .messages import InitInfo, Message, MetadataInput, WriteResult, WriteStatistics
+from .sender import MESSAGE_OVERHEAD, METADATA_ITEM_OVERHEAD, REQUEST_OVERHEAD, SenderSettings, WriterSender
+
+if TYPE_CHECKING:
+    from typing_extensions import TypedDict
+
+    from .._driver import Driver
+
+logger = logging.getLogger("ydb_topic_async.writer")
+
+DEFAULT_MAX_BUFFER_MESSAGES = 100_000
+DEFAULT_MAX_BUFFER_BYTES = 64 * 1024 * 1024
+MAX_METADATA_CHARS = 4096
+MAX_METADATA_ITEMS = 1000
+_REQUEST_SIZE_MARGIN = 64 * 1024
+"""The default request limit stays this far below the channel's gRPC message limit."""
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+_MICROSECOND = dt.timedelta(microseconds=1)
+
+OneMessage = bytes | str | Message
+"""What ``write`` takes for one message."""
+ManyMessages = list[OneMessage] | tuple[OneMessage, ...]
+Messages = OneMessage | ManyMessages
+
+if TYPE_CHECKING:
+
+    class WriterOptions(TypedDict, total=False):
+        """The keyword arguments of ``TopicWriter`` (and ``driver.topic.writer``)."""
+
+        producer_id: str | None
+        partition_id: int | None
+        direct_write: bool
+        session_metadata: Mapping[str, str] | None
+        codec: int | None
+        encoders: Mapping[int, _codecs.Transform] | None
+        auto_seqno: bool
+        auto_created_at: bool
+        max_buffer_messages: int | None
+        max_buffer_bytes: int | None
+        buffer_wait_timeout: float | None
+        retry: RetryPolicy | None
+        max_request_size: int | None
+        token_refresh_interval: float
+        init_timeout: float
+
+
+class TopicWriter:
+    """Writes messages to one topic partition over a reconnecting stream.
+
+    Use it as ``async with driver.topic.writer(path, producer_id=...) as writer``. ``write``
+    buffers and returns; ``write_with_ack`` waits for the server; ``flush`` waits for everything
+    written so far; ``close`` (on exit) waits for every acknowledgement and stops the background
+    task. After a non-retriable failure every pending future and every later call raises it.
+
+    Options: ``producer_id`` (deduplication identity; ``None`` makes a random one so resends
+    after a reconnect are still deduplicated, ``""`` sends none and disables deduplication),
+    ``partition_id`` (else the server picks one per producer), ``direct_write`` (connect with the
+    partition's generation, re-resolved when the partition moves; needs ``partition_id``),
+    ``session_metadata``, ``codec`` (default raw) with ``encoders`` for custom codec ids,
+    ``auto_seqno``/``auto_created_at``, buffer limits ``max_buffer_messages``/``max_buffer_bytes``
+    (``None``: unlimited) and ``buffer_wait_timeout`` (``None``: wait forever), ``retry`` (the
+    driver's policy by default), ``max_request_size`` (bytes per WriteRequest), and
+    ``token_refresh_interval`` (seconds between credential checks; 0 disables in-band refresh).
+    """
+
+    def __init__(
+        self,
+        driver: Driver,
+        path: str,
+        *,
+        producer_id: str | None = None,
+        partition_id: int | None = None,
+        direct_write: bool = False,
+        session_metadata: Mapping[str, str] | None = None,
+        codec: int | None = None,
+        encoders: Mapping[int, _codecs.Transform] | None = None,
+        auto_seqno: bool = True,
+        auto_created_at: bool = True,
+        max_buffer_messages: int | None = DEFAULT_MAX_BUFFER_MESSAGES,
+        max_buffer_bytes: int | None = DEFAULT_MAX_BUFFER_BYTES,
+        buffer_wait_timeout: float | None = None,
+        retry: RetryPolicy | None = None,
+        max_request_size: int | None = None,
+        token_refresh_interval: float = 5.0,
+        init_timeout: float = 30.0,
+    ) -> None:
+        full_path = driver.topic.full_path(path)
+        if producer_id is None:
+            producer_id = uuid.uuid4().hex
+        elif not isinstance(producer_id, str) or len(producer_id) > 2048:
+            raise InvalidArgumentError("producer_id must be a string of at most 2048 characters")
+        if partition_id is not None and (
+            not isinstance(partition_id, int) or isinstance(partition_id, bool) or partition_id < 0
+        ):
+            raise InvalidArgumentError(f"partition_id must be a non-negative int, got {partition_id!r}")
+        if direct_write and partition_id is None:
+            raise InvalidArgumentError("direct_write needs partition_id: it connects to that partition's location")
+        metadata = dict(session_metadata or {})
+        for meta_key, meta_value in metadata.items():
+            if not isinstance(meta_key, str) or not isinstance(meta_value, str):
+                raise InvalidArgumentError("session_metadata must map str to str")
+        for value, what in ((max_buffer_messages, "max_buffer_messages"), (max_buffer_bytes, "max_buffer_bytes")):
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
+                raise InvalidArgumentError(f"{what} must be a positive int or None, got {value!r}")
+        if buffer_wait_timeout is not None and not buffer_wait_timeout >= 0:
+            raise InvalidArgumentError(f"buffer_wait_timeout must be >= 0 or None, got {buffer_wait_timeout!r}")
+        if not token_refresh_interval >= 0:
+            raise InvalidArgumentError("token_refresh_interval must be >= 0")
+        if not init_timeout > 0:
+            raise InvalidArgumentError("init_timeout must be positive")
+        channel_limit = driver.max_message_size
+        if max_request_size is None:
+            max_request_size = channel_limit - _REQUEST_SIZE_MARGIN
+        elif not isinstance(max_request_size, int) or not 1024 <= max_request_size <= channel_limit:
+            raise InvalidArgumentError(
+                f"max_request_size must be an int between 1024 and the driver's max_message_size ({channel_limit})"
+            )
+        codec = int(_codecs.Codec.RAW) if codec is None else codec
+        encoder = _codecs.lookup(_codecs.merge_codecs(_codecs.BUILTIN_ENCODERS, encoders), codec, "encoder")
+
+        self._driver = driver
+        self.path = full_path
+        self.producer_id = producer_id
+        self.codec = codec
+        self._auto_seqno = auto_seqno
+        self._auto_created_at = auto_created_at
+        self._buffer_wait_timeout = buffer_wait_timeout
+        # The largest payload (plus metadata) one request can carry.
+        self._max_message_bytes = max_request_size - REQUEST_OVERHEAD - MESSAGE_OVERHEAD
+        self._buffer = WriteBuffer(max_buffer_messages, max_buffer_bytes)
+        self._sender = WriterSender(
+            driver,
+            SenderSettings(
+                path=full_path,
+                producer_id=producer_id,
+                partition_id=partition_id,
+                direct_write=direct_write,
+                session_metadata=metadata,
+                codec=codec,
+                encoder=encoder,
+                retry=retry or driver.retry,
+                max_request_size=max_request_size,
+                token_refresh_interval=token_refresh_interval,
+                init_timeout=init_timeout,
+            ),
+            self._buffer,
+            self._on_init,
+        )
+        self._task: asyncio.Task[None] | None = None
+        self._init_info: InitInfo | None = None
+        self._init_done = asyncio.Event()
+        self._next_seq_no: int | None = None
+        """Auto numbering: the next seq_no to assign; None until the first handshake."""
+        self._last_seq_no = 0
+        """Manual numbering: the highest seq_no accepted so far."""
+        self._failure: BaseException | None = None
+        self._closed = False
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    async def __aenter__(self) -> TopicWriter:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if isinstance(exc, asyncio.CancelledError):
+            # The caller is being cancelled: stop now rather than wait for acknowledgements.
+            await self._shutdown(WriterClosedError("writer was closed by cancellation before these were acknowledged"))
+            return
+        try:
+            await self.close()
+        except Exception:
+            if exc is None:
+                raise
+            # Do not mask the error that is already propagating out of the block.
+            logger.warning("closing writer %s after an error also failed", self.path, exc_info=True)
+
+    async def open(self) -> None:
+        """Start connecting in the background (``write`` does this too); returns at once."""
+        self._check_usable()
+        self._start()
+
+    def _start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name=f"topic writer {self.path}")
+
+    async def _run(self) -> None:
+        try:
+            await self._sender.run()
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            self._fail(exc)
+
+    def _fail(self, error: BaseException) -> None:
+        if self._failure is None:
+            self._failure = error
+        lost = self._buffer.fail(error)
+        self._init_done.set()
+        if lost:
+            logger.error("topic writer %s failed with %d unacknowledged messages: %r", self.path, lost, error)
+
+    async def close(self, timeout: float | None = None) -> None:
+        """Stop accepting writes, wait for every acknowledgement (reconnecting as needed), stop.
+
+        Raises the writer's failure if it failed, and ``OperationTimeoutError`` (after cancelling
+        the background work and failing the unacknowledged futures) when ``timeout`` passes.
+        A second call does nothing.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        timed_out = False
+        try:
+            if self._failure is None and self._task is not None:
+                with anyio.fail_after(timeout):
+                    await self._buffer.wait_acked(self._buffer.accepted_total)
+        except TimeoutError:
+            timed_out = True
+        except Exception:
+            pass  # the failure is raised below
+        finally:
+            pending = self._buffer.accepted_total - self._buffer.acked_total
+            reason = (
+                OperationTimeoutError(f"writer close timed out after {timeout}s with {pending} unacknowledged messages")
+                if timed_out
+                else WriterClosedError("writer was closed before these messages were acknowledged")
+            )
+            await self._shutdown(reason)
+        if timed_out:
+            raise reason
+        if self._failure is not None:
+            raise self._failure
+
+    async def _shutdown(self, reason: BaseException) -> None:
+        self._closed = True
+        task, self._task = self._task, None
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.wait([task])
+        if not self._buffer.empty:
+            self._buffer.fail(reason)
+        self._init_done.set()
+
+    @property
+    def closed(self) -> bool:
+        """True once ``close`` was called."""
+        return self._closed
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise WriterClosedError(f"writer for {self.path} is closed") from self._failure
+        if self._failure is not None:
+            raise self._failure
+
+    # --- handshake ------------------------------------------------------------------------
+
+    def _on_init(self, info: InitInfo, first: bool) -> None:
+        if not first:
+            return
+        self._init_info = info
+        if self._auto_seqno:
+            # Messages accepted before the handshake are numbered after the stored last seq_no.
+            seq_no = info.last_seq_no
+            for entry in self._buffer.unsent:
+                seq_no += 1
+                entry.seq_no = seq_no
+            self._next_seq_no = seq_no + 1
+        self._init_done.set()
+
+    async def wait_init(self, timeout: float | None = None) -> InitInfo:
+        """Wait for the first handshake and return what the server said."""
+        self._check_usable()
+        self._start()
+        if not self._init_done.is_set():
+            try:
+                with anyio.fail_after(timeout):
+                    await self._init_done.wait()
+            except TimeoutError:
+                raise OperationTimeoutError(f"writer for {self.path} did not connect within {timeout}s") from None
+        if self._init_info is None:
+            self._check_usable()
+            raise WriterClosedError(f"writer for {self.path} closed before connecting")
+        return self._init_info
+
+    @property
+    def init_info(self) -> InitInfo | None:
+        """The first handshake's answer, or None before it."""
+        return self._init_info
+
+    # --- writing --------------------------------------------------------------------------
+
+    async def write(self, messages: Messages) -> None:
+        """Buffer one message or a list of them; return without waiting for the server.
+
+        Waits while the buffer is full (up to ``buffer_wait_timeout``, then raises
+        ``BufferFullTimeoutError`` having accepted nothing from this call).
+        """
+        await self._accept(messages, False)
+
+    @overload
+    async def write_with_ack(self, messages: OneMessage) -> WriteResult: ...
+
+    @overload
+    async def write_with_ack(self, messages: ManyMessages) -> list[WriteResult]: ...
+
+    async def write_with_ack(self, messages: Messages) -> WriteResult | list[WriteResult]:
+        """Write and wait for the server's acknowledgement of each message.
+
+        Returns one result (or a list, for a list): ``Written``, ``Skipped`` or ``WrittenInTx``.
+        Cancelling this call after the messages were accepted does not withdraw them: they are
+        still sent exactly as if ``write`` had been used.
+        """
+        futures = await self._accept(messages, True)
+        assert futures is not None
+        if not futures:
+            return []
+        # asyncio.wait, unlike gather, leaves the futures alone when this call is cancelled.
+        await asyncio.wait(futures)
+        if isinstance(messages, (bytes, str, Message)):
+            return futures[0].result()
+        return [f.result() for f in futures]
+
+    @overload
+    async def write_with_ack_future(self, messages: OneMessage) -> asyncio.Future[WriteResult]: ...
+
+    @overload
+    async def write_with_ack_future(self, messages: ManyMessages) -> list[asyncio.Future[WriteResult]]: ...
+
+    async def write_with_ack_future(
+        self, messages: Messages
+    ) -> asyncio.Future[WriteResult] | list[asyncio.Future[WriteResult]]:
+        """Buffer like ``write`` and return the acknowledgement future(s) instead of waiting."""
+        futures = await self._accept(messages, True)
+        assert futures is not None
+        if isinstance(messages, (bytes, str, Message)):
+            return futures[0]
+        return futures
+
+    async def _accept(self, messages: Messages, with_futures: bool) -> list[asyncio.Future[WriteResult]] | None:
+        self._check_usable()
+        if self._task is None:
+            self._start()
+        now_ns = time.time_ns() if self._auto_created_at else -1
+        if isinstance(messages, bytes) and self._auto_seqno:
+            # The common case, kept short: one payload, auto numbering.
+            size = len(messages)
+            if size > self._max_message_bytes:
+                self._too_large(size)
+            entries = [PendingMessage(messages, 0, now_ns, None, size)]
+        elif isinstance(messages, (str, Message)):
+            entries = [self._prepare(messages, now_ns)]
+        elif isinstance(messages, (list, tuple)):
+            entries = [self._prepare(m, now_ns) for m in messages]
+            if not entries:
+                return [] if with_futures else None
+        else:
+            raise InvalidArgumentError(
+                f"write takes bytes, str, Message or a list of them, not {type(messages).__name__}"
+            )
+        manual = not self._auto_seqno
+        if manual:
+            self._check_seq_nos(entries)
+        count = len(entries)
+        nbytes = sum(e.size for e in entries) if count > 1 else entries[0].size
+        buffer = self._buffer
+        if not buffer.try_reserve(count, nbytes):
+            await buffer.reserve(count, nbytes, self._buffer_wait_timeout)
+            # Other calls ran while this one waited.
+            try:
+                self._check_usable()
+                if manual:
+                    self._check_seq_nos(entries)
+            except BaseException:
+                buffer.release(count, nbytes)
+                raise
+        if manual:
+            self._last_seq_no = entries[-1].seq_no
+        else:
+            seq_no = self._next_seq_no
+            if seq_no is not None:
+                for entry in entries:
+                    entry.seq_no = seq_no
+                    seq_no += 1
+                self._next_seq_no = seq_no
+        futures: list[asyncio.Future[WriteResult]] | None = None
+        if with_futures:
+            loop = asyncio.get_running_loop()
+            futures = []
+            for entry in entries:
+                entry.future = future = loop.create_future()
+                futures.append(future)
+        if count == 1:
+            buffer.push_one(entries[0])
+        else:
+            buffer.push(entries)
+        return futures
+
+    def _prepare(self, message: OneMessage, now_ns: int) -> PendingMessage:
+        if isinstance(message, bytes):
+            data = message
+            seq_no = None
+            created_ns = now_ns
+            metadata = None
+            meta_size = 0
+        elif isinstance(message, str):
+            data = message.encode()
+            seq_no = None
+            created_ns = now_ns
+            metadata = None
+            meta_size = 0
+        elif isinstance(message, Message):
+            payload = message.data
+            if isinstance(payload, str):
+                data = payload.encode()
+            elif isinstance(payload, (bytes, bytearray, memoryview)):
+                data = bytes(payload)
+            else:
+                raise InvalidArgumentError(f"Message.data must be bytes or str, not {type(payload).__name__}")
+            seq_no = message.seq_no
+            if seq_no is not None and (not isinstance(seq_no, int) or isinstance(seq_no, bool) or seq_no <= 0):
+                raise InvalidArgumentError(f"seq_no must be a positive int, got {seq_no!r}")
+            created_ns = now_ns if message.created_at is None else _to_ns(message.created_at)
+            metadata, meta_size = _check_metadata(message.metadata) if message.metadata else (None, 0)
+        else:
+            raise InvalidArgumentError(f"a message must be bytes, str or Message, not {type(message).__name__}")
+        if self._auto_seqno:
+            if seq_no is not None:
+                raise InvalidArgumentError(
+                    "this writer numbers messages itself (auto_seqno=True); do not set Message.seq_no"
+                )
+            seq_no = 0
+        elif seq_no is None:
+            raise InvalidArgumentError("auto_seqno=False: every message needs an explicit seq_no")
+        size = len(data) + meta_size
+        if size + (len(metadata) * METADATA_ITEM_OVERHEAD if metadata else 0) > self._max_message_bytes:
+            self._too_large(size)
+        return PendingMessage(data, seq_no, created_ns, metadata, size)
+
+    def _too_large(self, size: int) -> None:
+        raise MessageTooLargeError(
+            f"a message of {size} bytes cannot fit in one request: the limit is about {self._max_message_bytes}"
+            " bytes of payload and metadata (raise max_request_size / the driver's max_message_size, or split it)"
+        )
+
+    def _check_seq_nos(self, entries: list[PendingMessage]) -> None:
+        last = self._last_seq_no
+        for entry in entries:
+            if entry.seq_no <= last:
+                raise InvalidArgumentError(
+                    f"seq_no must strictly increase: got {entry.seq_no} after {last};"
+                    " nothing from this call was accepted"
+                )
+            last = entry.seq_no
+
+    async def flush(self, timeout: float | None = None) -> None:
+        """Wait until every message written before this call is acknowledged."""
+        self._check_usable()
+        mark = self._buffer.accepted_total
+        try:
+            with anyio.fail_after(timeout):
+                await self._buffer.wait_acked(mark)
+        except TimeoutError:
+            pending = mark - self._buffer.acked_total
+            raise OperationTimeoutError(
+                f"flush timed out after {timeout}s with {pending} messages unacknowledged"
+            ) from None
+
+    # --- introspection --------------------------------------------------------------------
+
+    @property
+    def buffered_messages(self) -> int:
+        """Messages accepted and not yet acknowledged."""
+        return self._buffer.messages
+
+    @property
+    def buffered_bytes(self) -> int:
+        return self._buffer.nbytes
+
+    @property
+    def session_id(self) -> str:
+        """The current stream's session id (for server logs); empty before the first handshake."""
+        return self._sender.session_id
+
+    @property
+    def last_write_statistics(self) -> WriteStatistics | None:
+        """Server timings of the latest acknowledgement batch, or None before any ack."""
+        last = self._sender.last_statistics
+        if last is None:
+            return None
+        partition_id, count, stats = last
+        return WriteStatistics(
+            partition_id=partition_id,
+            messages=count,
+            persisting_time=stats.persisting_time.ToTimedelta(),
+            min_queue_wait_time=stats.min_queue_wait_time.ToTimedelta(),
+            max_queue_wait_time=stats.max_queue_wait_time.ToTimedelta(),
+            partition_quota_wait_time=stats.partition_quota_wait_time.ToTimedelta(),
+            topic_quota_wait_time=stats.topic_quota_wait_time.ToTimedelta(),
+        )
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "failed" if self._failure else "open"
+        return f"TopicWriter({self.path!r}, producer_id={self.producer_id!r}, {state})"
+
+
+def _to_ns(value: dt.datetime) -> int:
+    if not isinstance(value, dt.datetime):
+        raise InvalidArgumentError(f"created_at must be a datetime, got {type(value).__name__}")
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.timezone.utc)
+    return ((value - _EPOCH) // _MICROSECOND) * 1000
+
+
+def _check_metadata(metadata: MetadataInput) -> tuple[list[tuple[str, bytes]], int]:
+    """Validate metadata items; return them as (key, bytes) pairs and their size in bytes."""
+    pairs = metadata.items() if isinstance(metadata, Mapping) else metadata
+    items: list[tuple[str, bytes]] = []
+    seen: set[str] = set()
+    chars = 0
+    nbytes = 0
+    for pair in pairs:
+        try:
+            key, value = pair
+        except (TypeError, ValueError):
+            raise InvalidArgumentError(f"metadata items must be (key, value) pairs, got {pair!r}") from None
+        if not isinstance(key, str) or not key:
+            raise InvalidArgumentError(f"metadata keys must be non-empty strings, got {key!r}")
+        if key in seen:
+            raise InvalidArgumentError(f"duplicate metadata key {key!r}")
+        seen.add(key)
+        if isinstance(value, str):
+            chars += len(value)
+            value = value.encode()
+        elif isinstance(value, (bytes, bytearray)):
+            value = bytes(value)
+            chars += len(value)
+        else:
+            raise InvalidArgumentError(f"metadata value for {key!r} must be bytes or str, not {type(value).__name__}")
+        chars += len(key)
+        nbytes += len(key.encode()) + len(value)
+        items.append((key, value))
+    if chars > MAX_METADATA_CHARS:
+        raise InvalidArgumentError(
+            f"message metadata has {chars} characters in keys and values; the limit is {MAX_METADATA_CHARS}"
+        )
+    if len(items) > MAX_METADATA_ITEMS:
+        raise InvalidArgumentError(f"a message may carry at most {MAX_METADATA_ITEMS} metadata items")
+    return items, nbytes
+
+
+__all__ = ["DEFAULT_MAX_BUFFER_BYTES", "DEFAULT_MAX_BUFFER_MESSAGES", "TopicWriter"]
