@@ -43,6 +43,8 @@ MAX_METADATA_CHARS = 4096
 MAX_METADATA_ITEMS = 1000
 _REQUEST_SIZE_MARGIN = 64 * 1024
 """The default request limit stays this far below the channel's gRPC message limit."""
+_YIELD_BACKLOG = 1000
+"""``write`` yields to the loop once this many messages wait to be sent."""
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 _MICROSECOND = dt.timedelta(microseconds=1)
 
@@ -327,6 +329,21 @@ class TopicWriter:
         Waits while the buffer is full (up to ``buffer_wait_timeout``, then raises
         ``BufferFullTimeoutError`` having accepted nothing from this call).
         """
+        buffer = self._buffer
+        if len(buffer.unsent) >= _YIELD_BACKLOG:
+            # A caller writing in a tight loop never suspends; yield (before accepting anything,
+            # so a cancellation here loses nothing) to let the sender ship the backlog meanwhile.
+            await asyncio.sleep(0)
+        if type(messages) is bytes and self._next_seq_no is not None and self._failure is None and not self._closed:
+            # The hot path: one payload, auto numbering after the handshake, room in the buffer.
+            size = len(messages)
+            if size <= self._max_message_bytes and buffer.try_reserve(1, size):
+                seq_no = self._next_seq_no
+                self._next_seq_no = seq_no + 1
+                buffer.push_one(
+                    PendingMessage(messages, seq_no, time.time_ns() if self._auto_created_at else -1, None, size)
+                )
+                return
         await self._accept(messages, False)
 
     @overload
@@ -369,6 +386,8 @@ class TopicWriter:
         return futures
 
     async def _accept(self, messages: Messages, with_futures: bool) -> list[asyncio.Future[WriteResult]] | None:
+        if with_futures and len(self._buffer.unsent) >= _YIELD_BACKLOG:
+            await asyncio.sleep(0)  # as in write: let the sender run
         self._check_usable()
         if self._task is None:
             self._start()

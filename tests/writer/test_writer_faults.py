@@ -1,0 +1,365 @@
+"""TopicWriter under back-pressure and broken connections.
+
+A TCP proxy between the driver and the local server stands in for the network: it can stall
+(no bytes forwarded, so no acks arrive and the buffer fills) or cut every connection (the gRPC
+stream breaks with UNAVAILABLE and the writer has to reconnect and resend).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+from collections.abc import AsyncIterator
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+import ydb_topic_async as yta
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def stored(server: Any, topic: str, partition: int = 0) -> list[Any]:
+    """The messages the local server holds in one partition, oldest first."""
+    return list(server.storage.read(f"{server.database}/{topic}", partition))
+
+
+class FlakyProxy:
+    """Forwards TCP connections to ``target``; can stall them or cut them all."""
+
+    def __init__(self, target_host: str, target_port: int) -> None:
+        self._target = (target_host, target_port)
+        self._flowing = asyncio.Event()
+        self._flowing.set()
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._server: asyncio.Server | None = None
+        self.connections = 0
+
+    async def start(self) -> str:
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        port = self._server.sockets[0].getsockname()[1]
+        return f"grpc://127.0.0.1:{port}"
+
+    def stall(self) -> None:
+        self._flowing.clear()
+
+    def resume(self) -> None:
+        self._flowing.set()
+
+    def cut(self) -> None:
+        """Abort every open connection (both directions)."""
+        for writer in list(self._writers):
+            writer.transport.abort()
+        self._writers.clear()
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        self.resume()
+        self.cut()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    async def _accept(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            upstream_reader, upstream_writer = await asyncio.open_connection(*self._target)
+        except OSError:
+            client_writer.transport.abort()
+            return
+        self._writers.update((client_writer, upstream_writer))
+        for reader, writer in ((client_reader, upstream_writer), (upstream_reader, client_writer)):
+            task = asyncio.get_running_loop().create_task(self._pump(reader, writer))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while data := await reader.read(65536):
+                await self._flowing.wait()
+                writer.write(data)
+                await writer.drain()
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            writer.transport.abort()
+            self._writers.discard(writer)
+
+
+@pytest.fixture
+async def proxy(server: Any) -> AsyncIterator[FlakyProxy]:
+    parts = urlsplit(server.endpoint if "://" in server.endpoint else "grpc://" + server.endpoint)
+    assert parts.hostname is not None and parts.port is not None
+    flaky = FlakyProxy(parts.hostname, parts.port)
+    await flaky.start()
+    yield flaky
+    await flaky.close()
+
+
+@pytest.fixture
+async def proxied(server: Any, proxy: FlakyProxy) -> AsyncIterator[yta.Driver]:
+    """A driver that reaches the server only through the proxy (no discovery around it)."""
+    endpoint = _endpoint_of(proxy)
+    fast_retry = yta.RetryPolicy(
+        max_attempts=50, max_elapsed=20.0, slow=yta.BackoffSchedule(base=0.01, cap=0.1)
+    )
+    async with yta.Driver(endpoint, server.database, discovery=False, retry=fast_retry) as driver:
+        yield driver
+
+
+def _endpoint_of(proxy: FlakyProxy) -> str:
+    assert proxy._server is not None
+    return f"grpc://127.0.0.1:{proxy._server.sockets[0].getsockname()[1]}"
+
+
+async def _create(driver: yta.Driver, name: str) -> str:
+    await driver.topic.create_topic(name, consumers=["consumer"])
+    return name
+
+
+# --- buffer limits -------------------------------------------------------------------------
+
+
+async def test_a_full_buffer_blocks_then_times_out_accepting_nothing(
+    proxied: yta.Driver, proxy: FlakyProxy, topic_name: str
+) -> None:
+    topic = await _create(proxied, topic_name)
+    async with proxied.topic.writer(topic, max_buffer_messages=3, buffer_wait_timeout=0.2) as writer:
+        await writer.wait_init()
+        proxy.stall()
+        await writer.write([b"1", b"2"])
+        await writer.write(b"3")
+        assert writer.buffered_messages == 3
+        started = asyncio.get_running_loop().time()
+        with pytest.raises(yta.BufferFullTimeoutError, match="nothing from this call was accepted"):
+            await writer.write([b"4", b"5"])
+        assert asyncio.get_running_loop().time() - started >= 0.19
+        assert writer.buffered_messages == 3
+        proxy.resume()
+        await writer.write([b"4", b"5"])  # space came back with the acks
+        await writer.flush(timeout=5)
+        assert writer.buffered_messages == 0
+
+
+async def test_a_full_buffer_waits_forever_by_default(
+    proxied: yta.Driver, proxy: FlakyProxy, topic_name: str
+) -> None:
+    topic = await _create(proxied, topic_name)
+    async with proxied.topic.writer(topic, max_buffer_bytes=10) as writer:
+        await writer.wait_init()
+        proxy.stall()
+        await writer.write(b"0123456789")
+        blocked = asyncio.ensure_future(writer.write(b"x"))
+        await asyncio.sleep(0.3)
+        assert not blocked.done()
+        proxy.resume()
+        await asyncio.wait_for(blocked, 5)
+
+
+async def test_one_call_may_overflow_an_empty_buffer(
+    server: Any, proxied: yta.Driver, proxy: FlakyProxy, topic_name: str
+) -> None:
+    topic = await _create(proxied, topic_name)
+    async with proxied.topic.writer(
+        topic, producer_id="big", max_buffer_messages=2, max_buffer_bytes=100, buffer_wait_timeout=0.1
+    ) as writer:
+        await writer.wait_init()
+        proxy.stall()
+        await writer.write([b"x" * 50] * 10)  # empty buffer: accepted whole, so progress is possible
+        assert writer.buffered_messages == 10
+        with pytest.raises(yta.BufferFullTimeoutError):
+            await writer.write(b"y")
+        proxy.resume()
+        await writer.flush(timeout=5)
+        await writer.write(b"y")
+    assert len(stored(server, topic)) == 11
+
+
+async def test_waiting_calls_are_admitted_in_order(
+    server: Any, proxied: yta.Driver, proxy: FlakyProxy, topic_name: str
+) -> None:
+    topic = await _create(proxied, topic_name)
+    async with proxied.topic.writer(topic, producer_id="fifo", max_buffer_messages=4) as writer:
+        await writer.wait_init()
+        proxy.stall()
+        await writer.write([b"0", b"1", b"2", b"3"])
+        waiting = [asyncio.ensure_future(writer.write(m)) for m in ([b"big-1", b"big-2", b"big-3"], b"small")]
+        await asyncio.sleep(0.1)
+        assert not any(w.done() for w in waiting)
+        proxy.resume()
+        await asyncio.wait_for(asyncio.gather(*waiting), 5)
+    assert [m.data for m in stored(server, topic)] == [b"0", b"1", b"2", b"3", b"big-1", b"big-2", b"big-3", b"small"]
+
+
+# --- reconnects ------------------------------------------------------------------------------
+
+
+async def test_exactly_once_across_dropped_streams(
+    server: Any, proxied: yta.Driver, proxy: FlakyProxy, topic_name: str
+) -> None:
+    topic = await _create(proxied, topic_name)
+    total = 3000
+    results: list[yta.WriteResult] = []
+    async with proxied.topic.writer(topic, producer_id="eo", max_buffer_messages=200) as writer:
+        futures = []
+        for i in range(total):
+            futures.append(await writer.write_with_ack_future(b"m%d" % i))
+            if i % 400 == 399:
+                proxy.cut()  # some messages are in flight, some acked, some not yet sent
+                await asyncio.sleep(0.01)
+        results = list(await asyncio.gather(*futures))
+        assert writer._sender.reconnects >= 5
+    messages = stored(server, topic)
+    assert [m.data for m in messages] == [b"m%d" % i for i in range(total)]
+    assert [m.seq_no for m in messages] == list(range(1, total + 1))
+    assert [r.seq_no for r in results] == list(range(1, total + 1))
+    assert all(isinstance(r, (yta.Written, yta.Skipped)) for r in results)
+    offsets = {r.seq_no: r.offset for r in results if isinstance(r, yta.Written)}
+    assert all(offsets[seq] == seq - 1 for seq in offsets)
+    assert all(m.created_at <= dt.datetime.now(dt.timezone.utc) for m in messages)
+
+
+async def test_resends_keep_original_seq_no_and_created_at(
+    server: Any, proxied: yta.Driver, proxy: FlakyProxy, topic_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ydb_topic_async.writer import sender as sender_module
+
+    topic = await _create(proxied, topic_name)
+    sent: list[tuple[int, int, int]] = []
+    real_write = sender_module._write
+
+    async def recording_write(call: Any, request: Any) -> None:
+        if request.WhichOneof("client_message") == "write_request":
+            for m in request.write_request.messages:
+                sent.append((m.seq_no, m.created_at.seconds, m.created_at.nanos))
+        await real_write(call, request)
+
+    monkeypatch.setattr(sender_module, "_write", recording_write)
+    async with proxied.topic.writer(topic, producer_id="resend") as writer:
+        await writer.wait_init()
+        proxy.stall()
+        await writer.write([b"a", b"b", b"c"])
+        await asyncio.sleep(0.1)  # sent, but the acks are stuck in the proxy
+        proxy.cut()
+        proxy.resume()
+        await writer.flush(timeout=10)
+    first = sent[:3]
+    assert [s[0] for s in first] == [1, 2, 3]
+    assert sent[3:6] == first  # the resend repeats seq_no and created_at exactly
+    assert [(m.seq_no, m.data) for m in stored(server, topic)] == [(1, b"a"), (2, b"b"), (3, b"c")]
+
+
+async def test_retries_give_up_with_the_last_error(server: Any, topic_name: str, proxy: FlakyProxy) -> None:
+    endpoint = _endpoint_of(proxy)
+    policy = yta.RetryPolicy(max_attempts=3, max_elapsed=5.0)
+    async with yta.Driver(server.endpoint, server.database, discovery=False) as admin:
+        await admin.topic.create_topic(topic_name)
+    async with yta.Driver(endpoint, server.database, discovery=False) as driver:
+        writer = driver.topic.writer(topic_name, retry=policy)
+        await writer.wait_init()
+        await proxy.close()  # the "network" is gone for good
+        future = await writer.write_with_ack_future(b"lost")
+        with pytest.raises(yta.ConnectionLostError):
+            await asyncio.wait_for(future, 10)
+        with pytest.raises(yta.ConnectionLostError):
+            await writer.write(b"x")
+        with pytest.raises(yta.ConnectionLostError):
+            await writer.close()
+
+
+# --- cancellation and close ----------------------------------------------------------------------
+
+
+async def test_cancelling_write_with_ack_neither_loses_nor_duplicates(
+    server: Any, proxied: yta.Driver, proxy: FlakyProxy, topic_name: str
+) -> None:
+    topic = await _create(proxied, topic_name)
+    async with proxied.topic.writer(topic, producer_id="cancel") as writer:
+        await writer.wait_init()
+        proxy.stall()
+        call = asyncio.ensure_future(writer.write_with_ack(b"accepted"))
+        await asyncio.sleep(0.05)
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        proxy.resume()
+        assert await writer.write_with_ack(b"next") == yta.Written(0, 1, 2)
+    assert [(m.seq_no, m.data) for m in stored(server, topic)] == [(1, b"accepted"), (2, b"next")]
+
+
+async def test_cancelling_a_write_waiting_for_space_accepts_nothing(
+    server: Any, proxied: yta.Driver, proxy: FlakyProxy, topic_name: str
+) -> None:
+    topic = await _create(proxied, topic_name)
+    async with proxied.topic.writer(topic, producer_id="c2", max_buffer_messages=1) as writer:
+        await writer.wait_init()
+        proxy.stall()
+        await writer.write(b"first")
+        blocked = asyncio.ensure_future(writer.write_with_ack(b"withdrawn"))
+        await asyncio.sleep(0.05)
+        blocked.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await blocked
+        proxy.resume()
+        await writer.write(b"second")
+    assert [(m.seq_no, m.data) for m in stored(server, topic)] == [(1, b"first"), (2, b"second")]
+
+
+async def test_close_timeout_cancels_background_work_and_fails_pending(
+    proxied: yta.Driver, proxy: FlakyProxy, topic_name: str
+) -> None:
+    topic = await _create(proxied, topic_name)
+    writer = proxied.topic.writer(topic)
+    await writer.wait_init()
+    proxy.stall()
+    future = await writer.write_with_ack_future(b"stuck")
+    with pytest.raises(yta.OperationTimeoutError, match="1 unacknowledged"):
+        await writer.close(timeout=0.2)
+    assert writer._task is None
+    with pytest.raises(yta.OperationTimeoutError):
+        await future
+    with pytest.raises(yta.WriterClosedError):
+        await writer.write(b"x")
+    await writer.close()
+
+
+async def test_flush_timeout(proxied: yta.Driver, proxy: FlakyProxy, topic_name: str) -> None:
+    topic = await _create(proxied, topic_name)
+    async with proxied.topic.writer(topic) as writer:
+        await writer.wait_init()
+        proxy.stall()
+        await writer.write(b"slow")
+        with pytest.raises(yta.OperationTimeoutError, match="flush"):
+            await writer.flush(timeout=0.1)
+        proxy.resume()
+        await writer.flush(timeout=5)
+
+
+async def test_cancelling_the_task_inside_async_with_stops_promptly(
+    proxied: yta.Driver, proxy: FlakyProxy, topic_name: str
+) -> None:
+    topic = await _create(proxied, topic_name)
+    entered = asyncio.Event()
+    futures: list[asyncio.Future[yta.WriteResult]] = []
+
+    async def body() -> None:
+        async with proxied.topic.writer(topic) as writer:
+            await writer.wait_init()
+            proxy.stall()
+            futures.append(await writer.write_with_ack_future(b"pending"))
+            entered.set()
+            await asyncio.sleep(60)
+
+    task = asyncio.ensure_future(body())
+    await entered.wait()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await asyncio.wait_for(task, 2)
+    with pytest.raises(yta.WriterClosedError):
+        await futures[0]

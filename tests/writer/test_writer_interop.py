@@ -1,0 +1,90 @@
+"""Interop with the official ``ydb`` SDK: its reader reads what we write, and its writer's
+messages (and deduplication) land correctly on the local server."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import pytest
+import ydb
+import ydb.aio
+
+import ydb_topic_async as yta
+from ydb_topic_async import _codecs
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def stored(server: Any, topic: str, partition: int = 0) -> list[Any]:
+    """The messages the local server holds in one partition, oldest first."""
+    return list(server.storage.read(f"{server.database}/{topic}", partition))
+
+
+@pytest.fixture
+async def official(server: Any) -> AsyncIterator[Any]:
+    driver = ydb.aio.Driver(endpoint=server.endpoint, database=server.database)
+    await driver.wait(timeout=10)
+    try:
+        yield driver
+    finally:
+        await driver.stop()
+
+
+@pytest.mark.parametrize("codec", [_codecs.Codec.RAW, _codecs.Codec.GZIP])
+async def test_official_reader_reads_what_we_write(
+    server: Any, driver: yta.Driver, topic: str, official: Any, codec: int
+) -> None:
+    created = dt.datetime(2024, 1, 2, 3, 4, 5, 678000, tzinfo=dt.timezone.utc)
+    sent = [
+        yta.Message(b"plain"),
+        yta.Message("текст", metadata={"kind": "text", "bin": b"\xff"}),
+        yta.Message(bytes(range(256)) * 200, created_at=created),  # compressed off the loop
+    ] + [yta.Message(b"bulk-%d" % i) for i in range(100)]
+    async with driver.topic.writer(
+        topic, producer_id="ours", codec=codec, session_metadata={"origin": "ours"}
+    ) as writer:
+        await writer.write_with_ack(sent)
+
+    reader = official.topic_client.reader(f"{server.database}/{topic}", consumer="consumer")
+    received: list[Any] = []
+    try:
+        with anyio.fail_after(20):
+            while len(received) < len(sent):
+                batch = await reader.receive_batch()
+                received.extend(batch.messages)
+    finally:
+        await reader.close(flush=False)
+    assert [m.data for m in received] == [
+        m.data if isinstance(m.data, bytes) else m.data.encode() for m in sent
+    ]
+    assert [m.seqno for m in received] == list(range(1, len(sent) + 1))
+    assert [m.offset for m in received] == list(range(len(sent)))
+    assert received[1].metadata_items == {"kind": b"text", "bin": b"\xff"}
+    assert received[2].created_at == created
+    assert received[0].producer_id == "ours"
+    assert received[0].session_metadata == {"origin": "ours"}
+
+
+async def test_official_writer_lands_on_our_server_with_dedup(
+    server: Any, driver: yta.Driver, topic: str, official: Any
+) -> None:
+    path = f"{server.database}/{topic}"
+    async with official.topic_client.writer(path, producer_id="theirs") as writer:
+        results = await writer.write_with_ack([ydb.TopicWriterMessage(b"%d" % i) for i in range(1, 4)])
+        assert [r.offset for r in results] == [0, 1, 2]
+    async with official.topic_client.writer(path, producer_id="theirs", auto_seqno=False) as writer:
+        assert (await writer.wait_init()).last_seqno == 3
+        results = await writer.write_with_ack(
+            [ydb.TopicWriterMessage(b"dup", seqno=2), ydb.TopicWriterMessage(b"4", seqno=4)]
+        )
+        assert isinstance(results[0], ydb.TopicWriteResult.Skipped)
+        assert results[1] == ydb.TopicWriteResult.Written(offset=3)
+    # Our writer with the same producer continues the same numbering.
+    async with driver.topic.writer(topic, producer_id="theirs") as ours:
+        assert (await ours.wait_init()).last_seq_no == 4
+        assert await ours.write_with_ack(b"5") == yta.Written(0, 4, 5)
+    messages = stored(server, topic)
+    assert [(m.seq_no, m.data) for m in messages] == [(1, b"1"), (2, b"2"), (3, b"3"), (4, b"4"), (5, b"5")]
