@@ -275,6 +275,7 @@ async def test_closing_the_driver_closes_its_writers(server: Any, topic_name: st
     async with driver:
         await driver.topic.create_topic(topic_name)
         writer = driver.topic.writer(topic_name)
+        await writer.wait_init()
         await writer.write(b"flushed by driver close")
     assert writer.closed
     assert [m.data for m in stored(server, topic_name)] == [b"flushed by driver close"]

@@ -268,11 +268,12 @@ class WriterSender:
         count = 0
         raw_total = 0
         for entry in unsent:
-            # Encoding rarely grows data; the exact packing below uses encoded sizes anyway.
+            # Sized by the raw payload: encoding rarely grows data, and the exact packing below
+            # uses encoded sizes anyway (splitting again if it did grow).
             raw_total += wire_size(len(entry.data), entry)
-            count += 1
-            if raw_total >= limit or count >= MAX_MESSAGES_PER_REQUEST:
+            if (raw_total > limit and count) or count >= MAX_MESSAGES_PER_REQUEST:
                 break
+            count += 1
         batch = [unsent[i] for i in range(count)] if count < 64 else _take(unsent, count)
         if s.codec != _codecs.Codec.RAW:
             await self._encode(batch)

@@ -398,7 +398,7 @@ class TopicWriter:
             if size > self._max_message_bytes:
                 self._too_large(size)
             entries = [PendingMessage(messages, 0, now_ns, None, size)]
-        elif isinstance(messages, (str, Message)):
+        elif isinstance(messages, (bytes, str, Message)):
             entries = [self._prepare(messages, now_ns)]
         elif isinstance(messages, (list, tuple)):
             entries = [self._prepare(m, now_ns) for m in messages]
