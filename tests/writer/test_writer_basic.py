@@ -342,3 +342,15 @@ async def test_tokens_are_refreshed_in_band(
             await wait_sent("t3")
             await writer.write_with_ack(b"after")  # the stream survived the updates
     assert sent == ["t2", "t3"]
+
+
+async def test_a_failing_custom_encoder_fails_the_writer(server: Any, driver: yta.Driver, topic: str) -> None:
+    def broken(data: bytes) -> bytes:
+        raise RuntimeError("encoder bug")
+
+    writer = driver.topic.writer(topic, codec=10005, encoders={10005: broken})
+    with pytest.raises(yta.UsageError, match="encoder bug"):
+        await writer.write_with_ack(b"x" * 20_000)  # large: encoded in a worker thread
+    with pytest.raises(yta.UsageError):
+        await writer.close()
+    assert stored(server, topic) == []
