@@ -415,7 +415,12 @@ class WriterSender:
         credentials = self._driver.credentials
         while True:
             await anyio.sleep(self._settings.token_refresh_interval)
-            token = await credentials.auth_token()
+            try:
+                token = await credentials.auth_token()
+            except Exception:
+                # The current token is still valid for a while; try again at the next tick.
+                logger.warning("writer %s could not refresh its token", self._settings.path, exc_info=True)
+                continue
             if token and token != self._last_token and token != self._pending_token:
                 self._pending_token = token
                 self._buffer.has_unsent.set()
