@@ -17,6 +17,15 @@ from ._errors import *  # noqa: F403 - the exception tree is public as a whole
 from ._errors import __all__ as _error_names
 from ._retry import BackoffSchedule, RetryPolicy
 from ._version import __version__
+from .reader import (
+    MessageBatch,
+    PartitionSession,
+    PartitionStatus,
+    StartOffsets,
+    TopicMessage,
+    TopicReader,
+    TopicSelector,
+)
 from .topic import (
     AutoPartitioningSettings,
     AutoPartitioningStrategy,
@@ -56,6 +65,13 @@ __all__ = [
     "TopicClient",
     "TopicDescription",
     "InitInfo",
+    "MessageBatch",
+    "PartitionSession",
+    "PartitionStatus",
+    "StartOffsets",
+    "TopicMessage",
+    "TopicReader",
+    "TopicSelector",
     "Message",
     "Skipped",
     "TopicWriter",

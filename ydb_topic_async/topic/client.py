@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack
 
     from .._driver import Driver
+    from ..reader.reader import ReaderOptions, TopicReader, TopicsArg
     from ..writer.writer import TopicWriter, WriterOptions
 
 _SERVICE = "/Ydb.Topic.V1.TopicService/"
@@ -77,6 +78,17 @@ class TopicClient:
         writer = TopicWriter(self._driver, path, **options)
         self._own(writer)
         return writer
+
+    def reader(self, topics: TopicsArg, *, consumer: str | None, **options: Unpack[ReaderOptions]) -> TopicReader:
+        """A ``TopicReader`` for topics or ``TopicSelector``s; options as for ``TopicReader``.
+
+        ``consumer=None`` reads explicit partitions without a consumer. Closing the driver closes it.
+        """
+        from ..reader import TopicReader
+
+        reader = TopicReader(self._driver, topics, consumer=consumer, **options)
+        self._own(reader)
+        return reader
 
     # --- administration -----------------------------------------------------------------
 

@@ -1,0 +1,23 @@
+"""The topic reader: ``driver.topic.reader(...)``."""
+
+from .messages import (
+    MessageBatch,
+    PartitionSession,
+    PartitionSessionState,
+    PartitionStatus,
+    StartOffsets,
+    TopicMessage,
+    TopicSelector,
+)
+from .reader import TopicReader
+
+__all__ = [
+    "MessageBatch",
+    "PartitionSession",
+    "PartitionSessionState",
+    "PartitionStatus",
+    "StartOffsets",
+    "TopicMessage",
+    "TopicReader",
+    "TopicSelector",
+]

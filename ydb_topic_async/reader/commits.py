@@ -1,0 +1,111 @@
+"""Commit bookkeeping: offset ranges merged per partition session, and acknowledgement futures.
+
+A message's commit range runs from the end of the previous message received in its partition
+session (the session's committed offset for the first one) to its offset + 1, so ranges
+committed in order are contiguous and cover offsets that hold no message (retention, aborted
+transactions). ``commit`` only records a range; the stream's sender sends everything recorded
+since its last turn as one ``CommitOffsetRequest`` with the ranges of each session merged.
+The server acknowledges with the session's committed offset; a waiter resolves once that
+offset reaches its range end, or fails when the session ends first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from .._proto import ydb_topic_pb2 as pb
+from .messages import PartitionSession
+
+
+def merge_ranges(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sort and merge touching or overlapping ``[start, end)`` ranges."""
+    if len(ranges) < 2:
+        return list(ranges)
+    ordered = sorted(ranges)
+    merged = [ordered[0]]
+    for start, end in ordered[1:]:
+        last_start, last_end = merged[-1]
+        if start <= last_end:
+            if end > last_end:
+                merged[-1] = (last_start, end)
+        else:
+            merged.append((start, end))
+    return merged
+
+
+class CommitTracker:
+    """Ranges recorded but not yet sent, per partition session, and the ack waiters."""
+
+    def __init__(self, wake_sender: asyncio.Event) -> None:
+        self._pending: dict[PartitionSession, list[tuple[int, int]]] = {}
+        self._wake_sender = wake_sender
+
+    def add(self, session: PartitionSession, start: int, end: int, want_ack: bool) -> asyncio.Future[None] | None:
+        """Record ``[start, end)`` for ``session``; return an ack future when asked for one."""
+        future: asyncio.Future[None] | None = None
+        if want_ack:
+            future = asyncio.get_running_loop().create_future()
+            if end <= session.committed_offset:
+                future.set_result(None)
+                return future
+            session._ack_waiters.append((end, future))
+        if end <= session.committed_offset:
+            return future
+        ranges = self._pending.get(session)
+        if ranges is None:
+            self._pending[session] = [(start, end)]
+        elif ranges[-1][1] == start:
+            ranges[-1] = (ranges[-1][0], end)  # the usual case: commits in order
+        else:
+            ranges.append((start, end))
+        if end > session._commit_requested:
+            session._commit_requested = end
+        self._wake_sender.set()
+        return future
+
+    def take_request(self) -> Any | None:
+        """A ``FromClient`` with every pending range (merged per session), or None."""
+        if not self._pending:
+            return None
+        pending, self._pending = self._pending, {}
+        request = pb.StreamReadMessage.FromClient()
+        offsets = request.commit_offset_request.commit_offsets
+        for session, ranges in pending.items():
+            if session.closed:
+                continue
+            item = offsets.add(partition_session_id=session.id)
+            for start, end in merge_ranges(ranges):
+                item.offsets.add(start=start, end=end)
+        return request if len(offsets) else None
+
+    def on_ack(self, session: PartitionSession, committed_offset: int) -> None:
+        """The server reports ``committed_offset`` for ``session``."""
+        if committed_offset > session.committed_offset:
+            session.committed_offset = committed_offset
+        waiters = session._ack_waiters
+        if not waiters:
+            return
+        committed = session.committed_offset
+        still: list[tuple[int, asyncio.Future[None]]] = []
+        for end, future in waiters:
+            if end <= committed:
+                if not future.done():
+                    future.set_result(None)
+            else:
+                still.append((end, future))
+        session._ack_waiters = still
+
+    def fail_session(self, session: PartitionSession, error: BaseException) -> None:
+        """``session`` ended: drop its unsent ranges and fail its waiters."""
+        self._pending.pop(session, None)
+        waiters, session._ack_waiters = session._ack_waiters, []
+        for _, future in waiters:
+            if not future.done():
+                future.set_exception(error)
+                future.exception()  # a caller that used commit() never looks: keep asyncio quiet
+
+    @staticmethod
+    def unacked(session: PartitionSession) -> bool:
+        """Whether commits requested through ``session`` await confirmation."""
+        return session._commit_requested > session.committed_offset

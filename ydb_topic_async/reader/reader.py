@@ -1,0 +1,393 @@
+"""``TopicReader``: the public reader facade.
+
+The receive calls take messages out of the read buffer without any I/O; one background task
+(``ReaderConnection.run``) owns the stream, reconnects, and fills the buffer. Its terminal
+failure is raised by every later call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+import anyio
+
+from .. import _codecs
+from .._errors import (
+    CommitNotAllowedError,
+    InvalidArgumentError,
+    OperationTimeoutError,
+    PartitionSessionClosedError,
+    ReaderClosedError,
+)
+from .._retry import RetryPolicy
+from .messages import MessageBatch, PartitionSession, PartitionStatus, TopicMessage, TopicSelector
+from .session import OnPartitionStart, OnPartitionStop, ReaderConnection, ReaderSettings, suppress_future_errors
+
+if TYPE_CHECKING:
+    from typing_extensions import TypedDict
+
+    from .._driver import Driver
+
+    class ReaderOptions(TypedDict, total=False):
+        """The keyword arguments of ``TopicReader`` after ``consumer`` (and of ``driver.topic.reader``)."""
+
+        buffer_size_bytes: int
+        decoders: Mapping[int, _codecs.Transform] | None
+        on_partition_start: OnPartitionStart | None
+        on_partition_stop: OnPartitionStop | None
+        reader_name: str | None
+        retry: RetryPolicy | None
+        auto_partitioning_support: bool
+        graceful_stop_timeout: float
+        credit_release_fraction: float
+        token_refresh_interval: float
+        init_timeout: float
+
+logger = logging.getLogger("ydb_topic_async.reader")
+
+DEFAULT_BUFFER_SIZE = 50 * 1024 * 1024
+TopicsArg = str | TopicSelector | Sequence[str | TopicSelector]
+Committable = TopicMessage | MessageBatch
+
+
+class TopicReader:
+    """Reads messages from one or more topics as a consumer (or, without one, from given offsets).
+
+    ``async with driver.topic.reader("events", consumer="c") as reader: async for m in reader``.
+    ``buffer_size_bytes`` bounds the bytes received and not yet handed out (the server may send
+    one response past it). ``decoders`` adds codecs (e.g. ``{LZ4_CODEC: lz4_decode}``).
+    ``on_partition_start(session)`` may return a read offset (int) or ``StartOffsets``;
+    ``on_partition_stop(session)`` is told when a session ends; both may be coroutines.
+    ``consumer=None`` reads the selectors' explicit partitions from their ``start_offsets``
+    (or offsets from ``on_partition_start``) and refuses commits; after a reconnect it resumes
+    after the last message handed out. ``graceful_stop_timeout`` bounds how long a partition the
+    server takes away waits for commits of the messages already handed out.
+    """
+
+    def __init__(
+        self,
+        driver: Driver,
+        topics: TopicsArg,
+        *,
+        consumer: str | None,
+        buffer_size_bytes: int = DEFAULT_BUFFER_SIZE,
+        decoders: Mapping[int, _codecs.Transform] | None = None,
+        on_partition_start: OnPartitionStart | None = None,
+        on_partition_stop: OnPartitionStop | None = None,
+        reader_name: str | None = None,
+        retry: RetryPolicy | None = None,
+        auto_partitioning_support: bool = True,
+        graceful_stop_timeout: float = 10.0,
+        credit_release_fraction: float = 0.25,
+        token_refresh_interval: float = 5.0,
+        init_timeout: float = 30.0,
+    ) -> None:
+        if consumer is not None and (not isinstance(consumer, str) or not consumer):
+            raise InvalidArgumentError(f"consumer must be a non-empty string or None, got {consumer!r}")
+        if not isinstance(buffer_size_bytes, int) or isinstance(buffer_size_bytes, bool) or buffer_size_bytes < 1024:
+            raise InvalidArgumentError(f"buffer_size_bytes must be an int of at least 1024, got {buffer_size_bytes!r}")
+        if not 0 < credit_release_fraction <= 1:
+            raise InvalidArgumentError("credit_release_fraction must be in (0, 1]")
+        for value, what in (
+            (graceful_stop_timeout, "graceful_stop_timeout"),
+            (token_refresh_interval, "token_refresh_interval"),
+        ):
+            if not value >= 0:
+                raise InvalidArgumentError(f"{what} must be >= 0")
+        if not init_timeout > 0:
+            raise InvalidArgumentError("init_timeout must be positive")
+        for name, fn in (("on_partition_start", on_partition_start), ("on_partition_stop", on_partition_stop)):
+            if fn is not None and not callable(fn):
+                raise InvalidArgumentError(f"{name} must be callable")
+        selectors = [self._selector(driver, t) for t in self._as_list(topics)]
+        if not selectors:
+            raise InvalidArgumentError("give at least one topic to read")
+        if consumer is None:
+            for selector in selectors:
+                if not selector.partition_ids:
+                    raise InvalidArgumentError(
+                        f"reading {selector.path} without a consumer needs explicit partitions "
+                        "(TopicSelector(path, partitions=[...]) or start_offsets={partition: offset})"
+                    )
+        self._driver = driver
+        self.consumer = consumer
+        self.selectors: tuple[TopicSelector, ...] = tuple(selectors)
+        self._conn = ReaderConnection(
+            driver,
+            ReaderSettings(
+                selectors=selectors,
+                consumer=consumer,
+                decoders=_codecs.merge_codecs(_codecs.BUILTIN_DECODERS, decoders),
+                on_partition_start=on_partition_start,
+                on_partition_stop=on_partition_stop,
+                retry=retry or driver.retry,
+                reader_name=reader_name or f"ydb-topic-async-{uuid.uuid4().hex[:8]}",
+                auto_partitioning_support=auto_partitioning_support,
+                graceful_stop_timeout=graceful_stop_timeout,
+                token_refresh_interval=token_refresh_interval,
+                init_timeout=init_timeout,
+            ),
+            buffer_size_bytes,
+            int(buffer_size_bytes * credit_release_fraction),
+        )
+        self._buffer = self._conn.buffer
+        self._task: asyncio.Task[None] | None = None
+        self._failure: BaseException | None = None
+        self._failure_reported = False
+        self._closed = False
+
+    @staticmethod
+    def _as_list(topics: TopicsArg) -> list[str | TopicSelector]:
+        if isinstance(topics, (str, TopicSelector)):
+            return [topics]
+        if isinstance(topics, Sequence):
+            return list(topics)
+        raise InvalidArgumentError(f"topics must be a path, a TopicSelector or a list of them, not {topics!r}")
+
+    @staticmethod
+    def _selector(driver: Driver, topic: str | TopicSelector) -> TopicSelector:
+        if isinstance(topic, str):
+            return TopicSelector(driver.topic.full_path(topic))
+        if isinstance(topic, TopicSelector):
+            path = driver.topic.full_path(topic.path)
+            return TopicSelector(path, topic.partitions, topic.read_from, topic.max_lag, topic.start_offsets)
+        raise InvalidArgumentError(f"expected a topic path or TopicSelector, got {topic!r}")
+
+    # --- lifecycle -----------------------------------------------------------------------------
+
+    async def __aenter__(self) -> TopicReader:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if isinstance(exc, asyncio.CancelledError):
+            await self._shutdown()
+            return
+        try:
+            await self.close()
+        except Exception:
+            if exc is None:
+                raise
+            logger.warning("closing topic reader after an error also failed", exc_info=True)
+
+    async def open(self) -> None:
+        """Start reading in the background (the first receive does this too); returns at once."""
+        self._check_usable()
+        self._start()
+
+    def _start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="topic reader")
+
+    async def _run(self) -> None:
+        try:
+            await self._conn.run()
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            self._failure = exc
+            logger.error("topic reader failed: %r", exc)
+        finally:
+            self._buffer.nonempty.set()  # wake receivers: they raise the failure or see the close
+
+    async def close(self, timeout: float | None = None) -> None:
+        """Stop reading; wait for the acknowledgement of commits made before the call, then stop.
+
+        The wait ends early when the stream breaks (there is no reconnect for it: those messages
+        will be delivered again). Raises ``OperationTimeoutError`` when ``timeout`` passes first,
+        and the reader's failure if no call has raised it yet. A second call does nothing.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        self._conn.closing = True
+        timed_out = False
+        waiters: list[asyncio.Future[None]] = []
+        try:
+            if self._failure is None and self._task is not None and not self._task.done():
+                waiters = self._conn.close_waiters()
+                if waiters:
+                    with anyio.fail_after(timeout):
+                        await asyncio.wait(waiters)
+        except TimeoutError:
+            timed_out = True
+        finally:
+            await self._shutdown()
+            suppress_future_errors(waiters)
+        if timed_out:
+            raise OperationTimeoutError(f"reader close timed out after {timeout}s waiting for commit acknowledgements")
+        if self._failure is not None and not self._failure_reported:
+            self._failure_reported = True
+            raise self._failure
+
+    async def _shutdown(self) -> None:
+        self._closed = True
+        self._conn.closing = True
+        task, self._task = self._task, None
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.wait([task])
+        self._buffer.reset()
+        self._buffer.nonempty.set()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise ReaderClosedError("the topic reader is closed")
+        if self._failure is not None:
+            self._failure_reported = True
+            raise self._failure
+
+    # --- receiving -----------------------------------------------------------------------------
+
+    async def _wait(self, timeout: float | None) -> None:
+        buffer = self._buffer
+        if self._task is None:
+            self._check_usable()
+            self._start()
+        try:
+            with anyio.fail_after(timeout):
+                while not buffer or self._closed or self._failure is not None:
+                    self._check_usable()
+                    buffer.nonempty.clear()
+                    await buffer.nonempty.wait()
+        except TimeoutError:
+            raise OperationTimeoutError(f"no message arrived within {timeout}s") from None
+        if buffer.credit_ready:
+            # Let the stream's sender grant the freed credit before handing out more.
+            await asyncio.sleep(0)
+            self._check_usable()
+            if not buffer:
+                await self._wait(timeout)
+
+    async def receive_batch(
+        self, max_messages: int | None = None, max_bytes: int | None = None, timeout: float | None = None
+    ) -> MessageBatch:
+        """The next messages of one partition session, in offset order; waits up to ``timeout``.
+
+        ``max_messages``/``max_bytes`` (payload bytes) cap the batch; it always holds at least one
+        message. Raises ``OperationTimeoutError`` when nothing arrives in time. Cancelling the
+        call loses nothing: messages are taken only when it returns.
+        """
+        if max_messages is not None and (not isinstance(max_messages, int) or max_messages < 1):
+            raise InvalidArgumentError(f"max_messages must be a positive int or None, got {max_messages!r}")
+        if max_bytes is not None and (not isinstance(max_bytes, int) or max_bytes < 1):
+            raise InvalidArgumentError(f"max_bytes must be a positive int or None, got {max_bytes!r}")
+        await self._wait(timeout)
+        session, messages = self._buffer.pop(max_messages, max_bytes)
+        return MessageBatch(messages, session)
+
+    async def receive_message(self, timeout: float | None = None) -> TopicMessage:
+        """The next message; waits up to ``timeout`` (then ``OperationTimeoutError``)."""
+        buffer = self._buffer
+        if not buffer or buffer.credit_ready or self._closed or self._failure is not None:
+            await self._wait(timeout)
+        return buffer.pop_one()
+
+    def __aiter__(self) -> TopicReader:
+        return self
+
+    async def __anext__(self) -> TopicMessage:
+        buffer = self._buffer
+        if not buffer or buffer.credit_ready or self._closed or self._failure is not None:
+            await self._wait(None)
+        return buffer.pop_one()
+
+    # --- commits -------------------------------------------------------------------------------
+
+    def _commit_session(self, item: Committable) -> PartitionSession | None:
+        self._check_usable()
+        if self.consumer is None:
+            raise CommitNotAllowedError("this reader reads without a consumer: there is nothing to commit to")
+        if not isinstance(item, (TopicMessage, MessageBatch)):
+            raise InvalidArgumentError(f"commit takes a TopicMessage or MessageBatch, not {type(item).__name__}")
+        session = item.partition_session
+        if session.closed:
+            return None
+        if self._conn.sessions.get(session.id) is not session:
+            raise InvalidArgumentError("this message was not received by this reader")
+        return session
+
+    def commit(self, item: Committable) -> None:
+        """Mark a message or batch (and the offsets before it in its session) processed; returns at once.
+
+        Commits are batched and sent in the background. A message whose partition session has
+        ended cannot be committed any more: it is skipped with a warning (it will be delivered
+        again to whoever reads that partition next).
+        """
+        session = self._commit_session(item)
+        if session is None:
+            logger.warning(
+                "topic reader: commit skipped, %r has ended (the messages will be read again)", item.partition_session
+            )
+            return
+        start, end = item.commit_range
+        self._conn.commits.add(session, start, end, False)
+
+    async def commit_with_ack(self, item: Committable, timeout: float | None = None) -> None:
+        """Commit and wait until the server's committed offset covers ``item``.
+
+        Raises ``PartitionSessionClosedError`` when the partition session has ended (before or
+        while waiting) and ``OperationTimeoutError`` when ``timeout`` passes (the commit itself
+        stays queued). Cancelling the wait does not withdraw the commit.
+        """
+        session = self._commit_session(item)
+        if session is None:
+            raise PartitionSessionClosedError(
+                f"cannot commit: {item.partition_session!r} has ended (the messages will be read again)"
+            )
+        start, end = item.commit_range
+        future = self._conn.commits.add(session, start, end, True)
+        assert future is not None
+        done, _ = await asyncio.wait([future], timeout=timeout)
+        if not done:
+            raise OperationTimeoutError(f"commit of offsets up to {end} was not acknowledged within {timeout}s")
+        future.result()
+
+    # --- introspection -------------------------------------------------------------------------
+
+    async def partition_status(self, session: PartitionSession, timeout: float | None = None) -> PartitionStatus:
+        """Ask the server for a live partition session's offsets and committed position."""
+        self._check_usable()
+        if session.closed or self._conn.sessions.get(session.id) is not session:
+            raise PartitionSessionClosedError(f"{session!r} is not an active partition session of this reader")
+        future = self._conn.request_status(session)
+        done, _ = await asyncio.wait([future], timeout=timeout)
+        if not done:
+            future.cancel()
+            raise OperationTimeoutError(f"no status for {session!r} within {timeout}s")
+        return future.result()
+
+    @property
+    def partition_sessions(self) -> list[PartitionSession]:
+        """The partition sessions of the current stream."""
+        return list(self._conn.sessions.values())
+
+    @property
+    def read_session_id(self) -> str:
+        """The server's id of the current read stream ("" before the first handshake)."""
+        return self._conn.read_session_id
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes received and not yet handed out (as the server counts them)."""
+        return self._buffer.buffered_bytes
+
+    @property
+    def peak_buffered_bytes(self) -> int:
+        """The highest ``buffered_bytes`` seen."""
+        return self._buffer.peak_buffered_bytes
+
+    @property
+    def buffer_size_bytes(self) -> int:
+        return self._buffer.buffer_size

@@ -1,0 +1,590 @@
+"""The read stream and its reconnection, and the partition session lifecycle.
+
+``ReaderConnection.run`` opens a StreamRead, runs it until it breaks, and on a retriable error
+opens a new one after a backoff. Everything tied to a stream dies with it: partition sessions
+(so their messages can no longer be committed), buffered messages (the server delivers the
+uncommitted ones again), pending commit acknowledgements. Within a stream three tasks run: the
+receiver (server messages, decoding), the sender (the only writer to the stream: commits, credit,
+partition session answers, token updates) and the token refresher.
+
+Partition sessions: a start is answered (with the offsets ``on_partition_start`` returns); a
+graceful stop is answered once the session's buffered messages were handed out and the commits
+of everything handed out were acknowledged (or ``graceful_stop_timeout`` passed); a non-graceful
+stop drops the session's buffered messages at once. For auto-partitioned topics a partition's
+children are started only once the ended parent was fully handed out and committed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import grpc
+import grpc.aio
+
+from .. import _codecs
+from .._errors import (
+    ConnectionLostError,
+    PartitionSessionClosedError,
+    error_from_grpc,
+    error_from_status,
+)
+from .._proto import ydb_status_codes_pb2
+from .._proto import ydb_topic_pb2 as pb
+from .._retry import RetryPolicy, as_ydb_error
+from .commits import CommitTracker
+from .flow_control import ReadBuffer
+from .messages import (
+    PartitionSession,
+    PartitionSessionState,
+    PartitionStatus,
+    StartOffsets,
+    TopicMessage,
+    TopicSelector,
+    _ServerBatchInfo,
+    timestamp_to_datetime,
+)
+
+logger = logging.getLogger("ydb_topic_async.reader")
+
+_METHOD = "/Ydb.Topic.V1.TopicService/StreamRead"
+_SUCCESS = ydb_status_codes_pb2.StatusIds.SUCCESS
+_RAW_CODECS = (0, _codecs.Codec.RAW)
+_HEALTHY_AFTER = 5.0
+"""A stream that lived this long (or delivered data) resets the retry attempt count."""
+
+StartResult = int | StartOffsets | None
+OnPartitionStart = Callable[[PartitionSession], StartResult | Awaitable[StartResult]]
+OnPartitionStop = Callable[[PartitionSession], Awaitable[None] | None]
+_Key = tuple[str, int]
+
+
+@dataclass
+class ReaderSettings:
+    selectors: Sequence[TopicSelector]
+    consumer: str | None
+    decoders: Mapping[int, _codecs.Transform]
+    on_partition_start: OnPartitionStart | None
+    on_partition_stop: OnPartitionStop | None
+    retry: RetryPolicy
+    reader_name: str
+    auto_partitioning_support: bool
+    graceful_stop_timeout: float
+    token_refresh_interval: float
+    init_timeout: float
+
+
+def _decode_all(fn: _codecs.Transform, payloads: list[bytes]) -> list[bytes]:
+    return [fn(p) for p in payloads]
+
+
+async def _call_user(fn: Callable[[PartitionSession], Any], session: PartitionSession) -> Any:
+    result = fn(session)
+    if inspect.isawaitable(result):
+        result = await result
+    return result
+
+
+class ReaderConnection:
+    """Reconnecting StreamRead: owns the per-stream state and the partition sessions."""
+
+    def __init__(self, driver: Any, settings: ReaderSettings, buffer_size: int, release_threshold: int) -> None:
+        self._driver = driver
+        self._settings = settings
+        self.wake = asyncio.Event()
+        self.buffer = ReadBuffer(buffer_size, release_threshold, self._on_drained, self.wake)
+        self.commits = CommitTracker(self.wake)
+        self.stream_id = 0
+        self.read_session_id = ""
+        self.sessions: dict[int, PartitionSession] = {}
+        self.closing = False
+        self._outbox: list[Any] = []
+        self._stopping: set[PartitionSession] = set()
+        self._ended: set[PartitionSession] = set()
+        self._gates: dict[_Key, set[PartitionSession]] = {}
+        """Child partition -> its ended parents in this stream that are not finished yet."""
+        self._deferred: list[PartitionSession] = []
+        self._status_waiters: dict[int, list[asyncio.Future[PartitionStatus]]] = {}
+        self._resume: dict[_Key, int] = {}
+        """Without a consumer: where each partition continues after a reconnect."""
+        self._start_offsets: dict[_Key, int] = {}
+        for selector in settings.selectors:
+            for pid, offset in (selector.start_offsets or {}).items():
+                self._start_offsets[(selector.path, pid)] = offset
+        self._token: str | None = None
+        self._stream_error: BaseException | None = None
+        self._healthy = False
+        self._stopped_sessions: list[PartitionSession] = []
+
+    # --- reconnect loop ------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Read until closed; raise the error that ended reading for good."""
+        attempt = 0
+        started = time.monotonic()
+        while True:
+            self.stream_id += 1
+            self._healthy = False
+            stream_started = time.monotonic()
+            try:
+                await self._run_stream()
+                error: BaseException = ConnectionLostError("the server ended the read stream")
+            except asyncio.CancelledError:
+                self._end_stream(PartitionSessionClosedError("the reader was closed"))
+                raise
+            except Exception as exc:
+                error = as_ydb_error(exc) or exc
+            lost = self._end_stream(
+                PartitionSessionClosedError(f"the read stream was lost ({error}): commit no longer possible")
+            )
+            if self.closing:
+                return
+            for session in lost:
+                await self._notify_stop(session)
+            if self._healthy or time.monotonic() - stream_started >= _HEALTHY_AFTER:
+                attempt = 0
+                started = time.monotonic()
+            attempt += 1
+            delay = self._settings.retry.next_delay(error, attempt, started, idempotent=True)
+            if delay is None:
+                raise error
+            logger.warning("topic reader: read stream failed (%s); reconnecting in %.3fs", error, delay)
+            await anyio.sleep(delay)
+
+    def _init_request(self) -> Any:
+        s = self._settings
+        request = pb.StreamReadMessage.FromClient()
+        init = request.init_request
+        init.consumer = s.consumer or ""
+        init.reader_name = s.reader_name
+        init.auto_partitioning_support = s.auto_partitioning_support
+        for selector in s.selectors:
+            item = init.topics_read_settings.add(path=selector.path, partition_ids=selector.partition_ids)
+            if selector.read_from is not None:
+                item.read_from.FromDatetime(selector.read_from)
+            if selector.max_lag is not None:
+                item.max_lag.FromTimedelta(selector.max_lag)
+        return request
+
+    async def _run_stream(self) -> None:
+        self._token = await self._driver.credentials.auth_token()
+        call = await self._driver._open_stream(
+            _METHOD, pb.StreamReadMessage.FromClient, pb.StreamReadMessage.FromServer
+        )
+        try:
+            try:
+                await call.write(self._init_request())
+                with anyio.fail_after(self._settings.init_timeout):
+                    response = await self._read(call)
+                if response.WhichOneof("server_message") != "init_response":
+                    raise ConnectionLostError(f"expected an init response, got {response.WhichOneof('server_message')}")
+                self.read_session_id = response.init_response.session_id
+                logger.debug("topic reader: stream %d started, session %s", self.stream_id, self.read_session_id)
+                credit = self.buffer.reset()
+                await call.write(pb.StreamReadMessage.FromClient(read_request={"bytes_size": credit}))
+            except grpc.aio.AioRpcError as exc:
+                raise error_from_grpc(exc) from None
+            except TimeoutError:
+                raise ConnectionLostError(
+                    f"no init response within {self._settings.init_timeout}s"
+                ) from None
+            self._stream_error = None
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._guard, self._receive_loop, call, tg.cancel_scope)
+                tg.start_soon(self._guard, self._send_loop, call, tg.cancel_scope)
+                if self._settings.token_refresh_interval > 0:
+                    tg.start_soon(self._guard, self._token_loop, call, tg.cancel_scope)
+            if self._stream_error is not None:
+                raise self._stream_error
+        finally:
+            call.cancel()
+
+    async def _guard(self, fn: Callable[[Any], Awaitable[None]], call: Any, scope: anyio.CancelScope) -> None:
+        try:
+            await fn(call)
+        except Exception as exc:
+            if isinstance(exc, grpc.aio.AioRpcError):
+                exc = error_from_grpc(exc)
+            if self._stream_error is None:
+                self._stream_error = exc
+            scope.cancel()
+
+    async def _read(self, call: Any) -> Any:
+        message = await call.read()
+        if message is grpc.aio.EOF:
+            code = await call.code()
+            details = await call.details()
+            if code is None or code == grpc.StatusCode.OK:
+                raise ConnectionLostError("the server ended the read stream")
+            raise error_from_grpc(grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details))
+        status = message.status
+        if status and status != _SUCCESS:
+            raise error_from_status(status, message.issues, "read stream")
+        return message
+
+    def _end_stream(self, error: BaseException) -> list[PartitionSession]:
+        """Close every session of the ended stream; return them."""
+        lost = list(self.sessions.values())
+        for session in lost:
+            self._close_session(session, error, drop=False)
+        self.sessions.clear()
+        self.buffer.reset()
+        self._outbox.clear()
+        self._stopping.clear()
+        self._ended.clear()
+        self._gates.clear()
+        self._deferred.clear()
+        self.commits.take_request()
+        return lost
+
+    # --- receiving ---------------------------------------------------------------------------
+
+    async def _receive_loop(self, call: Any) -> None:
+        commits = self.commits
+        sessions = self.sessions
+        while True:
+            message = await self._read(call)
+            kind = message.WhichOneof("server_message")
+            if kind == "read_response":
+                await self._on_read_response(message.read_response)
+                self._healthy = True
+            elif kind == "commit_offset_response":
+                for item in message.commit_offset_response.partitions_committed_offsets:
+                    session = sessions.get(item.partition_session_id)
+                    if session is not None:
+                        commits.on_ack(session, item.committed_offset)
+                        if session.state is PartitionSessionState.STOPPING or session.ended:
+                            self.wake.set()
+            elif kind == "start_partition_session_request":
+                await self._on_start(message.start_partition_session_request)
+            elif kind == "stop_partition_session_request":
+                await self._on_stop(message.stop_partition_session_request)
+            elif kind == "end_partition_session":
+                self._on_end(message.end_partition_session)
+            elif kind == "update_partition_session":
+                update = message.update_partition_session
+                logger.debug("topic reader: partition session %d updated", update.partition_session_id)
+            elif kind == "partition_session_status_response":
+                self._on_status(message.partition_session_status_response)
+            elif kind == "update_token_response":
+                pass
+            else:
+                logger.debug("topic reader: ignoring server message %s", kind)
+
+    async def _on_read_response(self, response: Any) -> None:
+        buffer = self.buffer
+        total = response.bytes_size
+        buffer.charge(total)
+        parts = response.partition_data
+        count = len(parts)
+        if not count:
+            buffer.release(total)
+            return
+        share = total // count
+        for index, part in enumerate(parts):
+            nbytes = share if index < count - 1 else total - share * (count - 1)
+            session = self.sessions.get(part.partition_session_id)
+            if session is None or session.state is not PartitionSessionState.ACTIVE:
+                buffer.release(nbytes)  # data of a session already stopped: nobody reads it
+                continue
+            messages: list[TopicMessage] = []
+            append = messages.append
+            start = session._next_commit_start
+            for batch in part.batches:
+                info = _ServerBatchInfo(batch)
+                records = batch.message_data
+                if info.codec in _RAW_CODECS:
+                    for record in records:
+                        offset = record.offset
+                        append(TopicMessage(record.data, offset, record.seq_no, info, record, session, start))
+                        start = offset + 1
+                else:
+                    payloads = await self._decode(info.codec, records)
+                    for record, data in zip(records, payloads, strict=True):
+                        offset = record.offset
+                        append(TopicMessage(data, offset, record.seq_no, info, record, session, start))
+                        start = offset + 1
+            if session.closed:
+                buffer.release(nbytes)
+                continue
+            session._next_commit_start = start
+            if messages:
+                buffer.push(session, messages, nbytes)
+            else:
+                buffer.release(nbytes)
+
+    async def _decode(self, codec: int, records: Any) -> list[bytes]:
+        fn = _codecs.lookup(self._settings.decoders, codec, "decoder")
+        payloads = [record.data for record in records]
+        if sum(map(len, payloads)) >= _codecs.OFF_LOOP_THRESHOLD:
+            return await anyio.to_thread.run_sync(_decode_all, fn, payloads)
+        return [fn(p) for p in payloads]
+
+    # --- partition sessions ------------------------------------------------------------------
+
+    async def _on_start(self, request: Any) -> None:
+        info = request.partition_session
+        session = PartitionSession(
+            info.partition_session_id,
+            info.path,
+            info.partition_id,
+            request.committed_offset,
+            request.partition_offsets.start,
+            request.partition_offsets.end,
+            self.stream_id,
+        )
+        self.sessions[session.id] = session
+        if self._gates.get((session.topic_path, session.partition_id)):
+            logger.debug("topic reader: %r waits for its parent partitions", session)
+            self._deferred.append(session)
+            return
+        await self._confirm_start(session)
+
+    async def _confirm_start(self, session: PartitionSession) -> None:
+        key = (session.topic_path, session.partition_id)
+        read_offset: int | None = None
+        commit_offset: int | None = None
+        if self._settings.consumer is None:
+            read_offset = self._resume.get(key, self._start_offsets.get(key))
+        else:
+            read_offset = self._start_offsets.get(key)
+        callback = self._settings.on_partition_start
+        if callback is not None:
+            result = await _call_user(callback, session)
+            if isinstance(result, StartOffsets):
+                if result.read_offset is not None:
+                    read_offset = result.read_offset
+                commit_offset = result.commit_offset
+            elif isinstance(result, int) and not isinstance(result, bool):
+                read_offset = result
+            elif result is not None:
+                raise TypeError(f"on_partition_start must return None, an int or StartOffsets, not {result!r}")
+        if session.closed:
+            return
+        answer = pb.StreamReadMessage.FromClient()
+        response = answer.start_partition_session_response
+        response.partition_session_id = session.id
+        if read_offset is not None:
+            response.read_offset = read_offset
+        if commit_offset is not None:
+            response.commit_offset = commit_offset
+            if commit_offset > session.committed_offset:
+                session.committed_offset = commit_offset
+        start = session.committed_offset
+        if self._settings.consumer is None and read_offset is not None:
+            start = read_offset
+        session._next_commit_start = start
+        session._delivered_end = start
+        session._commit_requested = session.committed_offset
+        self._send(answer)
+
+    async def _on_stop(self, request: Any) -> None:
+        session = self.sessions.get(request.partition_session_id)
+        if session is None:
+            return
+        if request.committed_offset:
+            self.commits.on_ack(session, request.committed_offset)
+        if request.graceful:
+            if session in self._deferred:
+                self._deferred.remove(session)
+                self._confirm_stop(session)
+                await self._notify_stop(session)
+            elif session.state is PartitionSessionState.ACTIVE:
+                session.state = PartitionSessionState.STOPPING
+                session._stop_deadline = time.monotonic() + self._settings.graceful_stop_timeout
+                self._stopping.add(session)
+                self.wake.set()
+            return
+        dropped = self.buffer.drop_session(session)
+        logger.debug("topic reader: %r stopped by the server, %d buffered messages dropped", session, dropped)
+        self._forget(session)
+        self._close_session(
+            session, PartitionSessionClosedError(f"{session!r} was stopped by the server"), drop=False
+        )
+        await self._notify_stop(session)
+
+    def _on_end(self, message: Any) -> None:
+        session = self.sessions.get(message.partition_session_id)
+        if session is None:
+            return
+        session.ended = True
+        session.child_partition_ids = tuple(message.child_partition_ids)
+        for child in session.child_partition_ids:
+            self._gates.setdefault((session.topic_path, child), set()).add(session)
+        self._ended.add(session)
+        self.wake.set()
+
+    def _on_drained(self, session: PartitionSession) -> None:
+        if session.state is PartitionSessionState.STOPPING or session.ended:
+            self.wake.set()
+
+    def _parent_finished(self, session: PartitionSession) -> bool:
+        if session.closed:
+            return True
+        if session._buffered:
+            return False
+        return self._settings.consumer is None or session.committed_offset >= session._next_commit_start
+
+    def _release_children(self, parent: PartitionSession) -> list[PartitionSession]:
+        """``parent`` no longer holds back its children; return the deferred starts now free."""
+        self._ended.discard(parent)
+        for child in parent.child_partition_ids:
+            gate = self._gates.get((parent.topic_path, child))
+            if gate is not None:
+                gate.discard(parent)
+                if not gate:
+                    del self._gates[(parent.topic_path, child)]
+        ready = [s for s in self._deferred if not self._gates.get((s.topic_path, s.partition_id))]
+        self._deferred = [s for s in self._deferred if s not in ready]
+        return ready
+
+    def _forget(self, session: PartitionSession) -> None:
+        self._stopping.discard(session)
+        if session in self._deferred:
+            self._deferred.remove(session)
+
+    def _confirm_stop(self, session: PartitionSession) -> None:
+        self._send(
+            pb.StreamReadMessage.FromClient(
+                stop_partition_session_response={"partition_session_id": session.id, "graceful": True}
+            )
+        )
+        self._forget(session)
+        self._close_session(session, PartitionSessionClosedError(f"{session!r} was stopped by the server"), drop=False)
+
+    def _close_session(self, session: PartitionSession, error: BaseException, *, drop: bool) -> None:
+        if session.closed:
+            return
+        if drop:
+            self.buffer.drop_session(session)
+        session.state = PartitionSessionState.CLOSED
+        if self._settings.consumer is None and session._delivered_end > 0:
+            self._resume[(session.topic_path, session.partition_id)] = session._delivered_end
+        self.sessions.pop(session.id, None)
+        self.commits.fail_session(session, error)
+        for future in self._status_waiters.pop(session.id, []):
+            if not future.done():
+                future.set_exception(error)
+        if session.ended or session in self._ended:
+            self._ended.discard(session)
+
+    async def _notify_stop(self, session: PartitionSession) -> None:
+        callback = self._settings.on_partition_stop
+        if callback is not None:
+            await _call_user(callback, session)
+
+    # --- status ------------------------------------------------------------------------------
+
+    def request_status(self, session: PartitionSession) -> asyncio.Future[PartitionStatus]:
+        future: asyncio.Future[PartitionStatus] = asyncio.get_running_loop().create_future()
+        self._status_waiters.setdefault(session.id, []).append(future)
+        self._send(
+            pb.StreamReadMessage.FromClient(partition_session_status_request={"partition_session_id": session.id})
+        )
+        return future
+
+    def _on_status(self, response: Any) -> None:
+        waiters = self._status_waiters.pop(response.partition_session_id, [])
+        session = self.sessions.get(response.partition_session_id)
+        if session is not None and response.committed_offset > session.committed_offset:
+            self.commits.on_ack(session, response.committed_offset)
+        status = PartitionStatus(
+            partition_start_offset=response.partition_offsets.start,
+            partition_end_offset=response.partition_offsets.end,
+            committed_offset=response.committed_offset,
+            read_offset=response.read_offset,
+            write_time_high_watermark=timestamp_to_datetime(response.write_time_high_watermark),
+        )
+        for future in waiters:
+            if not future.done():
+                future.set_result(status)
+
+    # --- sending -----------------------------------------------------------------------------
+
+    def _send(self, message: Any) -> None:
+        self._outbox.append(message)
+        self.wake.set()
+
+    async def _send_loop(self, call: Any) -> None:
+        wake = self.wake
+        buffer = self.buffer
+        while True:
+            timeout: float | None = None
+            if self._stopping:
+                deadline = min(s._stop_deadline or 0.0 for s in self._stopping)
+                timeout = max(0.0, deadline - time.monotonic())
+            if not wake.is_set():
+                with anyio.move_on_after(timeout):
+                    await wake.wait()
+            wake.clear()
+            stopped: list[PartitionSession] = []
+            for session in list(self._stopping):
+                if self._stop_ready(session):
+                    stopped.append(session)
+            freed: list[PartitionSession] = []
+            for parent in list(self._ended):
+                if self._parent_finished(parent):
+                    freed.extend(self._release_children(parent))
+            # Commits first: the server applies them before it releases a stopped session.
+            commit = self.commits.take_request()
+            if commit is not None:
+                await call.write(commit)
+            for session in stopped:
+                self._confirm_stop(session)
+            if buffer.credit_ready:
+                credit = buffer.take_credit()
+                if credit > 0:
+                    self._outbox.append(pb.StreamReadMessage.FromClient(read_request={"bytes_size": credit}))
+            outbox, self._outbox = self._outbox, []
+            for message in outbox:
+                await call.write(message)
+            for session in stopped:
+                await self._notify_stop(session)
+            for session in freed:
+                logger.debug("topic reader: parents done, starting %r", session)
+                await self._confirm_start(session)
+
+    def _stop_ready(self, session: PartitionSession) -> bool:
+        if session._buffered:
+            return False
+        if self._settings.consumer is None or session.committed_offset >= session._delivered_end:
+            return True
+        return session._stop_deadline is not None and time.monotonic() >= session._stop_deadline
+
+    async def _token_loop(self, call: Any) -> None:
+        credentials = self._driver.credentials
+        while True:
+            await anyio.sleep(self._settings.token_refresh_interval)
+            token = await credentials.auth_token()
+            if token and token != self._token:
+                self._token = token
+                self._send(pb.StreamReadMessage.FromClient(update_token_request={"token": token}))
+
+    # --- closing -------------------------------------------------------------------------------
+
+    def close_waiters(self) -> list[asyncio.Future[None]]:
+        """Futures resolving when commits requested so far are acknowledged (or their session ends)."""
+        loop = asyncio.get_running_loop()
+        futures: list[asyncio.Future[None]] = []
+        for session in self.sessions.values():
+            if CommitTracker.unacked(session):
+                future: asyncio.Future[None] = loop.create_future()
+                session._ack_waiters.append((session._commit_requested, future))
+                futures.append(future)
+        return futures
+
+
+def suppress_future_errors(futures: list[asyncio.Future[Any]]) -> None:
+    """Mark failures of internal futures as retrieved."""
+    for future in futures:
+        if future.done() and not future.cancelled():
+            with contextlib.suppress(BaseException):
+                future.exception()
