@@ -1,0 +1,341 @@
+"""TopicReader against the local topic server over gRPC."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+
+import ydb_topic_async as yta
+from ydb_topic_async._proto import ydb_topic_pb2 as pb
+from ydb_topic_async.reader.commits import merge_ranges
+from ydb_topic_async.reader.flow_control import ReadBuffer
+from ydb_topic_async.reader.messages import PartitionSession, TopicMessage, _ServerBatchInfo
+
+from .conftest import fill
+
+pytestmark = pytest.mark.timeout(30)
+
+
+async def _read_n(reader: yta.TopicReader, n: int, *, commit: bool = True) -> list[yta.TopicMessage]:
+    out: list[yta.TopicMessage] = []
+    while len(out) < n:
+        batch = await reader.receive_batch(timeout=10)
+        out.extend(batch)
+        if commit:
+            reader.commit(batch)
+    return out
+
+
+async def _committed(driver: yta.Driver, topic: str, consumer: str = "consumer") -> dict[int, int]:
+    desc = await driver.topic.describe_consumer(topic, consumer)
+    return {p.partition_id: p.committed_offset for p in desc.partitions}
+
+
+# --- reading everything --------------------------------------------------------------------
+
+
+async def test_reads_all_partitions_codecs_and_metadata(driver: yta.Driver, topic_name: str) -> None:
+    await driver.topic.create_topic(topic_name, min_active_partitions=3, consumers=["consumer"])
+    codecs = {0: yta.Codec.RAW, 1: yta.Codec.GZIP, 2: yta.LZ4_CODEC}
+    big = b"x" * 40_000  # decoded off the loop
+    expected: dict[int, list[bytes]] = {}
+    for pid, codec in codecs.items():
+        expected[pid] = [f"p{pid}-{i}".encode() * 20 for i in range(50)] + [big]
+        await fill(driver, topic_name, expected[pid], partition_id=pid, codec=codec, metadata={"k": b"v%d" % pid})
+    async with driver.topic.reader(
+        topic_name, consumer="consumer", decoders={yta.LZ4_CODEC: yta.lz4_decode}
+    ) as reader:
+        got = await _read_n(reader, 153)
+        assert len(got) == 153
+        for pid in codecs:
+            mine = [m for m in got if m.partition_id == pid]
+            assert [m.data for m in mine] == expected[pid]
+            assert [m.offset for m in mine] == list(range(51))
+            assert [m.seq_no for m in mine] == list(range(1, 52))
+            assert all(m.metadata_items == {"k": b"v%d" % pid} for m in mine)
+            assert all(m.producer_id == f"filler-{pid}" for m in mine)
+            assert all(m.topic_path == driver.topic.full_path(topic_name) for m in mine)
+            assert all(m.written_at >= m.created_at.replace(microsecond=0) for m in mine)
+        await reader.commit_with_ack(got[-1])  # last message of one partition; all committed anyway
+    assert await _committed(driver, topic_name) == {0: 51, 1: 51, 2: 51}
+
+
+async def test_unknown_codec_fails_with_its_name(driver: yta.Driver, topic: str) -> None:
+    await fill(driver, topic, [b"a", b"b"], codec=yta.LZ4_CODEC)
+    async with driver.topic.reader(topic, consumer="consumer") as reader:
+        with pytest.raises(yta.UnsupportedCodecError, match="lz4"):
+            await reader.receive_batch(timeout=10)
+        with pytest.raises(yta.UnsupportedCodecError):  # every later call raises it too
+            await reader.receive_message()
+
+
+async def test_async_iteration_and_receive_message(driver: yta.Driver, topic: str) -> None:
+    await fill(driver, topic, [b"%d" % i for i in range(20)])
+    async with driver.topic.reader(topic, consumer="consumer") as reader:
+        first = await reader.receive_message(timeout=10)
+        assert (first.offset, first.data) == (0, b"0")
+        seen = [first]
+        async for message in reader:
+            seen.append(message)
+            if len(seen) == 20:
+                break
+        assert [m.data for m in seen] == [b"%d" % i for i in range(20)]
+        await reader.commit_with_ack(seen[-1])
+    assert await _committed(driver, topic) == {0: 20}
+
+
+async def test_receive_batch_limits(driver: yta.Driver, topic: str) -> None:
+    await fill(driver, topic, [b"y" * 100 for _ in range(10)])
+    async with driver.topic.reader(topic, consumer="consumer") as reader:
+        total: list[int] = []
+        while len(total) < 10:
+            batch = await reader.receive_batch(max_messages=3, max_bytes=250, timeout=10)
+            assert 1 <= len(batch) <= 2
+            assert batch.end_offset == batch[-1].offset + 1
+            total.extend(m.offset for m in batch)
+        assert total == list(range(10))
+        with pytest.raises(yta.OperationTimeoutError):
+            await reader.receive_batch(timeout=0.2)
+
+
+# --- commits --------------------------------------------------------------------------------
+
+
+async def test_commits_out_of_order_ack_only_when_contiguous(driver: yta.Driver, topic: str) -> None:
+    await fill(driver, topic, [b"m%d" % i for i in range(10)])
+    async with driver.topic.reader(topic, consumer="consumer") as reader:
+        a = await reader.receive_batch(max_messages=4, timeout=10)
+        b = await reader.receive_batch(max_messages=6, timeout=10)
+        assert (a.commit_range, b.commit_range) == ((0, 4), (4, 10))
+        ack_b = asyncio.ensure_future(reader.commit_with_ack(b))
+        await asyncio.sleep(0.3)
+        assert not ack_b.done()  # offsets 0..3 are not committed yet
+        assert await _committed(driver, topic) == {0: 0}
+        await reader.commit_with_ack(a)
+        await ack_b
+    assert await _committed(driver, topic) == {0: 10}
+
+
+async def test_commit_range_starts_at_committed_offset(driver: yta.Driver, topic: str) -> None:
+    """A read that starts past the committed offset commits the skipped offsets too (gap filling)."""
+    await fill(driver, topic, [b"g%d" % i for i in range(10)])
+    async with driver.topic.reader(topic, consumer="consumer", on_partition_start=lambda s: 6) as reader:
+        batch = await reader.receive_batch(timeout=10)
+        assert batch[0].offset == 6
+        assert batch.commit_range == (0, 10)
+        assert batch[0].commit_range == (0, 7)
+        await reader.commit_with_ack(batch)
+    assert await _committed(driver, topic) == {0: 10}
+
+
+def test_merge_ranges() -> None:
+    assert merge_ranges([(5, 7), (0, 3), (3, 5), (9, 10), (8, 9)]) == [(0, 7), (8, 10)]
+    assert merge_ranges([(0, 5), (1, 3)]) == [(0, 5)]
+
+
+async def test_commit_after_session_lost(
+    driver: yta.Driver, topic: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    await fill(driver, topic, [b"s%d" % i for i in range(5)])
+    async with driver.topic.reader(topic, consumer="consumer") as reader:
+        old = await reader.receive_batch(timeout=10)
+        reader._conn.break_stream(yta.ConnectionLostError("test: stream dropped"))
+        again = await reader.receive_batch(timeout=10)  # redelivered in a new session
+        assert [m.offset for m in again] == [m.offset for m in old]
+        assert old.partition_session.closed and not again.partition_session.closed
+        with pytest.raises(yta.PartitionSessionClosedError):
+            await reader.commit_with_ack(old)
+        with caplog.at_level(logging.WARNING, logger="ydb_topic_async.reader"):
+            reader.commit(old[0])
+        assert "commit skipped" in caplog.text
+        await reader.commit_with_ack(again[1])
+    assert await _committed(driver, topic) == {0: 2}  # the old session's commit changed nothing
+
+
+async def test_at_least_once_across_dropped_streams(driver: yta.Driver, topic_name: str) -> None:
+    await driver.topic.create_topic(topic_name, min_active_partitions=2, consumers=["consumer"])
+    for pid in (0, 1):
+        await fill(driver, topic_name, [b"%d-%d" % (pid, i) for i in range(300)], partition_id=pid)
+    seen: set[tuple[int, int]] = set()
+    deliveries = 0
+    async with driver.topic.reader(topic_name, consumer="consumer", buffer_size_bytes=4096) as reader:
+        drops = 0
+        while len(seen) < 600:
+            batch = await reader.receive_batch(max_messages=25, timeout=10)
+            deliveries += len(batch)
+            seen.update((m.partition_id, m.offset) for m in batch)
+            if deliveries % 100 < 25 and drops < 4:
+                drops += 1
+                reader._conn.break_stream(yta.ConnectionLostError("test: stream dropped"))
+                continue  # this batch is not committed: it comes again
+            reader.commit(batch)
+        # Commit whatever came last in each live session and wait for it.
+        for session in reader.partition_sessions:
+            while session.committed_offset < 300 and not session.closed:
+                batch = await reader.receive_batch(timeout=10)
+                await reader.commit_with_ack(batch)
+    assert drops == 4
+    assert seen == {(p, o) for p in (0, 1) for o in range(300)}
+    assert deliveries > 600  # uncommitted messages were delivered again
+    assert await _committed(driver, topic_name) == {0: 300, 1: 300}
+
+
+async def test_close_waits_for_commit_acks(driver: yta.Driver, topic: str) -> None:
+    await fill(driver, topic, [b"c%d" % i for i in range(50)])
+    reader = driver.topic.reader(topic, consumer="consumer")
+    async with reader:
+        got = await _read_n(reader, 50, commit=False)
+        for message in got:
+            reader.commit(message)  # fire and forget
+    assert reader.closed
+    assert await _committed(driver, topic) == {0: 50}
+    with pytest.raises(yta.ReaderClosedError):
+        await reader.receive_batch()
+    with pytest.raises(yta.ReaderClosedError):
+        reader.commit(got[0])
+    await reader.close()  # a second close is a no-op
+
+
+async def test_cancelled_receive_loses_nothing(driver: yta.Driver, topic: str) -> None:
+    async with driver.topic.reader(topic, consumer="consumer") as reader:
+        for _ in range(3):
+            waiter = asyncio.ensure_future(reader.receive_batch())
+            await asyncio.sleep(0.05)
+            waiter.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiter
+        await fill(driver, topic, [b"a", b"b", b"c"])
+        got = await _read_n(reader, 3)
+        assert [m.data for m in got] == [b"a", b"b", b"c"]
+
+
+# --- flow control ----------------------------------------------------------------------------
+
+
+async def test_buffered_bytes_stay_bounded(driver: yta.Driver, topic: str) -> None:
+    payload = b"f" * 1000
+    await fill(driver, topic, [payload] * 400)
+    buffer_size = 8 * 1024
+    async with driver.topic.reader(topic, consumer="consumer", buffer_size_bytes=buffer_size) as reader:
+        got = 0
+        while got < 400:
+            await asyncio.sleep(0.002)  # a slow consumer: the server could send far more
+            batch = await reader.receive_batch(max_messages=3, timeout=10)
+            got += len(batch)
+            assert reader.buffered_bytes <= buffer_size + 2 * len(payload)
+        # the server may overshoot by one response whose first message exceeds the credit
+        assert 0 < reader.peak_buffered_bytes <= buffer_size + 2 * len(payload)
+
+
+async def test_credit_accounting_is_exact() -> None:
+    wake = asyncio.Event()
+    drained: list[PartitionSession] = []
+    buf = ReadBuffer(1000, 250, drained.append, wake)
+    assert buf.reset() == 1000
+    session = PartitionSession(1, "/local/t", 0, 0, 0, 10, 1)
+    info = _ServerBatchInfo(pb.StreamReadMessage.ReadResponse.Batch(producer_id="p"))
+    messages = [TopicMessage(b"x", i, i + 1, info, None, session, i) for i in range(3)]
+    buf.charge(1200)  # one response past the credit: the server may overshoot once
+    buf.push(session, messages, 1200)
+    assert (buf.buffered_bytes, buf.peak_buffered_bytes) == (1200, 1200)
+    assert buf.pop_one().offset == 0  # frees its share: 1200 // 3
+    assert (buf.buffered_bytes, buf.pending_credit, buf.credit_ready) == (800, 400, True)
+    assert wake.is_set()
+    assert buf.take_credit() == 400
+    _, rest = buf.pop(None, None)
+    assert [m.offset for m in rest] == [1, 2]
+    assert (buf.buffered_bytes, buf.take_credit()) == (0, 800)  # all 1200 bytes granted back
+    assert drained == [session] and not buf
+
+
+# --- partition sessions and several readers --------------------------------------------------
+
+
+async def test_two_readers_split_four_partitions_and_rebalance(driver: yta.Driver, topic_name: str) -> None:
+    await driver.topic.create_topic(topic_name, min_active_partitions=4, consumers=["consumer"])
+    for pid in range(4):
+        await fill(driver, topic_name, [b"%d" % pid] * 5, partition_id=pid)
+    stopped: list[int] = []
+    first = driver.topic.reader(
+        topic_name, consumer="consumer", on_partition_stop=lambda s: stopped.append(s.partition_id)
+    )
+    second = driver.topic.reader(topic_name, consumer="consumer")
+    async with first:
+        await first.receive_batch(timeout=10)
+        async with second:
+            for _ in range(200):
+                mine = {s.partition_id for s in first.partition_sessions if not s.closed}
+                theirs = {s.partition_id for s in second.partition_sessions if not s.closed}
+                if len(mine) == 2 and len(theirs) == 2:
+                    break
+                # keep the first reader consuming so its graceful stops complete
+                try:
+                    batch = await first.receive_batch(timeout=0.05)
+                    first.commit(batch)
+                except yta.OperationTimeoutError:
+                    pass
+            assert len(mine) == 2 and len(theirs) == 2 and not mine & theirs
+            assert sorted(stopped) == sorted({0, 1, 2, 3} - mine)
+        for _ in range(200):
+            if len(first.partition_sessions) == 4:
+                break
+            await asyncio.sleep(0.05)
+        assert {s.partition_id for s in first.partition_sessions} == {0, 1, 2, 3}
+
+
+async def test_several_topics_in_one_reader(driver: yta.Driver, topic_name: str) -> None:
+    other = topic_name + "-b"
+    await driver.topic.create_topic(topic_name, consumers=["consumer"])
+    await driver.topic.create_topic(other, consumers=["consumer"])
+    await fill(driver, topic_name, [b"a"] * 3)
+    await fill(driver, other, [b"b"] * 4)
+    async with driver.topic.reader([topic_name, yta.TopicSelector(other)], consumer="consumer") as reader:
+        got = await _read_n(reader, 7)
+    by_topic = sorted((m.topic_path.rsplit("/", 1)[1], m.data) for m in got)
+    assert by_topic == sorted([(topic_name, b"a")] * 3 + [(other, b"b")] * 4)
+
+
+async def test_partition_status(driver: yta.Driver, topic: str) -> None:
+    await fill(driver, topic, [b"p"] * 7)
+    async with driver.topic.reader(topic, consumer="consumer") as reader:
+        batch = await reader.receive_batch(timeout=10)
+        await reader.commit_with_ack(batch.messages[2])
+        status = await reader.partition_status(batch.partition_session, timeout=10)
+        assert (status.partition_start_offset, status.partition_end_offset) == (0, 7)
+        assert status.committed_offset == 3
+
+
+# --- without a consumer ----------------------------------------------------------------------
+
+
+async def test_read_without_consumer_from_offsets(driver: yta.Driver, topic_name: str) -> None:
+    await driver.topic.create_topic(topic_name, min_active_partitions=2, consumers=["consumer"])
+    for pid in (0, 1):
+        await fill(driver, topic_name, [b"%d:%d" % (pid, i) for i in range(10)], partition_id=pid)
+    selector = yta.TopicSelector(topic_name, start_offsets={0: 7, 1: 3})
+    async with driver.topic.reader(selector, consumer=None) as reader:
+        got = await _read_n(reader, 3 + 7, commit=False)
+        offsets = sorted((m.partition_id, m.offset) for m in got)
+        assert offsets == [(0, o) for o in range(7, 10)] + [(1, o) for o in range(3, 10)]
+        with pytest.raises(yta.CommitNotAllowedError):
+            reader.commit(got[0])
+        with pytest.raises(yta.CommitNotAllowedError):
+            await reader.commit_with_ack(got[0])
+        # after a reconnect it continues after what was handed out
+        reader._conn.break_stream(yta.ConnectionLostError("test: stream dropped"))
+        await fill(driver, topic_name, [b"new"], partition_id=0)
+        after = await reader.receive_batch(timeout=10)
+        assert [(m.partition_id, m.offset, m.data) for m in after] == [(0, 10, b"new")]
+    assert await _committed(driver, topic_name) == {0: 0, 1: 0}
+
+
+async def test_invalid_arguments() -> None:
+    async with yta.Driver("grpc://127.0.0.1:1", "/local", discovery=False) as driver:
+        with pytest.raises(yta.InvalidArgumentError, match="explicit partitions"):
+            driver.topic.reader("t", consumer=None)
+        with pytest.raises(yta.InvalidArgumentError):
+            driver.topic.reader("t", consumer="c", buffer_size_bytes=10)
+        with pytest.raises(yta.InvalidArgumentError):
+            yta.TopicSelector("t", partitions=[-1])
