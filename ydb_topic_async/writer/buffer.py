@@ -92,7 +92,7 @@ class WriteBuffer:
     async def reserve(self, count: int, nbytes: int, timeout: float | None) -> None:
         """Wait (FIFO) until the call is admitted; ``BufferFullTimeoutError`` after ``timeout``."""
         if self._failure is not None:
-            raise self._failure
+            raise self._failure.with_traceback(None)  # the same error for every call; do not grow its traceback
         if self.try_reserve(count, nbytes):
             return
         loop = asyncio.get_running_loop()
@@ -200,7 +200,7 @@ class WriteBuffer:
     async def wait_acked(self, mark: int) -> None:
         """Wait until the first ``mark`` accepted messages are acknowledged (or the writer fails)."""
         if self._failure is not None:
-            raise self._failure
+            raise self._failure.with_traceback(None)  # the same error for every call; do not grow its traceback
         if self.acked_total >= mark:
             return
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()

@@ -263,7 +263,7 @@ class TopicWriter:
         if timed_out:
             raise reason
         if self._failure is not None:
-            raise self._failure
+            raise self._failure.with_traceback(None)  # the same error for every call; do not grow its traceback
 
     async def _shutdown(self, reason: BaseException) -> None:
         self._closed = True
@@ -284,7 +284,7 @@ class TopicWriter:
         if self._closed:
             raise WriterClosedError(f"writer for {self.path} is closed") from self._failure
         if self._failure is not None:
-            raise self._failure
+            raise self._failure.with_traceback(None)  # the same error for every call; do not grow its traceback
 
     # --- handshake ------------------------------------------------------------------------
 
