@@ -1,0 +1,1 @@
+"""The demo job: ``python -m ydb_topic_async.demo``."""

@@ -1,0 +1,16 @@
+"""A local YDB topic server for tests and examples.
+
+    async with LocalTopicServer() as server:
+        async with Driver(server.endpoint, server.database) as driver:
+            ...
+
+It speaks YDB's gRPC protocol for topics, discovery and auth, so the official YDB SDKs work
+against it too. ``server.storage`` exposes what it stores; ``server.faults`` breaks streams and
+injects statuses. Run it standalone with ``python -m ydb_topic_async.testing --port 2136``.
+"""
+
+from .faults import Faults
+from .partition_log import StoredMessage, TopicStorage
+from .server import LocalTopicServer
+
+__all__ = ["Faults", "LocalTopicServer", "StoredMessage", "TopicStorage"]

@@ -1,0 +1,43 @@
+"""``python -m ydb_topic_async.testing``: run the local topic server until interrupted."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+
+from .server import LocalTopicServer
+
+
+def _user(value: str) -> tuple[str, str]:
+    name, sep, password = value.partition(":")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError("expected NAME:PASSWORD")
+    return name, password
+
+
+async def serve(args: argparse.Namespace) -> None:
+    users = dict(args.user) if args.user else None
+    async with LocalTopicServer(args.host, args.port, args.database, users=users) as server:
+        print(f"local YDB topic server: {server.connection_string}", flush=True)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError):
+                loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m ydb_topic_async.testing", description=__doc__)
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=2136, help="port to listen on (0: any free port)")
+    parser.add_argument("--database", default="/local", help="database path (default: /local)")
+    parser.add_argument("--user", action="append", type=_user, metavar="NAME:PASSWORD",
+                        help="require authentication; may be repeated")
+    asyncio.run(serve(parser.parse_args(argv)))
+
+
+if __name__ == "__main__":
+    main()

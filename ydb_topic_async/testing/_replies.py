@@ -1,0 +1,111 @@
+"""Helpers shared by the local server's services: statuses, issues, operations, auth, time."""
+
+from __future__ import annotations
+
+import datetime as dt
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from google.protobuf import any_pb2, duration_pb2, timestamp_pb2
+from google.protobuf.message import Message
+
+from .._proto import ydb_issue_message_pb2, ydb_operation_pb2, ydb_status_codes_pb2
+
+Status = ydb_status_codes_pb2.StatusIds
+SUCCESS = Status.SUCCESS
+
+_OUR_PACKAGE = "YdbTopicAsync."
+_UPSTREAM_PACKAGE = "Ydb."
+
+
+def status_code(name: str) -> int:
+    """The numeric YDB status for a name such as ``"SCHEME_ERROR"``."""
+    return int(Status.StatusCode.Value(name))
+
+
+def issues(message: str) -> list[ydb_issue_message_pb2.IssueMessage]:
+    """One error-severity issue (severity 1 is ERROR in YDB)."""
+    return [ydb_issue_message_pb2.IssueMessage(message=message, severity=1)] if message else []
+
+
+def pack(result: Message) -> any_pb2.Any:
+    """``result`` in an Any whose type URL names the upstream type, as a real YDB server does."""
+    name = result.DESCRIPTOR.full_name
+    if name.startswith(_OUR_PACKAGE):
+        name = _UPSTREAM_PACKAGE + name[len(_OUR_PACKAGE) :]
+    return any_pb2.Any(type_url=f"type.googleapis.com/{name}", value=result.SerializeToString())
+
+
+def operation(result: Message | None = None, status: int = SUCCESS, message: str = "") -> Any:
+    op = ydb_operation_pb2.Operation(ready=True, status=status, issues=issues(message))  # type: ignore[arg-type]
+    if result is not None and status == SUCCESS:
+        op.result.CopyFrom(pack(result))
+    return op
+
+
+def timestamp(ns: int) -> timestamp_pb2.Timestamp:
+    ts = timestamp_pb2.Timestamp()
+    if ns > 0:
+        ts.FromNanoseconds(ns)
+    return ts
+
+
+def duration(seconds: float) -> duration_pb2.Duration:
+    d = duration_pb2.Duration()
+    d.FromTimedelta(dt.timedelta(seconds=seconds))
+    return d
+
+
+def metadata(context: grpc.aio.ServicerContext[Any, Any]) -> dict[str, str]:
+    return {str(k): str(v) for k, v in (context.invocation_metadata() or ())}
+
+
+@dataclass
+class _Token:
+    user: str
+    expires_at: float | None
+
+
+class Auth:
+    """Users and the tokens issued to them; disabled (everything allowed) without users."""
+
+    def __init__(self, users: dict[str, str] | None, token_ttl: float | None, clock: Callable[[], float] = time.time):
+        self.users = dict(users or {})
+        self.token_ttl = token_ttl
+        self._tokens: dict[str, _Token] = {}
+        self._clock = clock
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.users)
+
+    def login(self, user: str, password: str) -> str | None:
+        """A fresh token, or None when the user or password is wrong."""
+        if not self.enabled or self.users.get(user) != password:
+            return None
+        token = f"local-{user}-{secrets.token_hex(12)}"
+        expires = self._clock() + self.token_ttl if self.token_ttl else None
+        self._tokens[token] = _Token(user, expires)
+        return token
+
+    def check(self, headers: dict[str, str]) -> str | None:
+        """None when the call may proceed, else why it is refused."""
+        if not self.enabled:
+            return None
+        token = headers.get("x-ydb-auth-ticket")
+        if not token:
+            return "authentication required: no x-ydb-auth-ticket header"
+        entry = self._tokens.get(token)
+        if entry is None:
+            return "unknown auth ticket"
+        if entry.expires_at is not None and self._clock() >= entry.expires_at:
+            return "auth ticket expired"
+        return None
+
+    def check_token(self, token: str) -> str | None:
+        return self.check({"x-ydb-auth-ticket": token})
+

@@ -1,0 +1,114 @@
+"""Fault injection for the local server: break streams and answer chosen statuses on purpose.
+
+    server.faults.drop_write_streams()             # break every open write stream now
+    server.faults.drop_read_streams()              # break every open read stream now
+    server.faults.drop_write_stream_after(100)     # break a write stream once 100 more messages are stored
+    server.faults.fail_next("CreateTopic", "OVERLOADED")       # next unary CreateTopic answers OVERLOADED
+    server.faults.fail_next("StreamWrite", "UNAVAILABLE", times=3)  # next 3 write streams fail at init
+
+A broken stream ends with gRPC status UNAVAILABLE, as when a node goes away; clients see the
+same error as in production and must reconnect.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+
+from ._replies import status_code
+
+_BROKEN_DETAILS = "stream broken by fault injection"
+
+
+class StreamHandle:
+    """One open stream the fault injector can break."""
+
+    __slots__ = ("broken", "kind", "wakeup")
+
+    def __init__(self, kind: str, wakeup: asyncio.Event) -> None:
+        self.kind = kind
+        self.broken = False
+        self.wakeup = wakeup
+
+    def is_broken(self) -> bool:
+        return self.broken
+
+    def break_(self) -> None:
+        self.broken = True
+        self.wakeup.set()
+
+
+class Faults:
+    """The fault hooks of one ``LocalTopicServer`` (its ``faults`` attribute)."""
+
+    details = _BROKEN_DETAILS
+
+    def __init__(self) -> None:
+        self._streams: set[StreamHandle] = set()
+        self._statuses: dict[str, list[int]] = defaultdict(list)
+        self._write_budget: int | None = None
+        self.dropped_streams = 0
+        """How many streams the injector has broken so far."""
+
+    # --- public hooks -------------------------------------------------------------------------
+
+    def drop_write_streams(self) -> int:
+        """Break every open write stream; returns how many."""
+        return self._drop("write")
+
+    def drop_read_streams(self) -> int:
+        """Break every open read stream; returns how many."""
+        return self._drop("read")
+
+    def drop_write_stream_after(self, messages: int) -> None:
+        """Break the write stream that stores the ``messages``-th message from now (once)."""
+        if messages < 0:
+            raise ValueError("messages must be >= 0")
+        self._write_budget = messages
+
+    def fail_next(self, method: str, status: str, *, times: int = 1) -> None:
+        """Answer the next ``times`` calls of ``method`` with YDB ``status`` (e.g. "OVERLOADED").
+
+        ``method`` is a unary method name (``"DescribeTopic"``) or a stream (``"StreamWrite"``,
+        ``"StreamRead"``); a stream fails at its handshake with that status.
+        """
+        code = status_code(status)
+        self._statuses[method].extend([code] * times)
+
+    def clear(self) -> None:
+        """Forget every pending injected failure."""
+        self._statuses.clear()
+        self._write_budget = None
+
+    # --- used by the services -----------------------------------------------------------------
+
+    def register(self, kind: str, wakeup: asyncio.Event) -> StreamHandle:
+        handle = StreamHandle(kind, wakeup)
+        self._streams.add(handle)
+        return handle
+
+    def unregister(self, handle: StreamHandle) -> None:
+        self._streams.discard(handle)
+
+    def take_status(self, method: str) -> int | None:
+        pending = self._statuses.get(method)
+        if pending:
+            return pending.pop(0)
+        return None
+
+    def messages_stored(self, handle: StreamHandle, count: int) -> None:
+        """A write stream stored ``count`` messages; break it if the budget ran out."""
+        if self._write_budget is None:
+            return
+        self._write_budget -= count
+        if self._write_budget <= 0:
+            self._write_budget = None
+            self.dropped_streams += 1
+            handle.break_()
+
+    def _drop(self, kind: str) -> int:
+        handles = [h for h in self._streams if h.kind == kind and not h.broken]
+        for handle in handles:
+            handle.break_()
+        self.dropped_streams += len(handles)
+        return len(handles)

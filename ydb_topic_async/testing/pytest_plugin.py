@@ -1,0 +1,23 @@
+"""pytest plugin (installed with the package): the ``ydb_topic_server`` fixture.
+
+    async def test_publish(ydb_topic_server):
+        async with Driver(ydb_topic_server.endpoint, ydb_topic_server.database) as driver:
+            ...
+
+It needs an async test runner such as pytest-asyncio or anyio's pytest plugin.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from .server import LocalTopicServer
+
+
+@pytest.fixture
+async def ydb_topic_server() -> AsyncIterator[LocalTopicServer]:
+    """A started ``LocalTopicServer`` on a free loopback port, stopped after the test."""
+    async with LocalTopicServer() as server:
+        yield server

@@ -1,0 +1,214 @@
+"""``LocalTopicServer``: YDB's topic, discovery and auth services on loopback, over real gRPC."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from types import TracebackType
+from typing import Any
+
+import grpc
+import grpc.aio
+from google.protobuf.message import Message
+
+from .._proto import ydb_auth_pb2, ydb_discovery_pb2
+from .._proto import ydb_topic_pb2 as pb
+from ._replies import Auth, metadata, operation, status_code
+from .control_plane import ControlPlane
+from .faults import Faults
+from .partition_log import StorageError, TopicStorage
+from .read_stream import ReadService
+from .write_stream import WriteService
+
+logger = logging.getLogger("ydb_topic_async.testing")
+
+Handler = Callable[[Any], Message]
+
+
+class LocalTopicServer:
+    """A YDB topic server for tests and examples: ``async with LocalTopicServer() as server``.
+
+    It listens on ``host:port`` (port 0 picks a free one) and serves ``database``. With ``users``
+    (name -> password), every call needs a token from ``AuthService.Login``; tokens expire after
+    ``token_ttl`` seconds when given. ``storage`` holds every topic and message (for inspection),
+    ``faults`` breaks streams and injects statuses on purpose.
+    """
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        database: str = "/local",
+        *,
+        users: dict[str, str] | None = None,
+        token_ttl: float | None = None,
+        graceful_stop_timeout: float = 10.0,
+    ) -> None:
+        if not database.startswith("/"):
+            raise ValueError("database must be an absolute path like '/local'")
+        self.host = host
+        self.database = database.rstrip("/") or "/"
+        self.storage = TopicStorage(self.database)
+        self.faults = Faults()
+        self.auth = Auth(users, token_ttl)
+        self.control = ControlPlane(self.storage)
+        self.writes = WriteService(self)
+        self.reads = ReadService(self, graceful_stop_timeout=graceful_stop_timeout)
+        self._requested_port = port
+        self.port = 0
+        self._server: grpc.aio.Server | None = None
+
+    @property
+    def endpoint(self) -> str:
+        """``grpc://host:port`` of the running server."""
+        return f"grpc://{self.host}:{self.port}"
+
+    @property
+    def connection_string(self) -> str:
+        return f"{self.endpoint}/?database={self.database}"
+
+    async def __aenter__(self) -> LocalTopicServer:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
+    async def start(self) -> None:
+        if self._server is not None:
+            return
+        server = grpc.aio.server(
+            options=[
+                ("grpc.max_send_message_length", 64 * 1024 * 1024),
+                ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+                ("grpc.so_reuseport", 0),
+            ]
+        )
+        server.add_generic_rpc_handlers(self._handlers())
+        self.port = server.add_insecure_port(f"{self.host}:{self._requested_port}")
+        await server.start()
+        self._server = server
+        logger.info("local topic server on %s, database %s", self.endpoint, self.database)
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Stop serving; open streams are cancelled."""
+        server, self._server = self._server, None
+        if server is not None:
+            await server.stop(grace)
+
+    async def wait_closed(self) -> None:
+        """Serve until stopped."""
+        if self._server is not None:
+            await self._server.wait_for_termination()
+
+    # --- wiring ---------------------------------------------------------------------------
+
+    def _unary(self, name: str, handler: Handler, response_cls: Any) -> Callable[[Any, Any], Awaitable[Any]]:
+        async def call(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+            refusal = self.auth.check(metadata(context)) if name != "Login" else None
+            if refusal:
+                return response_cls(operation=operation(status=status_code("UNAUTHORIZED"), message=refusal))
+            injected = self.faults.take_status(name)
+            if injected is not None:
+                return response_cls(operation=operation(status=injected, message="injected failure"))
+            try:
+                result = handler(request)
+            except StorageError as exc:
+                return response_cls(operation=operation(status=status_code(exc.status), message=exc.message))
+            return response_cls(operation=operation(result))
+
+        return call
+
+    def _handlers(self) -> list[grpc.GenericRpcHandler]:
+        def unary(name: str, handler: Handler, request_cls: Any, response_cls: Any) -> Any:
+            return grpc.unary_unary_rpc_method_handler(
+                self._unary(name, handler, response_cls),
+                request_deserializer=request_cls.FromString,
+                response_serializer=response_cls.SerializeToString,
+            )
+
+        def stream(handler: Any, request_cls: Any, response_cls: Any) -> Any:
+            return grpc.stream_stream_rpc_method_handler(
+                handler,
+                request_deserializer=request_cls.FromString,
+                response_serializer=response_cls.SerializeToString,
+            )
+
+        control = self.control
+        topic = {
+            "StreamWrite": stream(
+                self.writes.stream_write, pb.StreamWriteMessage.FromClient, pb.StreamWriteMessage.FromServer
+            ),
+            "StreamRead": stream(
+                self.reads.stream_read, pb.StreamReadMessage.FromClient, pb.StreamReadMessage.FromServer
+            ),
+            "CreateTopic": unary("CreateTopic", control.create_topic, pb.CreateTopicRequest, pb.CreateTopicResponse),
+            "DescribeTopic": unary(
+                "DescribeTopic", control.describe_topic, pb.DescribeTopicRequest, pb.DescribeTopicResponse
+            ),
+            "DescribePartition": unary(
+                "DescribePartition",
+                control.describe_partition,
+                pb.DescribePartitionRequest,
+                pb.DescribePartitionResponse,
+            ),
+            "DescribeConsumer": unary(
+                "DescribeConsumer",
+                lambda req: control.describe_consumer(req, self.reads.read_sessions()),
+                pb.DescribeConsumerRequest,
+                pb.DescribeConsumerResponse,
+            ),
+            "AlterTopic": unary("AlterTopic", control.alter_topic, pb.AlterTopicRequest, pb.AlterTopicResponse),
+            "DropTopic": unary("DropTopic", control.drop_topic, pb.DropTopicRequest, pb.DropTopicResponse),
+            "CommitOffset": unary(
+                "CommitOffset", control.commit_offset, pb.CommitOffsetRequest, pb.CommitOffsetResponse
+            ),
+            "UpdateOffsetsInTransaction": unary(
+                "UpdateOffsetsInTransaction",
+                self._no_transactions,
+                pb.UpdateOffsetsInTransactionRequest,
+                pb.UpdateOffsetsInTransactionResponse,
+            ),
+        }
+        discovery = {
+            "ListEndpoints": unary(
+                "ListEndpoints",
+                self._list_endpoints,
+                ydb_discovery_pb2.ListEndpointsRequest,
+                ydb_discovery_pb2.ListEndpointsResponse,
+            ),
+            "WhoAmI": unary(
+                "WhoAmI", self._who_am_i, ydb_discovery_pb2.WhoAmIRequest, ydb_discovery_pb2.WhoAmIResponse
+            ),
+        }
+        auth = {
+            "Login": unary("Login", self._login, ydb_auth_pb2.LoginRequest, ydb_auth_pb2.LoginResponse),
+        }
+        return [
+            grpc.method_handlers_generic_handler("Ydb.Topic.V1.TopicService", topic),
+            grpc.method_handlers_generic_handler("Ydb.Discovery.V1.DiscoveryService", discovery),
+            grpc.method_handlers_generic_handler("Ydb.Auth.V1.AuthService", auth),
+        ]
+
+    # --- small services -------------------------------------------------------------------
+
+    def _no_transactions(self, request: Any) -> Message:
+        raise StorageError("UNSUPPORTED", "this local server does not support transactions yet")
+
+    def _list_endpoints(self, request: Any) -> Message:
+        if request.database and request.database.rstrip("/") != self.database:
+            raise StorageError("SCHEME_ERROR", f"database {request.database} does not exist here ({self.database})")
+        result = ydb_discovery_pb2.ListEndpointsResult(self_location="local")
+        result.endpoints.add(address=self.host, port=self.port, location="local", node_id=1, load_factor=0.0)
+        return result
+
+    def _who_am_i(self, request: Any) -> Message:
+        return ydb_discovery_pb2.WhoAmIResult(user="root" if not self.auth.enabled else "authenticated")
+
+    def _login(self, request: Any) -> Message:
+        token = self.auth.login(request.user, request.password)
+        if token is None:
+            raise StorageError("UNAUTHORIZED", f"invalid user or password for {request.user!r}")
+        return ydb_auth_pb2.LoginResult(token=token)
