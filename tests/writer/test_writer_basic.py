@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import time
 from typing import Any
 
 import pytest
@@ -16,8 +17,8 @@ pytestmark = pytest.mark.timeout(30)
 
 
 def stored(server: Any, topic: str, partition: int = 0) -> list[Any]:
-    """The messages the local server holds in one partition, oldest first."""
-    return list(server.storage.read(f"{server.database}/{topic}", partition))
+    """The messages (``StoredMessage``) the local server holds in one partition, oldest first."""
+    return list(server.storage.read(topic, partition))
 
 
 async def test_write_with_ack_reports_partition_offset_and_seq_no(driver: yta.Driver, topic: str) -> None:
@@ -114,11 +115,11 @@ async def test_metadata_created_at_and_session_metadata_are_stored(
         )
     first, second = stored(server, topic)
     assert first.data == "привет".encode()
-    assert first.metadata == [("k", b"v"), ("bin", b"\x00\x01")]
-    assert first.created_at == created
-    assert second.metadata == [("a", b"1"), ("b", b"2")]
-    assert abs(second.created_at - dt.datetime.now(dt.timezone.utc)) < dt.timedelta(seconds=30)
-    assert first.session_metadata == {"app": "billing"}
+    assert first.metadata == (("k", b"v"), ("bin", b"\x00\x01"))
+    assert first.created_at_ns == 1714979289_123456000  # 2024-05-06T07:08:09.123456Z
+    assert second.metadata == (("a", b"1"), ("b", b"2"))
+    assert abs(second.created_at_ns - time.time_ns()) < 30 * 10**9
+    assert dict(first.write_session_meta) == {"app": "billing"}
 
 
 @pytest.mark.parametrize(

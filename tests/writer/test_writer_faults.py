@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlsplit
@@ -22,8 +22,8 @@ pytestmark = pytest.mark.timeout(30)
 
 
 def stored(server: Any, topic: str, partition: int = 0) -> list[Any]:
-    """The messages the local server holds in one partition, oldest first."""
-    return list(server.storage.read(f"{server.database}/{topic}", partition))
+    """The messages (``StoredMessage``) the local server holds in one partition, oldest first."""
+    return list(server.storage.read(topic, partition))
 
 
 class FlakyProxy:
@@ -222,7 +222,7 @@ async def test_exactly_once_across_dropped_streams(
     assert all(isinstance(r, (yta.Written, yta.Skipped)) for r in results)
     offsets = {r.seq_no: r.offset for r in results if isinstance(r, yta.Written)}
     assert all(offsets[seq] == seq - 1 for seq in offsets)
-    assert all(m.created_at <= dt.datetime.now(dt.timezone.utc) for m in messages)
+    assert all(m.created_at_ns <= time.time_ns() for m in messages)
 
 
 async def test_resends_keep_original_seq_no_and_created_at(
@@ -363,3 +363,64 @@ async def test_cancelling_the_task_inside_async_with_stops_promptly(
         await asyncio.wait_for(task, 2)
     with pytest.raises(yta.WriterClosedError):
         await futures[0]
+
+
+# --- the server's own fault hooks ------------------------------------------------------------------
+
+_QUICK = yta.RetryPolicy(max_attempts=20, max_elapsed=10.0, slow=yta.BackoffSchedule(base=0.01, cap=0.05))
+
+
+async def test_acks_lost_with_the_stream_come_back_as_skipped(server: Any, driver: yta.Driver, topic: str) -> None:
+    total = 600
+    async with driver.topic.writer(topic, producer_id="lost-acks", retry=_QUICK) as writer:
+        await writer.wait_init()
+        futures = []
+        for i in range(total):
+            if i % 150 == 0:
+                # The server stores the next requests' messages, then the stream breaks before the ack.
+                server.faults.drop_write_stream_after(20)
+            futures.append(await writer.write_with_ack_future(b"%d" % i))
+            if i % 50 == 49:
+                await asyncio.sleep(0.005)
+        results = await asyncio.gather(*futures)
+    messages = stored(server, topic)
+    assert [m.data for m in messages] == [b"%d" % i for i in range(total)]
+    assert [m.seq_no for m in messages] == list(range(1, total + 1))
+    assert [r.seq_no for r in results] == list(range(1, total + 1))
+    assert server.faults.dropped_streams >= 2
+    assert any(isinstance(r, yta.Skipped) for r in results)  # resent after being stored
+    assert all(r.offset == r.seq_no - 1 for r in results if isinstance(r, yta.Written))
+
+
+async def test_retriable_statuses_at_the_handshake_are_retried(server: Any, driver: yta.Driver, topic: str) -> None:
+    server.faults.fail_next("StreamWrite", "OVERLOADED", times=2)
+    server.faults.fail_next("StreamWrite", "UNAVAILABLE")
+    async with driver.topic.writer(topic, retry=_QUICK) as writer:
+        assert await writer.write_with_ack(b"eventually") == yta.Written(0, 0, 1)
+        assert writer._sender.reconnects == 3
+
+
+async def test_a_non_retriable_status_fails_every_pending_future(server: Any, driver: yta.Driver, topic: str) -> None:
+    server.faults.fail_next("StreamWrite", "BAD_REQUEST")
+    writer = driver.topic.writer(topic, retry=_QUICK)
+    futures = await writer.write_with_ack_future([b"a", b"b"])
+    for future in futures:
+        with pytest.raises(yta.BadRequestError):
+            await future
+    with pytest.raises(yta.BadRequestError):
+        await writer.flush()
+    with pytest.raises(yta.BadRequestError):
+        await writer.close()
+    assert stored(server, topic) == []
+
+
+async def test_direct_write_follows_a_generation_change(server: Any, driver: yta.Driver, topic_name: str) -> None:
+    await driver.topic.create_topic(topic_name, min_active_partitions=2)
+    async with driver.topic.writer(topic_name, partition_id=1, direct_write=True, producer_id="d") as writer:
+        assert await writer.write_with_ack(b"gen-1") == yta.Written(1, 0, 1)
+        partition = server.storage.topic(topic_name).partition(1)
+        partition.generation += 1  # the partition's tablet moved (restarted elsewhere)
+        server.faults.drop_write_streams()
+        assert await writer.write_with_ack(b"gen-2") == yta.Written(1, 1, 2)
+        assert writer._sender._generation == partition.generation
+    assert [m.data for m in stored(server, topic_name, 1)] == [b"gen-1", b"gen-2"]
