@@ -124,10 +124,9 @@ async def test_invalid_arguments_raise_before_sending(call, match: str) -> None:
 
 
 async def test_official_sdk_and_ours_share_the_control_plane(server: LocalTopicServer, driver: yta.Driver) -> None:
-    ydb = pytest.importorskip("ydb")
-    import ydb.aio
+    ydb_aio = pytest.importorskip("ydb.aio")
 
-    official = ydb.aio.Driver(endpoint=server.endpoint, database=server.database)
+    official = ydb_aio.Driver(endpoint=server.endpoint, database=server.database)
     await official.wait(timeout=5)
     try:
         await official.topic_client.create_topic(

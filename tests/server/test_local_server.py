@@ -1,0 +1,248 @@
+"""The local topic server over raw gRPC: handshake, deduplication, partitioning, statuses, faults."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+import grpc.aio
+import pytest
+
+import ydb_topic_async as yta
+from ydb_topic_async._proto import ydb_topic_pb2 as pb
+from ydb_topic_async._proto.ydb_status_codes_pb2 import StatusIds
+from ydb_topic_async.testing import LocalTopicServer
+
+FromClient = pb.StreamWriteMessage.FromClient
+FromServer = pb.StreamWriteMessage.FromServer
+
+
+@pytest.fixture
+async def channel(server: LocalTopicServer) -> AsyncIterator[grpc.aio.Channel]:
+    async with grpc.aio.insecure_channel(server.endpoint.removeprefix("grpc://")) as ch:
+        yield ch
+
+
+class RawWriter:
+    """A bare StreamWrite call: send FromClient messages, read FromServer ones."""
+
+    def __init__(self, channel: grpc.aio.Channel, metadata: list[tuple[str, str]] | None = None) -> None:
+        method = channel.stream_stream(
+            "/Ydb.Topic.V1.TopicService/StreamWrite",
+            request_serializer=FromClient.SerializeToString,
+            response_deserializer=FromServer.FromString,
+        )
+        self.call: Any = method(metadata=metadata or [("x-ydb-database", "/local")])
+
+    async def init(self, path: str, producer_id: str = "", **partitioning: Any) -> Any:
+        await self.call.write(FromClient(init_request=pb.StreamWriteMessage.InitRequest(
+            path=path, producer_id=producer_id, get_last_seq_no=True, **partitioning
+        )))
+        return await self.call.read()
+
+    async def write(self, seq_nos: list[int], codec: int = 1) -> Any:
+        request = pb.StreamWriteMessage.WriteRequest(codec=codec)
+        for seq_no in seq_nos:
+            m = request.messages.add(seq_no=seq_no, data=f"m{seq_no}".encode(), uncompressed_size=2)
+            m.created_at.FromSeconds(1_700_000_000)
+        await self.call.write(FromClient(write_request=request))
+        return await self.call.read()
+
+    async def close(self) -> None:
+        await self.call.done_writing()
+        self.call.cancel()
+
+
+def _acks(response: Any) -> list[tuple[int, str, int]]:
+    out = []
+    for ack in response.write_response.acks:
+        kind = ack.WhichOneof("message_write_status")
+        out.append((ack.seq_no, kind, ack.written.offset if kind == "written" else -1))
+    return out
+
+
+async def test_deduplication_by_producer_and_seq_no(
+    server: LocalTopicServer, driver: yta.Driver, channel: grpc.aio.Channel
+) -> None:
+    await driver.topic.create_topic("dedup")
+    first = RawWriter(channel)
+    init = await first.init("dedup", producer_id="p1")
+    assert init.status == StatusIds.SUCCESS
+    assert init.init_response.last_seq_no == 0
+    assert _acks(await first.write([1, 2, 3])) == [(1, "written", 0), (2, "written", 1), (3, "written", 2)]
+    # A resend after a lost ack: old seq_nos are skipped, the new one is stored.
+    assert _acks(await first.write([2, 3, 4])) == [(2, "skipped", -1), (3, "skipped", -1), (4, "written", 3)]
+    await first.close()
+
+    second = RawWriter(channel)
+    init = await second.init("/local/dedup", producer_id="p1")
+    assert init.init_response.last_seq_no == 4
+    assert init.init_response.partition_id == 0
+    await second.close()
+    stored = server.storage.read("/local/dedup", 0)
+    assert [(m.offset, m.seq_no, m.data, m.producer_id) for m in stored] == [
+        (0, 1, b"m1", "p1"), (1, 2, b"m2", "p1"), (2, 3, b"m3", "p1"), (3, 4, b"m4", "p1")
+    ]
+    assert stored[0].created_at_ns == 1_700_000_000 * 10**9
+
+
+async def test_no_producer_id_means_no_deduplication(
+    server: LocalTopicServer, driver: yta.Driver, channel: grpc.aio.Channel
+) -> None:
+    await driver.topic.create_topic("nodedup")
+    raw = RawWriter(channel)
+    await raw.init("nodedup")
+    assert _acks(await raw.write([1])) == [(1, "written", 0)]
+    assert _acks(await raw.write([1])) == [(1, "written", 1)]
+    await raw.close()
+
+
+async def test_new_producers_are_spread_round_robin_and_stay_bound(
+    driver: yta.Driver, channel: grpc.aio.Channel
+) -> None:
+    await driver.topic.create_topic("rr", min_active_partitions=3)
+    partitions = []
+    for i in range(6):
+        raw = RawWriter(channel)
+        partitions.append((await raw.init("rr", producer_id=f"p{i % 3}")).init_response.partition_id)
+        await raw.close()
+    assert sorted(partitions[:3]) == [0, 1, 2]
+    assert partitions[3:] == partitions[:3]
+
+
+async def test_handshake_errors(driver: yta.Driver, channel: grpc.aio.Channel) -> None:
+    await driver.topic.create_topic("strict", supported_codecs=[yta.Codec.ZSTD])
+    raw = RawWriter(channel)
+    assert (await raw.init("missing")).status == StatusIds.SCHEME_ERROR
+    raw = RawWriter(channel)
+    reply = await raw.init("strict", partition_id=5)
+    assert reply.status == StatusIds.BAD_REQUEST
+    assert "no partition 5" in reply.issues[0].message
+    raw = RawWriter(channel)
+    reply = await raw.init("strict", producer_id="x" * 2049)
+    assert reply.status == StatusIds.BAD_REQUEST
+    raw = RawWriter(channel)
+    await raw.init("strict", producer_id="p")
+    reply = await raw.write([1], codec=yta.Codec.GZIP)
+    assert reply.status == StatusIds.BAD_REQUEST
+    assert "codec 2" in reply.issues[0].message
+    assert await raw.call.read() == grpc.aio.EOF  # the server closed the stream
+    raw = RawWriter(channel)
+    await raw.init("strict", producer_id="p")
+    assert _acks(await raw.write([1], codec=yta.Codec.ZSTD)) == [(1, "written", 0)]
+    await raw.close()
+
+
+async def test_results_carry_upstream_type_urls(driver: yta.Driver, channel: grpc.aio.Channel) -> None:
+    await driver.topic.create_topic("urls")
+    describe = channel.unary_unary(
+        "/Ydb.Topic.V1.TopicService/DescribeTopic",
+        request_serializer=pb.DescribeTopicRequest.SerializeToString,
+        response_deserializer=pb.DescribeTopicResponse.FromString,
+    )
+    response = await describe(pb.DescribeTopicRequest(path="/local/urls"), metadata=[("x-ydb-database", "/local")])
+    assert response.operation.ready
+    assert response.operation.result.type_url == "type.googleapis.com/Ydb.Topic.DescribeTopicResult"
+
+
+async def test_auth_guards_streams_too() -> None:
+    async with (
+        LocalTopicServer(users={"u": "p"}) as srv,
+        grpc.aio.insecure_channel(srv.endpoint.removeprefix("grpc://")) as ch,
+    ):
+        reply = await RawWriter(ch).init("anything", producer_id="p")
+        assert reply.status == StatusIds.UNAUTHORIZED
+        token = srv.auth.login("u", "p")
+        assert token is not None
+        reply = await RawWriter(ch, [("x-ydb-auth-ticket", token)]).init("anything")
+        assert reply.status == StatusIds.SCHEME_ERROR  # authenticated; the topic just does not exist
+        assert srv.auth.login("u", "wrong") is None
+
+
+async def test_expired_tokens_are_refused() -> None:
+    async with LocalTopicServer(users={"u": "p"}, token_ttl=0.05) as srv:
+        token = srv.auth.login("u", "p")
+        assert token is not None
+        assert srv.auth.check_token(token) is None
+        await asyncio.sleep(0.1)
+        assert srv.auth.check_token(token) == "auth ticket expired"
+
+
+async def test_injected_statuses(server: LocalTopicServer, driver: yta.Driver, channel: grpc.aio.Channel) -> None:
+    server.faults.fail_next("DescribeTopic", "OVERLOADED")
+    server.faults.fail_next("CreateTopic", "SCHEME_ERROR")
+    with pytest.raises(yta.SchemeError, match="injected"):
+        await driver.topic.create_topic("faulty")
+    await driver.topic.create_topic("faulty")
+    # OVERLOADED is retriable: the driver's retry policy gets through on the second try.
+    description = await driver.topic.describe_topic("faulty")
+    assert description.path == "/local/faulty"
+    server.faults.fail_next("StreamWrite", "UNAVAILABLE")
+    assert (await RawWriter(channel).init("faulty")).status == StatusIds.UNAVAILABLE
+    assert (await RawWriter(channel).init("faulty")).status == StatusIds.SUCCESS
+
+
+async def test_write_stream_drop_after_n_messages(
+    server: LocalTopicServer, driver: yta.Driver, channel: grpc.aio.Channel
+) -> None:
+    await driver.topic.create_topic("drop")
+    raw = RawWriter(channel)
+    await raw.init("drop", producer_id="p")
+    server.faults.drop_write_stream_after(3)
+    assert _acks(await raw.write([1, 2])) == [(1, "written", 0), (2, "written", 1)]
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await raw.write([3, 4])
+    assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+    # The batch that crossed the limit was stored; only its ack was lost.
+    assert [m.seq_no for m in server.storage.read("/local/drop", 0)] == [1, 2, 3, 4]
+    assert server.faults.dropped_streams == 1
+
+
+async def test_drop_write_streams_breaks_open_streams(
+    server: LocalTopicServer, driver: yta.Driver, channel: grpc.aio.Channel
+) -> None:
+    await driver.topic.create_topic("drop-all")
+    raw = RawWriter(channel)
+    await raw.init("drop-all")
+    assert server.faults.drop_write_streams() == 1
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await raw.call.read()
+    assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+async def test_split_partition_makes_children(server: LocalTopicServer, driver: yta.Driver) -> None:
+    await driver.topic.create_topic("split", consumers=["c"])
+    children = server.storage.split_partition("split", 0)
+    assert children == (1, 2)
+    description = await driver.topic.describe_topic("split")
+    parent = description.partitions[0]
+    assert not parent.active and parent.child_partition_ids == (1, 2)
+    assert description.active_partition_ids == [1, 2]
+    assert description.partitions[1].parent_partition_ids == (0,)
+
+
+async def test_pytest_fixture(ydb_topic_server: LocalTopicServer) -> None:
+    async with yta.Driver(ydb_topic_server.endpoint, ydb_topic_server.database) as driver:
+        await driver.topic.create_topic("from-fixture")
+        assert (await driver.topic.describe_topic("from-fixture")).partitions[0].active
+
+
+async def test_standalone_process() -> None:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "ydb_topic_async.testing", "--port", "0", "--database", "/standalone",
+        stdout=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert proc.stdout is not None
+        line = (await asyncio.wait_for(proc.stdout.readline(), 30)).decode()
+        connection_string = line.split(": ", 1)[1].strip()
+        assert connection_string.endswith("/?database=/standalone")
+        async with yta.Driver(connection_string) as driver:
+            await driver.topic.create_topic("t", min_active_partitions=2)
+            assert (await driver.topic.describe_topic("t")).active_partition_ids == [0, 1]
+    finally:
+        proc.terminate()
+        assert await asyncio.wait_for(proc.wait(), 30) == 0
