@@ -142,6 +142,9 @@ class Driver:
             ("grpc.keepalive_time_ms", 10_000),
             ("grpc.keepalive_timeout_ms", 5_000),
             ("grpc.keepalive_permit_without_calls", 1),
+            # Connections belong to this driver alone: gRPC would otherwise share them process-wide,
+            # and closing one driver could break, or keep alive, another's calls.
+            ("grpc.use_local_subchannel_pool", 1),
             *channel_options,
         ]
         self._channels: dict[Endpoint, grpc.aio.Channel] = {}

@@ -263,21 +263,22 @@ class ReadService:
         self, requests: AsyncIterator[Any], context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[Any]:
         server = self.server
-        refusal = server.auth.check(metadata(context))
-        if refusal:
-            yield _failure("UNAUTHORIZED", refusal)
-            return
-        injected = server.faults.take_status("StreamRead")
-        if injected is not None:
-            yield FromServer(status=injected, issues=issues("injected failure"))  # type: ignore[arg-type]
-            return
         wakeup = asyncio.Event()
         inbox = Inbox(requests, wakeup)
         handle = server.faults.register("read", wakeup)
         session: ReadSession | None = None
         server.storage.listen(wakeup)
         try:
+            # Like YDB, answer only once the handshake arrived, so clients never race a closed stream.
             first = await inbox.first(HANDSHAKE_TIMEOUT)
+            refusal = server.auth.check(metadata(context))
+            if refusal:
+                yield _failure("UNAUTHORIZED", refusal)
+                return
+            injected = server.faults.take_status("StreamRead")
+            if injected is not None:
+                yield FromServer(status=injected, issues=issues("injected failure"))  # type: ignore[arg-type]
+                return
             if first is None or first.WhichOneof("client_message") != "init_request":
                 yield _failure("BAD_REQUEST", "the first message of a read stream must be an InitRequest")
                 return
