@@ -18,13 +18,13 @@ from ydb_topic_async.testing import LocalTopicServer
 
 FromClient = pb.StreamWriteMessage.FromClient
 FromServer = pb.StreamWriteMessage.FromServer
+LOCAL_POOL = [("grpc.use_local_subchannel_pool", 1)]
+"""Each test's channel gets its own connections, never one left over from an earlier server."""
 
 
 @pytest.fixture
 async def channel(server: LocalTopicServer) -> AsyncIterator[grpc.aio.Channel]:
-    async with grpc.aio.insecure_channel(
-        server.endpoint.removeprefix("grpc://"), options=[("grpc.use_local_subchannel_pool", 1)]
-    ) as ch:
+    async with grpc.aio.insecure_channel(server.endpoint.removeprefix("grpc://"), options=LOCAL_POOL) as ch:
         yield ch
 
 
@@ -153,7 +153,7 @@ async def test_results_carry_upstream_type_urls(driver: yta.Driver, channel: grp
 async def test_auth_guards_streams_too() -> None:
     async with (
         LocalTopicServer(users={"u": "p"}) as srv,
-        grpc.aio.insecure_channel(srv.endpoint.removeprefix("grpc://"), options=[("grpc.use_local_subchannel_pool", 1)]) as ch,
+        grpc.aio.insecure_channel(srv.endpoint.removeprefix("grpc://"), options=LOCAL_POOL) as ch,
     ):
         reply = await RawWriter(ch).init("anything", producer_id="p")
         assert reply.status == StatusIds.UNAUTHORIZED
