@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import threading
 import time
 from typing import Any
 
@@ -355,3 +356,46 @@ async def test_a_failing_custom_encoder_fails_the_writer(server: Any, driver: yt
     with pytest.raises(yta.UsageError):
         await writer.close()
     assert stored(server, topic) == []
+
+
+async def test_large_payloads_are_encoded_off_the_loop_in_parallel(
+    server: Any, driver: yta.Driver, topic: str
+) -> None:
+    loop_thread = threading.get_ident()
+    threads: set[int] = set()
+    running = 0
+    peak = 0
+    lock = threading.Lock()
+
+    def slow_encoder(data: bytes) -> bytes:
+        nonlocal running, peak
+        with lock:
+            running += 1
+            peak = max(peak, running)
+            threads.add(threading.get_ident())
+        time.sleep(0.05)  # stands in for CPU-heavy compression that releases the GIL
+        with lock:
+            running -= 1
+        return data[::-1]
+
+    payloads = [bytes([i]) * 20_000 + b"end" for i in range(8)]
+    async with driver.topic.writer(topic, codec=10007, encoders={10007: slow_encoder}) as writer:
+        await writer.wait_init()
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.005)
+                ticks += 1
+
+        tick_task = asyncio.ensure_future(ticker())
+        try:
+            await writer.write_with_ack(payloads)
+        finally:
+            tick_task.cancel()
+            await asyncio.gather(tick_task, return_exceptions=True)
+    assert loop_thread not in threads
+    assert peak >= 2  # several messages were being encoded at the same time
+    assert ticks >= 5  # the loop kept running meanwhile
+    assert [m.data for m in stored(server, topic)] == [p[::-1] for p in payloads]
