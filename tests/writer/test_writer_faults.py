@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 import pytest
 
 import ydb_topic_async as yta
+from ydb_topic_async import _codecs
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -424,3 +425,18 @@ async def test_direct_write_follows_a_generation_change(server: Any, driver: yta
         assert await writer.write_with_ack(b"gen-2") == yta.Written(1, 1, 2)
         assert writer._sender._generation == partition.generation
     assert [m.data for m in stored(server, topic_name, 1)] == [b"gen-1", b"gen-2"]
+
+
+async def test_compressed_messages_are_resent_in_their_encoded_form(
+    server: Any, driver: yta.Driver, topic: str
+) -> None:
+    payloads = [b"zstd payload %d " % i * 50 for i in range(40)] + [bytes(range(256)) * 100]
+    server.faults.drop_write_stream_after(10)
+    async with driver.topic.writer(topic, producer_id="z", codec=yta.Codec.ZSTD, retry=_QUICK) as writer:
+        results = await writer.write_with_ack(payloads)
+    assert server.faults.dropped_streams == 1
+    assert [r.seq_no for r in results] == list(range(1, 42))
+    decode = _codecs.BUILTIN_DECODERS[yta.Codec.ZSTD]
+    messages = stored(server, topic)
+    assert [decode(m.data) for m in messages] == payloads
+    assert [m.uncompressed_size for m in messages] == [len(p) for p in payloads]

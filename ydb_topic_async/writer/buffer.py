@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 class PendingMessage:
     """One accepted message, as it will be (re)sent."""
 
-    __slots__ = ("created_ns", "data", "encoded", "future", "metadata", "seq_no", "size")
+    __slots__ = ("created_ns", "data", "data_len", "encoded", "future", "metadata", "seq_no", "size")
 
     def __init__(
         self,
@@ -37,6 +37,8 @@ class PendingMessage:
         size: int,
     ) -> None:
         self.data = data
+        """The raw payload; dropped (emptied) once encoded, so a compressed message is held once."""
+        self.data_len = len(data)
         self.seq_no = seq_no
         self.created_ns = created_ns
         """Nanoseconds since the epoch; -1 when the message carries no creation time."""

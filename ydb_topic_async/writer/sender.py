@@ -67,7 +67,7 @@ def wire_size(payload_len: int, entry: PendingMessage) -> int:
     size = payload_len + MESSAGE_OVERHEAD
     metadata = entry.metadata
     if metadata:
-        size += entry.size - len(entry.data) + METADATA_ITEM_OVERHEAD * len(metadata)
+        size += entry.size - entry.data_len + METADATA_ITEM_OVERHEAD * len(metadata)
     return size
 
 
@@ -277,7 +277,7 @@ class WriterSender:
         for entry in unsent:
             # Sized by the raw payload: encoding rarely grows data, and the exact packing below
             # uses encoded sizes anyway (splitting again if it did grow).
-            raw_total += wire_size(len(entry.data), entry)
+            raw_total += wire_size(entry.data_len, entry)
             if (raw_total > target and count) or count >= MAX_MESSAGES_PER_REQUEST:
                 break
             count += 1
@@ -319,7 +319,7 @@ class WriterSender:
                 created = message.created_at
                 created.seconds, created.nanos = divmod(entry.created_ns, 1_000_000_000)
             message.data = payload
-            message.uncompressed_size = len(entry.data)
+            message.uncompressed_size = entry.data_len
             if entry.metadata:
                 items = message.metadata_items
                 for key, value in entry.metadata:
@@ -335,8 +335,9 @@ class WriterSender:
         try:
             for entry in batch:
                 if entry.encoded is None:
-                    if len(entry.data) < _codecs.OFF_LOOP_THRESHOLD:
+                    if entry.data_len < _codecs.OFF_LOOP_THRESHOLD:
                         entry.encoded = encoder(entry.data)
+                        entry.data = b""  # only the encoded form is sent (and resent) from now on
                     else:
                         large.append(entry)
         except Exception as exc:
@@ -348,6 +349,7 @@ class WriterSender:
         async def encode_one(entry: PendingMessage) -> None:
             try:
                 entry.encoded = await _codecs.apply(encoder, entry.data)
+                entry.data = b""
             except Exception as exc:
                 failures.append(exc)
 
