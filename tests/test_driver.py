@@ -208,3 +208,18 @@ async def test_static_credentials_refresh_before_expiry() -> None:
             second = await creds.auth_token()
             assert second and second != first
             await driver.topic.describe_topic("t")
+
+
+async def test_closing_the_driver_flushes_its_writers_first(server: LocalTopicServer) -> None:
+    async with yta.Driver(server.endpoint, server.database) as admin:
+        await admin.topic.create_topic("flushed")
+    driver = yta.Driver(server.endpoint, server.database)
+    await driver.open()
+    writer = driver.topic.writer("flushed", producer_id="p")
+    await writer.open()
+    await writer.write([b"a", b"b"])  # accepted; possibly not even sent yet
+    await driver.close()
+    assert writer.closed
+    assert [m.data for m in server.storage.read("flushed", 0)] == [b"a", b"b"]
+    with pytest.raises(yta.ClosedError):
+        await writer.write(b"late")

@@ -152,6 +152,7 @@ class Driver:
         self._round_robin = itertools.count()
         self._discovery_task: asyncio.Task[None] | None = None
         self._opened = False
+        self._closing = False
         self._closed = False
         self._topic: TopicClient | None = None
 
@@ -191,19 +192,27 @@ class Driver:
             )
 
     async def close(self) -> None:
-        """Close clients created from this driver, stop discovery and close every channel."""
-        if self._closed:
+        """Close the writers and readers made from this driver, then discovery and every channel.
+
+        Writers are closed first, while the channels still work, so that they can flush (and
+        reconnect for) what they accepted. If one of them fails, the rest are still closed and
+        every channel is released before the first such error is raised.
+        """
+        if self._closed or self._closing:
             return
-        self._closed = True
-        if self._topic is not None:
-            await self._topic._close()
-        if self._discovery_task is not None:
-            self._discovery_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._discovery_task
-        channels, self._channels = list(self._channels.values()), {}
-        for channel in channels:
-            await channel.close()
+        self._closing = True
+        try:
+            if self._topic is not None:
+                await self._topic._close()
+        finally:
+            self._closed = True
+            if self._discovery_task is not None:
+                self._discovery_task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._discovery_task
+            channels, self._channels = list(self._channels.values()), {}
+            for channel in channels:
+                await channel.close()
 
     @property
     def closed(self) -> bool:

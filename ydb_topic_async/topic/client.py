@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import weakref
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
     from ..writer.writer import TopicWriter, WriterOptions
 
 _SERVICE = "/Ydb.Topic.V1.TopicService/"
+logger = logging.getLogger("ydb_topic_async.topic")
 
 
 class _Closable(Protocol):
@@ -66,8 +68,16 @@ class TopicClient:
         self._owned.add(closable)
 
     async def _close(self) -> None:
+        """Close every owned writer and reader; the first failure is raised after all are closed."""
+        first: BaseException | None = None
         for obj in list(self._owned):
-            await obj.close()
+            try:
+                await obj.close()
+            except Exception as exc:
+                logger.warning("closing %r with the driver failed: %s", obj, exc)
+                first = first or exc
+        if first is not None:
+            raise first
 
     # --- writers and readers ------------------------------------------------------------
 
