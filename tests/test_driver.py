@@ -6,6 +6,7 @@ import asyncio
 import base64
 import json
 import socket
+import subprocess
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -223,3 +224,34 @@ async def test_closing_the_driver_flushes_its_writers_first(server: LocalTopicSe
     assert [m.data for m in server.storage.read("flushed", 0)] == [b"a", b"b"]
     with pytest.raises(yta.ClosedError):
         await writer.write(b"late")
+
+
+@pytest.fixture(scope="module")
+def tls_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[bytes, bytes]:
+    """A self-signed certificate for 127.0.0.1 and its key (PEM)."""
+    directory = tmp_path_factory.mktemp("tls")
+    key, cert = directory / "key.pem", directory / "cert.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
+         "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost", "-keyout", str(key), "-out", str(cert)],
+        check=True,
+        capture_output=True,
+    )
+    return key.read_bytes(), cert.read_bytes()
+
+
+async def test_tls_with_given_root_certificates(tls_pair: tuple[bytes, bytes]) -> None:
+    key, cert = tls_pair
+    async with LocalTopicServer(tls=(key, cert)) as srv:
+        assert srv.endpoint.startswith("grpcs://")
+        async with yta.Driver(srv.endpoint, srv.database, root_certificates=cert) as driver:
+            await driver.wait_ready(timeout=5)
+            assert driver.endpoints == [srv.endpoint]  # discovery reports TLS too
+            await driver.topic.create_topic("secure")
+            assert (await driver.topic.describe_topic("secure")).path == "/local/secure"
+        # The system trust store does not know this self-signed certificate.
+        async with yta.Driver(
+            srv.endpoint, srv.database, discovery=False, retry=yta.RetryPolicy.no_retries()
+        ) as untrusting:
+            with pytest.raises(yta.ConnectionLostError):
+                await untrusting.topic.describe_topic("secure", timeout=5)

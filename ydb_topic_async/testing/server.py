@@ -30,7 +30,8 @@ class LocalTopicServer:
 
     It listens on ``host:port`` (port 0 picks a free one) and serves ``database``. With ``users``
     (name -> password), every call needs a token from ``AuthService.Login``; tokens expire after
-    ``token_ttl`` seconds when given. ``storage`` holds every topic and message (for inspection),
+    ``token_ttl`` seconds when given. ``tls`` is a (PEM private key, PEM certificate chain) pair
+    to serve TLS instead of plaintext. ``storage`` holds every topic and message (for inspection),
     ``faults`` breaks streams and injects statuses on purpose.
     """
 
@@ -43,6 +44,7 @@ class LocalTopicServer:
         users: dict[str, str] | None = None,
         token_ttl: float | None = None,
         graceful_stop_timeout: float = 10.0,
+        tls: tuple[bytes, bytes] | None = None,
     ) -> None:
         if not database.startswith("/"):
             raise ValueError("database must be an absolute path like '/local'")
@@ -55,13 +57,14 @@ class LocalTopicServer:
         self.writes = WriteService(self)
         self.reads = ReadService(self, graceful_stop_timeout=graceful_stop_timeout)
         self._requested_port = port
+        self._tls = tls
         self.port = 0
         self._server: grpc.aio.Server | None = None
 
     @property
     def endpoint(self) -> str:
-        """``grpc://host:port`` of the running server."""
-        return f"grpc://{self.host}:{self.port}"
+        """``grpc://host:port`` (``grpcs://`` with TLS) of the running server."""
+        return f"{'grpcs' if self._tls else 'grpc'}://{self.host}:{self.port}"
 
     @property
     def connection_string(self) -> str:
@@ -87,7 +90,12 @@ class LocalTopicServer:
             ]
         )
         server.add_generic_rpc_handlers(self._handlers())
-        self.port = server.add_insecure_port(f"{self.host}:{self._requested_port}")
+        address = f"{self.host}:{self._requested_port}"
+        if self._tls is not None:
+            key, chain = self._tls
+            self.port = server.add_secure_port(address, grpc.ssl_server_credentials([(key, chain)]))
+        else:
+            self.port = server.add_insecure_port(address)
         await server.start()
         self._server = server
         logger.info("local topic server on %s, database %s", self.endpoint, self.database)
@@ -201,7 +209,9 @@ class LocalTopicServer:
         if request.database and request.database.rstrip("/") != self.database:
             raise StorageError("SCHEME_ERROR", f"database {request.database} does not exist here ({self.database})")
         result = ydb_discovery_pb2.ListEndpointsResult(self_location="local")
-        result.endpoints.add(address=self.host, port=self.port, location="local", node_id=1, load_factor=0.0)
+        result.endpoints.add(
+            address=self.host, port=self.port, location="local", node_id=1, ssl=self._tls is not None
+        )
         return result
 
     def _who_am_i(self, request: Any) -> Message:
