@@ -222,6 +222,9 @@ class ReaderConnection:
         except Exception as exc:
             if isinstance(exc, grpc.aio.AioRpcError):
                 exc = error_from_grpc(exc)
+            elif isinstance(exc, asyncio.InvalidStateError):
+                # Sending on a call the server has just ended: the stream broke, reconnect.
+                exc = ConnectionLostError(f"read stream broke while sending: {exc}")
             if self._stream_error is None:
                 self._stream_error = exc
             scope.cancel()

@@ -179,9 +179,11 @@ class ConsumerGroup:
             if _finished(self.consumer, state.partition) and pid not in self.releasing:
                 owner.stop(state, graceful=False)
                 del self.owner[pid]
+        # Partitions on their way to another reader count for nobody until released.
         counts = {id(m): 0 for m in self.members}
-        for owner, _ in self.owner.values():
-            counts[id(owner)] += 1
+        for pid, (owner, _) in self.owner.items():
+            if pid not in self.releasing:
+                counts[id(owner)] += 1
         for partition in self.topic.partitions:
             pid = partition.partition_id
             if pid in self.owner or not self.eligible(partition):
@@ -194,24 +196,25 @@ class ConsumerGroup:
             state = self.service.new_partition_session(target, self.topic, partition, self.consumer)
             self.owner[pid] = (target, state)
             target.start(state, self.consumer.committed_offset(partition))
-        # Even out: move one partition at a time from the busiest member to an idle-enough one.
-        while True:
-            busiest = max(self.members, key=lambda m: counts[id(m)])
+        # Even out: readers above their fair share give partitions back gracefully; the
+        # least loaded readers get them once the stops are confirmed.
+        total = len(self.owner)
+        members = sorted(self.members, key=lambda m: counts[id(m)], reverse=True)
+        base, extra = divmod(total, len(members))
+        for rank, member in enumerate(members):
+            share = base + (1 if rank < extra else 0)
             movable = [
                 (pid, state)
                 for pid, (owner, state) in self.owner.items()
-                if owner is busiest and pid not in self.releasing and state.started
+                if owner is member and pid not in self.releasing and state.started
             ]
-            receivers = [
-                m for m in self.members
-                if counts[id(m)] + 1 < counts[id(busiest)] and any(m.accepts(self.topic, pid) for pid, _ in movable)
-            ]
-            if not movable or not receivers:
-                return
-            pid, state = movable[-1]
-            busiest.stop(state, graceful=True)
-            self.releasing[pid] = _Release(busiest, state, now + self.service.graceful_stop_timeout)
-            counts[id(busiest)] -= 1
+            while counts[id(member)] > share and movable:
+                pid, state = movable.pop()
+                if not any(m is not member and m.accepts(self.topic, pid) for m in self.members):
+                    continue
+                member.stop(state, graceful=True)
+                self.releasing[pid] = _Release(member, state, now + self.service.graceful_stop_timeout)
+                counts[id(member)] -= 1
 
     def ownership(self) -> Iterable[tuple[int, ReadSession]]:
         for pid, (owner, _) in self.owner.items():
