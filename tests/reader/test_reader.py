@@ -351,3 +351,31 @@ async def test_invalid_arguments() -> None:
             driver.topic.reader("t", consumer="c", buffer_size_bytes=10)
         with pytest.raises(yta.InvalidArgumentError):
             yta.TopicSelector("t", partitions=[-1])
+
+
+async def test_children_of_a_split_partition_are_read_after_the_parent(
+    server: LocalTopicServer, driver: yta.Driver, topic: str
+) -> None:
+    await fill(driver, topic, [b"parent-%d" % i for i in range(5)])
+    left, right = server.storage.split_partition(topic, 0)
+    await fill(driver, topic, [b"left-%d" % i for i in range(3)], partition_id=left, producer_id="l")
+    await fill(driver, topic, [b"right-%d" % i for i in range(2)], partition_id=right, producer_id="r")
+    order: list[tuple[int, bytes]] = []
+    async with driver.topic.reader(topic, consumer="consumer") as reader:
+        # Only the parent is handed out while it still has uncommitted data.
+        batch = await reader.receive_batch(max_messages=2, timeout=10)
+        assert {s.partition_id for s in reader.partition_sessions} == {0}
+        order.extend((m.partition_id, m.data) for m in batch)
+        reader.commit(batch)
+        while len(order) < 10:
+            batch = await reader.receive_batch(timeout=10)
+            order.extend((m.partition_id, m.data) for m in batch)
+            await reader.commit_with_ack(batch)
+    parent = [data for pid, data in order if pid == 0]
+    assert parent == [b"parent-%d" % i for i in range(5)]
+    last_parent = max(i for i, (pid, _) in enumerate(order) if pid == 0)
+    first_child = min(i for i, (pid, _) in enumerate(order) if pid != 0)
+    assert last_parent < first_child  # children only after the parent was consumed and committed
+    assert sorted(data for pid, data in order if pid == left) == [b"left-%d" % i for i in range(3)]
+    assert sorted(data for pid, data in order if pid == right) == [b"right-%d" % i for i in range(2)]
+    assert await _committed(driver, topic) == {0: 5, left: 3, right: 2}
