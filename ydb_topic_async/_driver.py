@@ -98,6 +98,9 @@ class Driver:
     system trust store for TLS. With ``discovery`` on, the driver asks the endpoint for the
     cluster's nodes (``ListEndpoints``) and spreads new streams across them; when discovery
     fails it keeps using the given endpoint. Unary idempotent calls are retried by ``retry``.
+    ``channel_options`` are extra gRPC channel arguments; HTTP/2 keepalive pings are off by
+    default, as servers may answer pings more frequent than they allow by closing the
+    connection; enable them with e.g. ``[("grpc.keepalive_time_ms", 60_000)]``.
     """
 
     def __init__(
@@ -139,9 +142,6 @@ class Driver:
         self._channel_options = [
             ("grpc.max_send_message_length", max_message_size),
             ("grpc.max_receive_message_length", max_message_size),
-            ("grpc.keepalive_time_ms", 10_000),
-            ("grpc.keepalive_timeout_ms", 5_000),
-            ("grpc.keepalive_permit_without_calls", 1),
             # Connections belong to this driver alone: gRPC would otherwise share them process-wide,
             # and closing one driver could break, or keep alive, another's calls.
             ("grpc.use_local_subchannel_pool", 1),

@@ -87,6 +87,9 @@ class LocalTopicServer:
                 ("grpc.max_send_message_length", 64 * 1024 * 1024),
                 ("grpc.max_receive_message_length", 64 * 1024 * 1024),
                 ("grpc.so_reuseport", 0),
+                # Accept clients' keepalive pings as often as every 5 s instead of closing on them.
+                ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
+                ("grpc.keepalive_permit_without_calls", 1),
             ]
         )
         server.add_generic_rpc_handlers(self._handlers())
