@@ -10,9 +10,17 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
+import grpc
+
+from ._replies import failure, issues, metadata
+
+if TYPE_CHECKING:
+    from .server import LocalTopicServer
+
+HANDSHAKE_TIMEOUT = 30.0
 
 
 class Inbox:
@@ -50,3 +58,27 @@ class Inbox:
     async def close(self) -> None:
         self._task.cancel()
         await asyncio.wait([self._task])
+
+
+async def receive_handshake(
+    server: LocalTopicServer,
+    inbox: Inbox,
+    context: grpc.aio.ServicerContext[Any, Any],
+    method: str,
+    reply_cls: Any,
+) -> tuple[Any | None, Any | None]:
+    """The client's InitRequest, or the failure to answer with instead: ``(init, None)`` or ``(None, reply)``.
+
+    Like YDB, the server answers only once the handshake arrived, so a client never races a
+    stream that was already closed. Then auth and injected faults are checked, in that order.
+    """
+    first = await inbox.first(HANDSHAKE_TIMEOUT)
+    refusal = server.auth.check(metadata(context))
+    if refusal:
+        return None, failure(reply_cls, "UNAUTHORIZED", refusal)
+    injected = server.faults.take_status(method)
+    if injected is not None:
+        return None, reply_cls(status=injected, issues=issues("injected failure"))
+    if first is None or first.WhichOneof("client_message") != "init_request":
+        return None, failure(reply_cls, "BAD_REQUEST", f"the first message of {method} must be an InitRequest")
+    return first.init_request, None

@@ -32,6 +32,11 @@ def issues(message: str) -> list[ydb_issue_message_pb2.IssueMessage]:
     return [ydb_issue_message_pb2.IssueMessage(message=message, severity=1)] if message else []
 
 
+def failure(reply_cls: Any, status: str, message: str) -> Any:
+    """A stream reply of ``reply_cls`` (a FromServer type) carrying an error status and issue."""
+    return reply_cls(status=status_code(status), issues=issues(message))
+
+
 def pack(result: Message) -> any_pb2.Any:
     """``result`` in an Any whose type URL names the upstream type, as a real YDB server does."""
     name = result.DESCRIPTOR.full_name

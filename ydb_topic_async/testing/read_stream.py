@@ -27,21 +27,20 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from .._proto import ydb_topic_pb2 as pb
-from ._inbox import Inbox
-from ._replies import SUCCESS, issues, metadata, status_code, timestamp
+from ._inbox import Inbox, receive_handshake
+from ._replies import SUCCESS, failure, timestamp
 from .partition_log import Consumer, Partition, StorageError, StoredMessage, Topic
 
 if TYPE_CHECKING:
     from .server import LocalTopicServer
 
 FromServer = pb.StreamReadMessage.FromServer
-HANDSHAKE_TIMEOUT = 30.0
 MAX_RESPONSE_BYTES = 4 * 1024 * 1024
 """A ReadResponse is cut at about this size even when the client's credit allows more."""
 
 
 def _failure(status: str, message: str) -> Any:
-    return FromServer(status=status_code(status), issues=issues(message))  # type: ignore[arg-type]
+    return failure(FromServer, status, message)
 
 
 def _finished(consumer: Consumer | None, partition: Partition) -> bool:
@@ -272,21 +271,12 @@ class ReadService:
         session: ReadSession | None = None
         server.storage.listen(wakeup)
         try:
-            # Like YDB, answer only once the handshake arrived, so clients never race a closed stream.
-            first = await inbox.first(HANDSHAKE_TIMEOUT)
-            refusal = server.auth.check(metadata(context))
-            if refusal:
-                yield _failure("UNAUTHORIZED", refusal)
-                return
-            injected = server.faults.take_status("StreamRead")
-            if injected is not None:
-                yield FromServer(status=injected, issues=issues("injected failure"))  # type: ignore[arg-type]
-                return
-            if first is None or first.WhichOneof("client_message") != "init_request":
-                yield _failure("BAD_REQUEST", "the first message of a read stream must be an InitRequest")
+            init, refused = await receive_handshake(server, inbox, context, "StreamRead", FromServer)
+            if refused is not None:
+                yield refused
                 return
             try:
-                session = self._handshake(first.init_request)
+                session = self._handshake(init)
             except StorageError as exc:
                 yield _failure(exc.status, exc.message)
                 return

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from .._proto import ydb_topic_pb2 as pb
-from ._inbox import Inbox
-from ._replies import SUCCESS, duration, issues, metadata, status_code
+from ._inbox import Inbox, receive_handshake
+from ._replies import SUCCESS, duration, failure
 from .partition_log import NewMessage, Partition, StorageError, Topic
 
 if TYPE_CHECKING:
@@ -27,12 +27,11 @@ if TYPE_CHECKING:
 
 FromServer = pb.StreamWriteMessage.FromServer
 MAX_PRODUCER_ID_LENGTH = 2048
-HANDSHAKE_TIMEOUT = 30.0
 _SKIPPED = pb.StreamWriteMessage.WriteResponse.WriteAck.Skipped.REASON_ALREADY_WRITTEN
 
 
 def _failure(status: str, message: str) -> Any:
-    return FromServer(status=status_code(status), issues=issues(message))  # type: ignore[arg-type]
+    return failure(FromServer, status, message)
 
 
 class WriteService:
@@ -51,31 +50,22 @@ class WriteService:
         inbox = Inbox(requests, wakeup)
         handle = server.faults.register("write", wakeup)
         try:
-            # Like YDB, answer only once the handshake arrived, so clients never race a closed stream.
-            first = await inbox.first(HANDSHAKE_TIMEOUT)
-            refusal = server.auth.check(metadata(context))
-            if refusal:
-                yield _failure("UNAUTHORIZED", refusal)
-                return
-            injected = server.faults.take_status("StreamWrite")
-            if injected is not None:
-                yield FromServer(status=injected, issues=issues("injected failure"))  # type: ignore[arg-type]
-                return
-            if first is None or first.WhichOneof("client_message") != "init_request":
-                yield _failure("BAD_REQUEST", "the first message of a write stream must be an InitRequest")
+            init, refused = await receive_handshake(server, inbox, context, "StreamWrite", FromServer)
+            if refused is not None:
+                yield refused
                 return
             try:
-                topic, partition, producer_id, meta = self._handshake(first.init_request)
+                topic, partition, producer_id, meta = self._handshake(init)
             except StorageError as exc:
                 yield _failure(exc.status, exc.message)
                 return
             session_id = f"local-write-{next(self._session_ids)}-{uuid.uuid4().hex[:8]}"
-            init = FromServer(status=SUCCESS)
-            init.init_response.session_id = session_id
-            init.init_response.partition_id = partition.partition_id
-            init.init_response.last_seq_no = partition.last_seq_no(producer_id) if producer_id else 0
-            init.init_response.supported_codecs.codecs.extend(topic.settings.supported_codecs)
-            yield init
+            reply = FromServer(status=SUCCESS)
+            reply.init_response.session_id = session_id
+            reply.init_response.partition_id = partition.partition_id
+            reply.init_response.last_seq_no = partition.last_seq_no(producer_id) if producer_id else 0
+            reply.init_response.supported_codecs.codecs.extend(topic.settings.supported_codecs)
+            yield reply
 
             while True:
                 while inbox.messages and not handle.broken:
