@@ -379,3 +379,19 @@ async def test_children_of_a_split_partition_are_read_after_the_parent(
     assert sorted(data for pid, data in order if pid == left) == [b"left-%d" % i for i in range(3)]
     assert sorted(data for pid, data in order if pid == right) == [b"right-%d" % i for i in range(2)]
     assert await _committed(driver, topic) == {0: 5, left: 3, right: 2}
+
+
+async def test_close_does_not_wait_for_commits_behind_a_gap(
+    driver: yta.Driver, topic: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    await fill(driver, topic, [b"g%d" % i for i in range(6)])
+    reader = driver.topic.reader(topic, consumer="consumer")
+    async with reader:
+        got = await _read_n(reader, 6, commit=False)
+        reader.commit(got[0])
+        reader.commit(got[1])
+        reader.commit(got[5])  # offsets 2..4 are never committed: this range cannot be acknowledged
+        with caplog.at_level(logging.WARNING, logger="ydb_topic_async.reader"):
+            await reader.close(timeout=10)  # returns once offsets 0..1 are acknowledged
+    assert "past offset 2 cannot be acknowledged" in caplog.text
+    assert await _committed(driver, topic) == {0: 2}

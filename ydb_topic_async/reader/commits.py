@@ -59,6 +59,11 @@ class CommitTracker:
             ranges[-1] = (ranges[-1][0], end)  # the usual case: commits in order
         else:
             ranges.append((start, end))
+        recorded = session._recorded
+        if recorded and recorded[-1][1] == start:
+            recorded[-1] = (recorded[-1][0], end)
+        else:
+            recorded.append((start, end))
         if end > session._commit_requested:
             session._commit_requested = end
         self._wake_sender.set()
@@ -83,6 +88,7 @@ class CommitTracker:
         """The server reports ``committed_offset`` for ``session``."""
         if committed_offset > session.committed_offset:
             session.committed_offset = committed_offset
+            session._recorded = [r for r in session._recorded if r[1] > committed_offset]
         waiters = session._ack_waiters
         if not waiters:
             return
@@ -106,6 +112,15 @@ class CommitTracker:
                 future.exception()  # a caller that used commit() never looks: keep asyncio quiet
 
     @staticmethod
-    def unacked(session: PartitionSession) -> bool:
-        """Whether commits requested through ``session`` await confirmation."""
-        return session._commit_requested > session.committed_offset
+    def reachable(session: PartitionSession) -> int:
+        """How far the committed offset can advance with the ranges requested so far.
+
+        Commits are contiguous: a range past a gap of uncommitted offsets is acknowledged only
+        once the gap is committed too.
+        """
+        reach = session.committed_offset
+        for start, end in merge_ranges(session._recorded):
+            if start > reach:
+                break
+            reach = max(reach, end)
+        return reach

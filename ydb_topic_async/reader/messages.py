@@ -106,6 +106,7 @@ class PartitionSession:
         "_commit_requested",
         "_delivered_end",
         "_next_commit_start",
+        "_recorded",
         "_stop_deadline",
         "_stream_id",
         "child_partition_ids",
@@ -147,6 +148,8 @@ class PartitionSession:
         """End (offset + 1) of the last message handed to the user."""
         self._commit_requested = committed_offset
         """The highest commit range end requested through this session."""
+        self._recorded: list[tuple[int, int]] = []
+        """Commit ranges requested and not yet below the committed offset."""
         self._ack_waiters: list[tuple[int, Any]] = []
         self._stop_deadline: float | None = None
 

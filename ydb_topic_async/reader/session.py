@@ -583,13 +583,21 @@ class ReaderConnection:
     # --- closing -------------------------------------------------------------------------------
 
     def close_waiters(self) -> list[asyncio.Future[None]]:
-        """Futures resolving when commits requested so far are acknowledged (or their session ends)."""
+        """Futures resolving when the commits requested so far that can advance are acknowledged."""
         loop = asyncio.get_running_loop()
         futures: list[asyncio.Future[None]] = []
         for session in self.sessions.values():
-            if CommitTracker.unacked(session):
+            reach = CommitTracker.reachable(session)
+            if session._commit_requested > reach:
+                # Nothing will commit the gap any more: waiting for these acks would never end.
+                logger.warning(
+                    "topic reader: commits of %s past offset %d cannot be acknowledged: offsets from %d were"
+                    " never committed (commits are contiguous; commit every message or whole batches)",
+                    session, reach, reach,
+                )
+            if reach > session.committed_offset:
                 future: asyncio.Future[None] = loop.create_future()
-                session._ack_waiters.append((session._commit_requested, future))
+                session._ack_waiters.append((reach, future))
                 futures.append(future)
         return futures
 
