@@ -1,0 +1,312 @@
+"""``ydb-topic-async``: administer topics, write and read messages, run the local server.
+
+    ydb-topic-async topic create events --partitions 4 --consumer analytics
+    printf 'a\\nb\\n' | ydb-topic-async write events --producer-id cli
+    ydb-topic-async read events --consumer analytics --count 2 --format json
+    ydb-topic-async serve --port 2136
+
+The endpoint comes from ``--endpoint`` or ``YDB_ENDPOINT`` (default ``grpc://localhost:2136``),
+the database from ``--database``, ``YDB_DATABASE`` or the connection string (default ``/local``).
+Exit codes: 0 success, 1 the operation failed, 2 the command line is wrong, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import datetime as dt
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+from .._codecs import LZ4_CODEC, Codec, lz4_encode
+from .._credentials import AccessTokenCredentials, Credentials, StaticCredentials
+from .._driver import Driver
+from .._errors import YdbTopicError
+from ..reader import TopicSelector
+from ..topic.types import ConsumerSettings
+
+CODECS = {"raw": Codec.RAW, "gzip": Codec.GZIP, "zstd": Codec.ZSTD, "lz4": LZ4_CODEC}
+
+
+class UsageFailure(Exception):
+    """A command-line mistake found after parsing (exit code 2)."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ydb-topic-async", description=__doc__.splitlines()[0])
+    parser.add_argument("--endpoint", default=os.environ.get("YDB_ENDPOINT", "grpc://localhost:2136"))
+    parser.add_argument("--database", default=os.environ.get("YDB_DATABASE"))
+    parser.add_argument("--token", default=os.environ.get("YDB_TOKEN"), help="an access token")
+    parser.add_argument("--user", help="log in as this user (password from --password or YDB_PASSWORD)")
+    parser.add_argument("--password", default=os.environ.get("YDB_PASSWORD"))
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    topic = commands.add_parser("topic", help="create, describe, alter or drop a topic").add_subparsers(
+        dest="action", required=True
+    )
+    create = topic.add_parser("create", help="create a topic")
+    create.add_argument("path")
+    create.add_argument("--partitions", type=int, default=1)
+    create.add_argument("--retention-hours", type=float)
+    create.add_argument("--codecs", help="comma-separated codecs the topic accepts, e.g. raw,zstd")
+    create.add_argument("--consumer", action="append", default=[], help="add a consumer (repeatable)")
+    describe = topic.add_parser("describe", help="show a topic's settings and partitions")
+    describe.add_argument("path")
+    describe.add_argument("--json", action="store_true", help="print JSON")
+    alter = topic.add_parser("alter", help="change a topic")
+    alter.add_argument("path")
+    alter.add_argument("--partitions", type=int, help="new (larger) number of partitions")
+    alter.add_argument("--retention-hours", type=float)
+    alter.add_argument("--add-consumer", action="append", default=[])
+    alter.add_argument("--drop-consumer", action="append", default=[])
+    drop = topic.add_parser("drop", help="delete a topic")
+    drop.add_argument("path")
+
+    consumer = commands.add_parser("consumer", help="inspect consumers").add_subparsers(dest="action", required=True)
+    consumer_describe = consumer.add_parser("describe", help="committed offsets and lag per partition")
+    consumer_describe.add_argument("path")
+    consumer_describe.add_argument("name")
+    consumer_describe.add_argument("--json", action="store_true")
+
+    write = commands.add_parser("write", help="write lines from stdin or a file, one message each")
+    write.add_argument("path")
+    write.add_argument("--file", help="read lines from this file instead of stdin")
+    write.add_argument("--producer-id", help="enables deduplication across retries")
+    write.add_argument("--codec", choices=sorted(CODECS), default="raw")
+    write.add_argument("--rate", type=float, help="at most this many messages per second")
+    write.add_argument("--progress", action="store_true", help="show progress on stderr")
+
+    read = commands.add_parser("read", help="read messages")
+    read.add_argument("path")
+    read.add_argument("--consumer", help="read as this consumer (omit to read a partition from an offset)")
+    read.add_argument("--partition", type=int, action="append", help="partition to read without a consumer")
+    read.add_argument("--offset", type=int, default=0, help="start offset without a consumer")
+    read.add_argument("--count", type=int, help="stop after this many messages")
+    read.add_argument("--follow", action="store_true", help="keep waiting for new messages")
+    read.add_argument("--idle-timeout", type=float, default=2.0, help="without --follow, stop after this idle time")
+    read.add_argument("--format", choices=("raw", "json"), default="raw")
+    read.add_argument("--no-commit", action="store_true", help="do not commit what was read")
+
+    serve = commands.add_parser("serve", help="run the local topic server")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=2136)
+    serve.add_argument("--serve-database", default="/local", dest="serve_database")
+    return parser
+
+
+def _credentials(args: argparse.Namespace) -> Credentials | None:
+    if args.user:
+        if args.password is None:
+            raise UsageFailure("--user needs --password (or YDB_PASSWORD)")
+        return StaticCredentials(args.user, args.password)
+    if args.token:
+        return AccessTokenCredentials(args.token)
+    return None
+
+
+def _driver(args: argparse.Namespace) -> Driver:
+    database = args.database
+    if database is None and "database=" not in args.endpoint:
+        database = "/local"
+    return Driver(args.endpoint, database, _credentials(args))
+
+
+def _codec_list(text: str | None) -> list[int]:
+    if not text:
+        return []
+    try:
+        return [CODECS[name.strip()] for name in text.split(",") if name.strip()]
+    except KeyError as exc:
+        raise UsageFailure(f"unknown codec {exc.args[0]!r}; choose from {', '.join(sorted(CODECS))}") from None
+
+
+async def _topic(args: argparse.Namespace, out: TextIO) -> None:
+    async with _driver(args) as driver:
+        client = driver.topic
+        retention = dt.timedelta(hours=args.retention_hours) if getattr(args, "retention_hours", None) else None
+        if args.action == "create":
+            await client.create_topic(
+                args.path,
+                min_active_partitions=args.partitions,
+                retention_period=retention,
+                supported_codecs=_codec_list(args.codecs),
+                consumers=[ConsumerSettings(name) for name in args.consumer],
+            )
+            print(f"created {client.full_path(args.path)}", file=out)
+        elif args.action == "describe":
+            d = await client.describe_topic(args.path, include_stats=True)
+            info: dict[str, Any] = {
+                "path": d.path,
+                "partitions": [
+                    {
+                        "id": p.partition_id,
+                        "active": p.active,
+                        "start_offset": p.stats.start_offset if p.stats else None,
+                        "end_offset": p.stats.end_offset if p.stats else None,
+                        "children": list(p.child_partition_ids),
+                    }
+                    for p in d.partitions
+                ],
+                "retention_seconds": d.retention_period.total_seconds() if d.retention_period else None,
+                "supported_codecs": list(d.supported_codecs),
+                "consumers": [c.name for c in d.consumers],
+            }
+            if args.json:
+                print(json.dumps(info), file=out)
+            else:
+                print(f"{d.path}: {len(d.partitions)} partitions, consumers: {', '.join(info['consumers']) or '-'}",
+                      file=out)
+                for p in info["partitions"]:
+                    state = "active" if p["active"] else "inactive"
+                    print(f"  partition {p['id']}: {state}, offsets [{p['start_offset']}, {p['end_offset']})", file=out)
+        elif args.action == "alter":
+            await client.alter_topic(
+                args.path,
+                set_min_active_partitions=args.partitions,
+                set_retention_period=retention,
+                add_consumers=args.add_consumer,
+                drop_consumers=args.drop_consumer,
+            )
+            print(f"altered {client.full_path(args.path)}", file=out)
+        else:
+            await client.drop_topic(args.path)
+            print(f"dropped {client.full_path(args.path)}", file=out)
+
+
+async def _consumer(args: argparse.Namespace, out: TextIO) -> None:
+    async with _driver(args) as driver:
+        c = await driver.topic.describe_consumer(args.path, args.name)
+        rows = [
+            {"partition": p.partition_id, "committed_offset": p.committed_offset, "end_offset": p.end_offset,
+             "lag": p.lag}
+            for p in c.partitions
+        ]
+        if args.json:
+            print(json.dumps({"consumer": args.name, "partitions": rows, "total_lag": c.total_lag}), file=out)
+            return
+        print(f"consumer {args.name} of {c.path}: total lag {c.total_lag}", file=out)
+        for row in rows:
+            print(f"  partition {row['partition']}: committed {row['committed_offset']},"
+                  f" end {row['end_offset']}, lag {row['lag']}", file=out)
+
+
+async def _write(args: argparse.Namespace, out: TextIO) -> None:
+    if args.rate is not None and args.rate <= 0:
+        raise UsageFailure("--rate must be positive")
+    source: TextIO = await asyncio.to_thread(open, args.file, encoding="utf-8") if args.file else sys.stdin
+    codec = CODECS[args.codec]
+    written = 0
+    started = time.monotonic()
+    loop = asyncio.get_running_loop()
+    try:
+        async with _driver(args) as driver, driver.topic.writer(
+            args.path,
+            producer_id=args.producer_id,
+            codec=codec,
+            encoders={LZ4_CODEC: lz4_encode} if codec == LZ4_CODEC else None,
+        ) as writer:
+            while True:
+                # Reading stdin blocks: keep it off the event loop so acks keep flowing.
+                line = await loop.run_in_executor(None, source.readline)
+                if not line:
+                    break
+                await writer.write(line.rstrip("\n").encode())
+                written += 1
+                if args.rate:
+                    delay = started + written / args.rate - time.monotonic()
+                    if delay > 0:
+                        await asyncio.sleep(delay)
+                if args.progress and written % 1000 == 0:
+                    print(f"\rwritten {written}", end="", file=sys.stderr, flush=True)
+    finally:
+        if args.file:
+            source.close()
+    if args.progress:
+        print(f"\rwritten {written}", file=sys.stderr)
+    print(f"wrote {written} messages to {args.path}", file=out)
+
+
+def _as_json(message: Any) -> str:
+    data = message.data
+    try:
+        payload: dict[str, Any] = {"data": data.decode("utf-8")}
+    except UnicodeDecodeError:
+        payload = {"data_base64": base64.b64encode(data).decode()}
+    return json.dumps({
+        "topic": message.topic_path,
+        "partition": message.partition_id,
+        "offset": message.offset,
+        "seq_no": message.seq_no,
+        "producer_id": message.producer_id,
+        "created_at": message.created_at.isoformat() if message.created_at else None,
+        "written_at": message.written_at.isoformat(),
+        "metadata": {k: base64.b64encode(v).decode() for k, v in message.metadata_items.items()},
+        **payload,
+    })
+
+
+async def _read(args: argparse.Namespace, out: TextIO) -> None:
+    if args.consumer is None and not args.partition:
+        raise UsageFailure("give --consumer, or --partition (with --offset) to read without a consumer")
+    if args.count is not None and args.count <= 0:
+        raise UsageFailure("--count must be positive")
+    if args.consumer:
+        topics: Any = args.path
+    else:
+        topics = TopicSelector(args.path, start_offsets={p: args.offset for p in args.partition})
+    seen = 0
+    async with _driver(args) as driver, driver.topic.reader(topics, consumer=args.consumer) as reader:
+        while args.count is None or seen < args.count:
+            try:
+                batch = await reader.receive_batch(
+                    max_messages=None if args.count is None else args.count - seen,
+                    timeout=None if args.follow else args.idle_timeout,
+                )
+            except YdbTopicError as exc:
+                if isinstance(exc, TimeoutError):
+                    break  # idle: everything available was read
+                raise
+            for message in batch:
+                line = _as_json(message) if args.format == "json" else message.data.decode("utf-8", "replace")
+                print(line, file=out, flush=args.follow)
+            seen += len(batch)
+            if args.consumer and not args.no_commit:
+                reader.commit(batch)
+
+
+async def _serve(args: argparse.Namespace, out: TextIO) -> None:
+    from ..testing import LocalTopicServer
+
+    async with LocalTopicServer(args.host, args.port, args.serve_database) as server:
+        print(f"local YDB topic server: {server.connection_string}", file=out, flush=True)
+        await server.wait_closed()
+
+
+COMMANDS = {"topic": _topic, "consumer": _consumer, "write": _write, "read": _read, "serve": _serve}
+
+
+def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
+    """Run the CLI; returns the exit code (the console script exits with it)."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    stream = out or sys.stdout
+    try:
+        asyncio.run(COMMANDS[args.command](args, stream))
+    except UsageFailure as exc:
+        parser.print_usage(sys.stderr)
+        print(f"ydb-topic-async: error: {exc}", file=sys.stderr)
+        return 2
+    except YdbTopicError as exc:
+        print(f"ydb-topic-async: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"ydb-topic-async: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return 0
