@@ -11,6 +11,7 @@ GET  /stats             what the background consumer has seen
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from collections import Counter
 
@@ -60,7 +61,7 @@ def create_app(endpoint: str, database: str) -> web.Application:
 
 
 async def main() -> None:
-    from ydb_topic_async import Driver
+    from ydb_topic_async import AlreadyExistsError, Driver
     from ydb_topic_async.testing import LocalTopicServer
 
     endpoint = os.environ.get("YDB_ENDPOINT")
@@ -71,12 +72,13 @@ async def main() -> None:
         endpoint = server.endpoint
     database = os.environ.get("YDB_DATABASE", "/local")
     async with Driver(endpoint, database) as admin:
-        if TOPIC not in [t.rsplit("/", 1)[-1] for t in (server.storage.topics if server else [])]:
+        with contextlib.suppress(AlreadyExistsError):
             await admin.topic.create_topic(TOPIC, consumers=["stats"])
     runner = web.AppRunner(create_app(endpoint, database))
     await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", int(os.environ.get("PORT", "8080"))).start()
-    print("listening on http://127.0.0.1:8080")
+    port = int(os.environ.get("PORT", "8080"))
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    print(f"listening on http://127.0.0.1:{port}")
     try:
         await asyncio.Event().wait()
     finally:
