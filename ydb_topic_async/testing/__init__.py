@@ -10,7 +10,19 @@ injects statuses. Run it standalone with ``python -m ydb_topic_async.testing --p
 """
 
 from .faults import Faults
-from .partition_log import StoredMessage, TopicStorage
+from .partition_log import Partition, StorageError, StoredMessage, Topic, TopicStorage
 from .server import LocalTopicServer
 
-__all__ = ["Faults", "LocalTopicServer", "StoredMessage", "TopicStorage"]
+FaultInjector = Faults
+"""Alias: the type of ``LocalTopicServer.faults``."""
+
+__all__ = [
+    "FaultInjector",
+    "Faults",
+    "LocalTopicServer",
+    "Partition",
+    "StorageError",
+    "StoredMessage",
+    "Topic",
+    "TopicStorage",
+]

@@ -70,12 +70,12 @@ async def receive_handshake(
     """The client's InitRequest, or the failure to answer with instead: ``(init, None)`` or ``(None, reply)``.
 
     Like YDB, the server answers only once the handshake arrived, so a client never races a
-    stream that was already closed. Then auth and injected faults are checked, in that order.
+    stream that was already closed. Then the gate (auth, database) and injected faults are checked, in that order.
     """
     first = await inbox.first(HANDSHAKE_TIMEOUT)
-    refusal = server.auth.check(metadata(context))
-    if refusal:
-        return None, failure(reply_cls, "UNAUTHORIZED", refusal)
+    refusal = server.gate.admit(metadata(context))
+    if refusal is not None:
+        return None, failure(reply_cls, *refusal)
     injected = server.faults.take_status(method)
     if injected is not None:
         return None, reply_cls(status=injected, issues=issues("injected failure"))

@@ -1,12 +1,8 @@
-"""Helpers shared by the local server's services: statuses, issues, operations, auth, time."""
+"""Helpers shared by the local server's services: statuses, issues, operations, time, headers."""
 
 from __future__ import annotations
 
 import datetime as dt
-import secrets
-import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -67,50 +63,3 @@ def duration(seconds: float) -> duration_pb2.Duration:
 
 def metadata(context: grpc.aio.ServicerContext[Any, Any]) -> dict[str, str]:
     return {str(k): str(v) for k, v in (context.invocation_metadata() or ())}
-
-
-@dataclass
-class _Token:
-    user: str
-    expires_at: float | None
-
-
-class Auth:
-    """Users and the tokens issued to them; disabled (everything allowed) without users."""
-
-    def __init__(self, users: dict[str, str] | None, token_ttl: float | None, clock: Callable[[], float] = time.time):
-        self.users = dict(users or {})
-        self.token_ttl = token_ttl
-        self._tokens: dict[str, _Token] = {}
-        self._clock = clock
-
-    @property
-    def enabled(self) -> bool:
-        return bool(self.users)
-
-    def login(self, user: str, password: str) -> str | None:
-        """A fresh token, or None when the user or password is wrong."""
-        if not self.enabled or self.users.get(user) != password:
-            return None
-        token = f"local-{user}-{secrets.token_hex(12)}"
-        expires = self._clock() + self.token_ttl if self.token_ttl else None
-        self._tokens[token] = _Token(user, expires)
-        return token
-
-    def check(self, headers: dict[str, str]) -> str | None:
-        """None when the call may proceed, else why it is refused."""
-        if not self.enabled:
-            return None
-        token = headers.get("x-ydb-auth-ticket")
-        if not token:
-            return "authentication required: no x-ydb-auth-ticket header"
-        entry = self._tokens.get(token)
-        if entry is None:
-            return "unknown auth ticket"
-        if entry.expires_at is not None and self._clock() >= entry.expires_at:
-            return "auth ticket expired"
-        return None
-
-    def check_token(self, token: str) -> str | None:
-        return self.check({"x-ydb-auth-ticket": token})
-

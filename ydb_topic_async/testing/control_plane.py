@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from .._proto import ydb_scheme_pb2
 from .._proto import ydb_topic_pb2 as pb
 from ._replies import duration, timestamp
 from .partition_log import Consumer, Partition, StorageError, Topic, TopicSettings, TopicStorage
+
+if TYPE_CHECKING:
+    from .read_stream import ReaderInfo
 
 MAX_PARTITIONS = 1000
 
@@ -57,6 +62,24 @@ def _partition_stats(p: Partition) -> pb.PartitionStats:
     if p.last_write_ns:
         stats.last_write_time.CopyFrom(timestamp(p.last_write_ns))
     return stats
+
+
+def _consumer_stats(stats: Any, consumer: Consumer, p: Partition, now_ns: int) -> None:
+    """Offsets and lags of one consumer on one partition (lags are zero when nothing waits)."""
+    committed = consumer.committed_offset(p)
+    stats.committed_offset = committed
+    stats.last_read_offset = max(consumer.read_up_to.get(p.partition_id, 0), committed)
+    last_read = consumer.last_read_ns.get(p.partition_id)
+    if last_read:
+        stats.last_read_time.CopyFrom(timestamp(last_read))
+    first_uncommitted = p.message_at(committed)
+    lag = (now_ns - first_uncommitted.written_at_ns) / 1e9 if first_uncommitted else 0.0
+    stats.max_committed_time_lag.CopyFrom(duration(lag))
+    first_unread = p.message_at(stats.last_read_offset)
+    stats.max_read_time_lag.CopyFrom(duration((now_ns - first_unread.written_at_ns) / 1e9 if first_unread else 0.0))
+    last = p.message_at(stats.last_read_offset - 1)
+    write_lag = (last.written_at_ns - last.created_at_ns) / 1e9 if last and last.created_at_ns else 0.0
+    stats.max_write_time_lag.CopyFrom(duration(max(write_lag, 0.0)))
 
 
 def _partition_info(p: Partition, include_stats: bool, include_location: bool) -> Any:
@@ -161,11 +184,12 @@ class ControlPlane:
             partition=_partition_info(partition, req.include_stats, req.include_location)
         )
 
-    def describe_consumer(self, req: Any, read_sessions: dict[tuple[str, str, int], tuple[str, str]]) -> Any:
+    def describe_consumer(self, req: Any, read_sessions: Mapping[tuple[str, str, int], ReaderInfo]) -> Any:
         topic = self.storage.topic(req.path)
         consumer = topic.consumer(req.consumer)
         result = pb.DescribeConsumerResult(consumer=_consumer_to_proto(consumer))
         result.self.CopyFrom(self._entry(topic, name=req.consumer))
+        now = time.time_ns()
         for p in topic.partitions:
             info = result.partitions.add(
                 partition_id=p.partition_id,
@@ -174,12 +198,14 @@ class ControlPlane:
                 parent_partition_ids=p.parent_ids,
             )
             info.partition_stats.CopyFrom(_partition_stats(p))
-            stats = info.partition_consumer_stats
-            stats.committed_offset = consumer.committed_offset(p)
-            stats.last_read_offset = stats.committed_offset
+            _consumer_stats(info.partition_consumer_stats, consumer, p, now)
             owner = read_sessions.get((topic.path, consumer.name, p.partition_id))
             if owner is not None:
-                stats.read_session_id, stats.reader_name = owner
+                stats = info.partition_consumer_stats
+                stats.read_session_id = owner.read_session_id
+                stats.reader_name = owner.reader_name
+                stats.connection_node_id = 1
+                stats.partition_read_session_create_time.CopyFrom(timestamp(owner.assigned_at_ns))
             if req.include_location:
                 info.partition_location.node_id = 1
                 info.partition_location.generation = p.generation
@@ -279,7 +305,7 @@ class ControlPlane:
         partition = topic.partition(req.partition_id)
         if req.offset < 0 or req.offset > partition.end_offset:
             raise _bad(f"offset {req.offset} is outside [0, {partition.end_offset}] of partition {req.partition_id}")
-        consumer.committed[partition.partition_id] = req.offset
+        consumer.commit(partition, req.offset)
         self.storage.notify()
         return pb.CommitOffsetResult()
 

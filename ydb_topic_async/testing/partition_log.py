@@ -127,6 +127,10 @@ class Partition:
         last = len(self.messages) if limit is None else min(len(self.messages), first + limit)
         return self.messages[first:last]
 
+    def message_at(self, offset: int) -> StoredMessage | None:
+        index = offset - self.start_offset
+        return self.messages[index] if 0 <= index < len(self.messages) else None
+
     def first_offset_written_since(self, since_ns: int) -> int:
         """The first offset whose write time is at or after ``since_ns`` (end offset if none)."""
         for m in self.messages:
@@ -146,9 +150,22 @@ class Consumer:
     attributes: dict[str, str] = field(default_factory=dict)
     availability_period_s: float | None = None
     committed: dict[int, int] = field(default_factory=dict)
+    read_up_to: dict[int, int] = field(default_factory=dict)
+    """Partition id -> the offset after the last message sent to a reader of this consumer."""
+    last_read_ns: dict[int, int] = field(default_factory=dict)
 
     def committed_offset(self, partition: Partition) -> int:
         return max(self.committed.get(partition.partition_id, 0), partition.start_offset)
+
+    def commit(self, partition: Partition, offset: int) -> None:
+        """Set the committed offset of ``partition`` (validated by the caller)."""
+        self.committed[partition.partition_id] = offset
+
+    def record_read(self, partition: Partition, next_offset: int, now_ns: int) -> None:
+        """A reader of this consumer was sent ``partition``'s messages up to ``next_offset``."""
+        pid = partition.partition_id
+        self.read_up_to[pid] = max(self.read_up_to.get(pid, 0), next_offset)
+        self.last_read_ns[pid] = now_ns
 
 
 @dataclass

@@ -10,14 +10,19 @@ It needs an async test runner such as pytest-asyncio or anyio's pytest plugin.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
 import pytest
 
-from .server import LocalTopicServer
+if TYPE_CHECKING:
+    from .server import LocalTopicServer
 
 
 @pytest.fixture
 async def ydb_topic_server() -> AsyncIterator[LocalTopicServer]:
-    """A started ``LocalTopicServer`` on a free loopback port, stopped after the test."""
+    """A started ``LocalTopicServer`` on a free loopback port (database ``/local``), stopped after the test."""
+    # Imported here so that merely having the package installed does not load gRPC into every pytest run.
+    from .server import LocalTopicServer
+
     async with LocalTopicServer() as server:
         yield server

@@ -20,7 +20,7 @@ import itertools
 import time
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -50,6 +50,15 @@ def _finished(consumer: Consumer | None, partition: Partition) -> bool:
     return consumer.committed_offset(partition) >= partition.end_offset
 
 
+@dataclass(frozen=True, slots=True)
+class ReaderInfo:
+    """The read session that currently owns a partition for a consumer."""
+
+    read_session_id: str
+    reader_name: str
+    assigned_at_ns: int
+
+
 @dataclass
 class Selector:
     partition_ids: frozenset[int] | None
@@ -71,6 +80,7 @@ class PartitionSessionState:
     stopping: bool = False
     end_sent: bool = False
     pending_commits: list[tuple[int, int]] = field(default_factory=list)
+    created_ns: int = field(default_factory=time.time_ns)
 
 
 class ReadSession:
@@ -215,10 +225,6 @@ class ConsumerGroup:
                 self.releasing[pid] = _Release(member, state, now + self.service.graceful_stop_timeout)
                 counts[id(member)] -= 1
 
-    def ownership(self) -> Iterable[tuple[int, ReadSession]]:
-        for pid, (owner, _) in self.owner.items():
-            yield pid, owner
-
 
 class ReadService:
     """Handles every StreamRead call of one server, and the consumer groups they form."""
@@ -240,12 +246,12 @@ class ReadService:
             selector=session.selectors[topic.path],
         )
 
-    def read_sessions(self) -> dict[tuple[str, str, int], tuple[str, str]]:
-        """(topic path, consumer, partition) -> (read session id, reader name), for DescribeConsumer."""
+    def read_sessions(self) -> dict[tuple[str, str, int], ReaderInfo]:
+        """(topic path, consumer, partition) -> who reads it now, for DescribeConsumer."""
         out = {}
         for (path, consumer), group in self.groups.items():
-            for pid, owner in group.ownership():
-                out[(path, consumer, pid)] = (owner.id, owner.reader_name)
+            for pid, (owner, state) in group.owner.items():
+                out[(path, consumer, pid)] = ReaderInfo(owner.id, owner.reader_name, state.created_ns)
         return out
 
     def _rebalance_all(self) -> None:
@@ -418,7 +424,7 @@ class ReadService:
                 return _failure("BAD_REQUEST", "commit_offset needs a consumer")
             if not partition.start_offset <= response.commit_offset <= partition.end_offset:
                 return _failure("BAD_REQUEST", f"commit_offset {response.commit_offset} is outside the partition")
-            state.consumer.committed[partition.partition_id] = response.commit_offset
+            state.consumer.commit(partition, response.commit_offset)
         if response.HasField("read_offset"):
             offset = response.read_offset
         elif state.consumer is not None:
@@ -466,7 +472,7 @@ class ReadService:
                 else:
                     remaining.append((start, end))
             state.pending_commits = remaining
-            state.consumer.committed[partition.partition_id] = committed
+            state.consumer.commit(partition, committed)
             reply.commit_offset_response.partitions_committed_offsets.add(
                 partition_session_id=state.session_id, committed_offset=committed
             )
@@ -517,6 +523,8 @@ class ReadService:
             if not chunk:
                 continue
             state.read_offset = chunk[-1].offset + 1
+            if state.consumer is not None:
+                state.consumer.record_read(partition, state.read_offset, now)
             data = response.partition_data.add(partition_session_id=state.session_id)
             batch = None
             key: tuple[Any, ...] | None = None

@@ -13,8 +13,9 @@ from google.protobuf.message import Message
 
 from .._proto import ydb_auth_pb2, ydb_discovery_pb2
 from .._proto import ydb_topic_pb2 as pb
-from ._replies import Auth, metadata, operation, status_code
+from ._replies import metadata, operation, status_code
 from .control_plane import ControlPlane
+from .discovery import Auth, DiscoveryHandlers, Gate
 from .faults import Faults
 from .partition_log import StorageError, TopicStorage
 from .read_stream import ReadService
@@ -23,6 +24,7 @@ from .write_stream import WriteService
 logger = logging.getLogger("ydb_topic_async.testing")
 
 Handler = Callable[[Any], Message]
+HeaderHandler = Callable[[Any, dict[str, str]], Message]
 
 
 class LocalTopicServer:
@@ -53,6 +55,8 @@ class LocalTopicServer:
         self.storage = TopicStorage(self.database)
         self.faults = Faults()
         self.auth = Auth(users, token_ttl)
+        self.gate = Gate(self.auth, self.database)
+        self.discovery = DiscoveryHandlers(self)
         self.control = ControlPlane(self.storage)
         self.writes = WriteService(self)
         self.reads = ReadService(self, graceful_stop_timeout=graceful_stop_timeout)
@@ -65,6 +69,11 @@ class LocalTopicServer:
     def endpoint(self) -> str:
         """``grpc://host:port`` (``grpcs://`` with TLS) of the running server."""
         return f"{'grpcs' if self._tls else 'grpc'}://{self.host}:{self.port}"
+
+    @property
+    def tls(self) -> bool:
+        """Whether the server serves TLS."""
+        return self._tls is not None
 
     @property
     def connection_string(self) -> str:
@@ -116,16 +125,18 @@ class LocalTopicServer:
 
     # --- wiring ---------------------------------------------------------------------------
 
-    def _unary(self, name: str, handler: Handler, response_cls: Any) -> Callable[[Any, Any], Awaitable[Any]]:
+    def _unary(self, name: str, handler: HeaderHandler, response_cls: Any) -> Callable[[Any, Any], Awaitable[Any]]:
         async def call(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-            refusal = self.auth.check(metadata(context)) if name != "Login" else None
-            if refusal:
-                return response_cls(operation=operation(status=status_code("UNAUTHORIZED"), message=refusal))
+            headers = metadata(context)
+            refusal = self.gate.admit(headers) if name != "Login" else None
+            if refusal is not None:
+                status, message = refusal
+                return response_cls(operation=operation(status=status_code(status), message=message))
             injected = self.faults.take_status(name)
             if injected is not None:
                 return response_cls(operation=operation(status=injected, message="injected failure"))
             try:
-                result = handler(request)
+                result = handler(request, headers)
             except StorageError as exc:
                 return response_cls(operation=operation(status=status_code(exc.status), message=exc.message))
             return response_cls(operation=operation(result))
@@ -134,6 +145,9 @@ class LocalTopicServer:
 
     def _handlers(self) -> list[grpc.GenericRpcHandler]:
         def unary(name: str, handler: Handler, request_cls: Any, response_cls: Any) -> Any:
+            return unary_with_headers(name, lambda request, _headers: handler(request), request_cls, response_cls)
+
+        def unary_with_headers(name: str, handler: HeaderHandler, request_cls: Any, response_cls: Any) -> Any:
             return grpc.unary_unary_rpc_method_handler(
                 self._unary(name, handler, response_cls),
                 request_deserializer=request_cls.FromString,
@@ -186,16 +200,16 @@ class LocalTopicServer:
         discovery = {
             "ListEndpoints": unary(
                 "ListEndpoints",
-                self._list_endpoints,
+                self.discovery.list_endpoints,
                 ydb_discovery_pb2.ListEndpointsRequest,
                 ydb_discovery_pb2.ListEndpointsResponse,
             ),
-            "WhoAmI": unary(
-                "WhoAmI", self._who_am_i, ydb_discovery_pb2.WhoAmIRequest, ydb_discovery_pb2.WhoAmIResponse
+            "WhoAmI": unary_with_headers(
+                "WhoAmI", self.discovery.who_am_i, ydb_discovery_pb2.WhoAmIRequest, ydb_discovery_pb2.WhoAmIResponse
             ),
         }
         auth = {
-            "Login": unary("Login", self._login, ydb_auth_pb2.LoginRequest, ydb_auth_pb2.LoginResponse),
+            "Login": unary("Login", self.discovery.login, ydb_auth_pb2.LoginRequest, ydb_auth_pb2.LoginResponse),
         }
         return [
             grpc.method_handlers_generic_handler("Ydb.Topic.V1.TopicService", topic),
@@ -207,21 +221,3 @@ class LocalTopicServer:
 
     def _no_transactions(self, request: Any) -> Message:
         raise StorageError("UNSUPPORTED", "this local server does not support transactions yet")
-
-    def _list_endpoints(self, request: Any) -> Message:
-        if request.database and request.database.rstrip("/") != self.database:
-            raise StorageError("SCHEME_ERROR", f"database {request.database} does not exist here ({self.database})")
-        result = ydb_discovery_pb2.ListEndpointsResult(self_location="local")
-        result.endpoints.add(
-            address=self.host, port=self.port, location="local", node_id=1, ssl=self._tls is not None
-        )
-        return result
-
-    def _who_am_i(self, request: Any) -> Message:
-        return ydb_discovery_pb2.WhoAmIResult(user="root" if not self.auth.enabled else "authenticated")
-
-    def _login(self, request: Any) -> Message:
-        token = self.auth.login(request.user, request.password)
-        if token is None:
-            raise StorageError("UNAUTHORIZED", f"invalid user or password for {request.user!r}")
-        return ydb_auth_pb2.LoginResult(token=token)
