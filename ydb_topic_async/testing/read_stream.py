@@ -311,6 +311,10 @@ class ReadService:
                     await context.abort(grpc.StatusCode.UNAVAILABLE, server.faults.details)
                 if inbox.closed and not inbox.messages:
                     return
+                # Reading a split partition to its end is itself news: EndPartitionSession.
+                self._end_partitions(session)
+                if session.outbox:
+                    continue
                 timeout = self._next_deadline()
                 if timeout is None:
                     await wakeup.wait()

@@ -1,0 +1,127 @@
+"""Discovery, Login, the auth ticket and database header checks of the local server."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import grpc.aio
+import pytest
+import ydb
+import ydb.aio
+
+from ydb_topic_async._proto import ydb_auth_pb2, ydb_discovery_pb2
+from ydb_topic_async._proto import ydb_topic_pb2 as pb
+from ydb_topic_async._proto.ydb_status_codes_pb2 import StatusIds
+from ydb_topic_async.testing import LocalTopicServer
+from ydb_topic_async.testing.partition_log import TopicSettings
+
+from .conftest import LOCAL_POOL, RawReader, RawWriter, address, call, unpack
+
+DISCOVERY = "Ydb.Discovery.V1.DiscoveryService"
+AUTH = "Ydb.Auth.V1.AuthService"
+
+
+@pytest.fixture
+async def secured() -> AsyncIterator[tuple[LocalTopicServer, grpc.aio.Channel]]:
+    async with (
+        LocalTopicServer(users={"alice": "secret"}, token_ttl=0.5) as srv,
+        grpc.aio.insecure_channel(address(srv), options=LOCAL_POOL) as ch,
+    ):
+        yield srv, ch
+
+
+async def login(channel: grpc.aio.Channel, user: str, password: str) -> object:
+    return await call(channel, "Login", ydb_auth_pb2.LoginRequest(user=user, password=password),
+                      ydb_auth_pb2.LoginResponse, service=AUTH)
+
+
+async def test_list_endpoints_names_the_server(server: LocalTopicServer, channel: grpc.aio.Channel) -> None:
+    op = await call(channel, "ListEndpoints", ydb_discovery_pb2.ListEndpointsRequest(database="/local"),
+                    ydb_discovery_pb2.ListEndpointsResponse, service=DISCOVERY)
+    result = unpack(op, ydb_discovery_pb2.ListEndpointsResult)
+    assert [(e.address, e.port, e.ssl, list(e.service)) for e in result.endpoints] == [
+        ("127.0.0.1", server.port, False, [])
+    ]
+    op = await call(channel, "WhoAmI", ydb_discovery_pb2.WhoAmIRequest(), ydb_discovery_pb2.WhoAmIResponse,
+                    service=DISCOVERY)
+    assert unpack(op, ydb_discovery_pb2.WhoAmIResult).user == "root"
+
+
+async def test_database_header_must_match(channel: grpc.aio.Channel) -> None:
+    wrong = [("x-ydb-database", "/elsewhere")]
+    op = await call(channel, "DescribeTopic", pb.DescribeTopicRequest(path="t"), pb.DescribeTopicResponse,
+                    metadata=wrong)
+    assert op.status == StatusIds.BAD_REQUEST
+    assert op.issues[0].message == "database '/elsewhere' is not served here; this server serves '/local'"
+    reply = await RawWriter(channel, metadata=wrong).init("t")
+    assert reply.status == StatusIds.BAD_REQUEST
+    # Without the header the call goes through (here: to a missing topic).
+    op = await call(channel, "DescribeTopic", pb.DescribeTopicRequest(path="t"), pb.DescribeTopicResponse,
+                    metadata=[])
+    assert op.status == StatusIds.SCHEME_ERROR
+
+
+async def test_unary_calls_need_a_valid_ticket(secured: tuple[LocalTopicServer, grpc.aio.Channel]) -> None:
+    _, ch = secured
+    create = pb.CreateTopicRequest(path="t")
+    op = await call(ch, "CreateTopic", create, pb.CreateTopicResponse)
+    assert op.status == StatusIds.UNAUTHORIZED
+    assert op.issues[0].message == "authentication required: no x-ydb-auth-ticket header"
+    bad = await login(ch, "alice", "wrong")
+    assert (bad.status, bad.issues[0].message) == (StatusIds.UNAUTHORIZED,  # type: ignore[attr-defined]
+                                                    "invalid user or password for 'alice'")
+    token = unpack(await login(ch, "alice", "secret"), ydb_auth_pb2.LoginResult).token
+    headers = [("x-ydb-database", "/local"), ("x-ydb-auth-ticket", token)]
+    unpack(await call(ch, "CreateTopic", create, pb.CreateTopicResponse, metadata=headers), pb.CreateTopicResult)
+    who = await call(ch, "WhoAmI", ydb_discovery_pb2.WhoAmIRequest(), ydb_discovery_pb2.WhoAmIResponse,
+                     service=DISCOVERY, metadata=headers)
+    assert unpack(who, ydb_discovery_pb2.WhoAmIResult).user == "alice"
+    forged = [("x-ydb-auth-ticket", "forged")]
+    op = await call(ch, "DescribeTopic", pb.DescribeTopicRequest(path="t"), pb.DescribeTopicResponse, metadata=forged)
+    assert (op.status, op.issues[0].message) == (StatusIds.UNAUTHORIZED, "unknown auth ticket")
+    await asyncio.sleep(0.6)  # token_ttl
+    op = await call(ch, "DescribeTopic", pb.DescribeTopicRequest(path="t"), pb.DescribeTopicResponse, metadata=headers)
+    assert (op.status, op.issues[0].message) == (StatusIds.UNAUTHORIZED, "auth ticket expired")
+
+
+async def test_streams_need_a_valid_ticket(secured: tuple[LocalTopicServer, grpc.aio.Channel]) -> None:
+    srv, ch = secured
+    reader = RawReader(ch)
+    reply = await reader.init("t", consumer="c")
+    assert reply.status == StatusIds.UNAUTHORIZED
+    assert await reader.call.read() == grpc.aio.EOF
+    token = srv.auth.login("alice", "secret")
+    assert token is not None
+    srv.storage.create("t", TopicSettings())
+    writer = RawWriter(ch, metadata=[("x-ydb-auth-ticket", token)])
+    assert (await writer.init("t", producer_id="p")).status == StatusIds.SUCCESS
+    # In-band refresh: a valid token is acknowledged, an unknown one ends the stream.
+    fresh = srv.auth.login("alice", "secret")
+    assert fresh is not None
+    await writer.call.write(pb.StreamWriteMessage.FromClient(
+        update_token_request=pb.UpdateTokenRequest(token=fresh)))
+    assert (await writer.read()).WhichOneof("server_message") == "update_token_response"
+    await writer.call.write(pb.StreamWriteMessage.FromClient(
+        update_token_request=pb.UpdateTokenRequest(token="forged")))
+    refused = await writer.read()
+    assert (refused.status, refused.issues[0].message) == (StatusIds.UNAUTHORIZED, "unknown auth ticket")
+    assert await writer.call.read() == grpc.aio.EOF
+
+
+async def test_official_driver_uses_a_login_token(secured: tuple[LocalTopicServer, grpc.aio.Channel]) -> None:
+    # ydb.StaticCredentials logs in with a blocking call, which would stall this very event loop
+    # (the server runs on it); the token is fetched here and handed over as an access token.
+    srv, ch = secured
+    srv.auth.token_ttl = None
+    token = unpack(await login(ch, "alice", "secret"), ydb_auth_pb2.LoginResult).token
+    driver = ydb.aio.Driver(endpoint=srv.endpoint, database=srv.database,
+                            credentials=ydb.AccessTokenCredentials(token))
+    try:
+        await driver.wait(timeout=5)
+        await driver.topic_client.create_topic("official", consumers=["c"])
+        description = await driver.topic_client.describe_topic("official")
+        assert [c.name for c in description.consumers] == ["c"]
+    finally:
+        await driver.stop()
+    assert list(srv.storage.topics) == ["/local/official"]
