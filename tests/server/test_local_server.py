@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import AsyncIterator
-from typing import Any
 
 import grpc
 import grpc.aio
@@ -16,54 +14,7 @@ from ydb_topic_async._proto import ydb_topic_pb2 as pb
 from ydb_topic_async._proto.ydb_status_codes_pb2 import StatusIds
 from ydb_topic_async.testing import LocalTopicServer
 
-FromClient = pb.StreamWriteMessage.FromClient
-FromServer = pb.StreamWriteMessage.FromServer
-LOCAL_POOL = [("grpc.use_local_subchannel_pool", 1)]
-"""Each test's channel gets its own connections, never one left over from an earlier server."""
-
-
-@pytest.fixture
-async def channel(server: LocalTopicServer) -> AsyncIterator[grpc.aio.Channel]:
-    async with grpc.aio.insecure_channel(server.endpoint.removeprefix("grpc://"), options=LOCAL_POOL) as ch:
-        yield ch
-
-
-class RawWriter:
-    """A bare StreamWrite call: send FromClient messages, read FromServer ones."""
-
-    def __init__(self, channel: grpc.aio.Channel, metadata: list[tuple[str, str]] | None = None) -> None:
-        method = channel.stream_stream(
-            "/Ydb.Topic.V1.TopicService/StreamWrite",
-            request_serializer=FromClient.SerializeToString,
-            response_deserializer=FromServer.FromString,
-        )
-        self.call: Any = method(metadata=metadata or [("x-ydb-database", "/local")])
-
-    async def init(self, path: str, producer_id: str = "", **partitioning: Any) -> Any:
-        await self.call.write(FromClient(init_request=pb.StreamWriteMessage.InitRequest(
-            path=path, producer_id=producer_id, get_last_seq_no=True, **partitioning
-        )))
-        return await self.call.read()
-
-    async def write(self, seq_nos: list[int], codec: int = 1) -> Any:
-        request = pb.StreamWriteMessage.WriteRequest(codec=codec)
-        for seq_no in seq_nos:
-            m = request.messages.add(seq_no=seq_no, data=f"m{seq_no}".encode(), uncompressed_size=2)
-            m.created_at.FromSeconds(1_700_000_000)
-        await self.call.write(FromClient(write_request=request))
-        return await self.call.read()
-
-    async def close(self) -> None:
-        await self.call.done_writing()
-        self.call.cancel()
-
-
-def _acks(response: Any) -> list[tuple[int, str, int]]:
-    out = []
-    for ack in response.write_response.acks:
-        kind = ack.WhichOneof("message_write_status")
-        out.append((ack.seq_no, kind, ack.written.offset if kind == "written" else -1))
-    return out
+from .conftest import LOCAL_POOL, RawWriter, acks
 
 
 async def test_deduplication_by_producer_and_seq_no(
@@ -74,9 +25,9 @@ async def test_deduplication_by_producer_and_seq_no(
     init = await first.init("dedup", producer_id="p1")
     assert init.status == StatusIds.SUCCESS
     assert init.init_response.last_seq_no == 0
-    assert _acks(await first.write([1, 2, 3])) == [(1, "written", 0), (2, "written", 1), (3, "written", 2)]
+    assert acks(await first.write([1, 2, 3])) == [(1, "written", 0), (2, "written", 1), (3, "written", 2)]
     # A resend after a lost ack: old seq_nos are skipped, the new one is stored.
-    assert _acks(await first.write([2, 3, 4])) == [(2, "skipped", -1), (3, "skipped", -1), (4, "written", 3)]
+    assert acks(await first.write([2, 3, 4])) == [(2, "skipped", -1), (3, "skipped", -1), (4, "written", 3)]
     await first.close()
 
     second = RawWriter(channel)
@@ -97,8 +48,8 @@ async def test_no_producer_id_means_no_deduplication(
     await driver.topic.create_topic("nodedup")
     raw = RawWriter(channel)
     await raw.init("nodedup")
-    assert _acks(await raw.write([1])) == [(1, "written", 0)]
-    assert _acks(await raw.write([1])) == [(1, "written", 1)]
+    assert acks(await raw.write([1])) == [(1, "written", 0)]
+    assert acks(await raw.write([1])) == [(1, "written", 1)]
     await raw.close()
 
 
@@ -134,7 +85,7 @@ async def test_handshake_errors(driver: yta.Driver, channel: grpc.aio.Channel) -
     assert await raw.call.read() == grpc.aio.EOF  # the server closed the stream
     raw = RawWriter(channel)
     await raw.init("strict", producer_id="p")
-    assert _acks(await raw.write([1], codec=yta.Codec.ZSTD)) == [(1, "written", 0)]
+    assert acks(await raw.write([1], codec=yta.Codec.ZSTD)) == [(1, "written", 0)]
     await raw.close()
 
 
@@ -194,7 +145,7 @@ async def test_write_stream_drop_after_n_messages(
     raw = RawWriter(channel)
     await raw.init("drop", producer_id="p")
     server.faults.drop_write_stream_after(3)
-    assert _acks(await raw.write([1, 2])) == [(1, "written", 0), (2, "written", 1)]
+    assert acks(await raw.write([1, 2])) == [(1, "written", 0), (2, "written", 1)]
     with pytest.raises(grpc.aio.AioRpcError) as info:
         await raw.write([3, 4])
     assert info.value.code() == grpc.StatusCode.UNAVAILABLE
