@@ -19,7 +19,9 @@ def _user(value: str) -> tuple[str, str]:
 
 async def serve(args: argparse.Namespace) -> None:
     users = dict(args.user) if args.user else None
-    async with LocalTopicServer(args.host, args.port, args.database, users=users) as server:
+    async with LocalTopicServer(
+        args.host, args.port, args.database, users=users, token_ttl=args.token_ttl
+    ) as server:
         print(f"local YDB topic server: {server.connection_string}", flush=True)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -36,6 +38,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--database", default="/local", help="database path (default: /local)")
     parser.add_argument("--user", action="append", type=_user, metavar="NAME:PASSWORD",
                         help="require authentication; may be repeated")
+    parser.add_argument("--token-ttl", type=float, default=None, metavar="SECONDS",
+                        help="expire login tokens after this many seconds (default: never)")
     asyncio.run(serve(parser.parse_args(argv)))
 
 

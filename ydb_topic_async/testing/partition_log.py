@@ -9,8 +9,10 @@ Everything the server knows lives here, in plain Python objects owned by one eve
   deduplication state (producer id -> max seq_no), the active flag and the parent/child links
   that auto-partitioning splits create.
 
-Stream handlers never poll: they register a wake-up event and are woken whenever anything they
-may care about changes (an append, a commit, a split). Writes inside a transaction go to a
+Stream handlers never poll: they register a wake-up event (``TopicStorage.listen``) and are woken
+whenever anything they may care about changes (an append, a commit, a split); code that follows a
+single partition can ``await partition.wait_for_offset(n)`` instead. Tests split a partition with
+``TopicStorage.split_partition`` and inspect messages with ``TopicStorage.read``. Writes inside a transaction go to a
 ``PendingWrites`` hold and reach the log only at commit, at consecutive offsets.
 """
 
@@ -82,6 +84,7 @@ class Partition:
         self.max_seq_no: dict[str, int] = {}
         self.last_write_ns = 0
         self.bytes_stored = 0
+        self._waiters: set[asyncio.Event] = set()
 
     @property
     def end_offset(self) -> int:
@@ -119,7 +122,29 @@ class Partition:
             self.max_seq_no[msg.producer_id] = max(self.max_seq_no.get(msg.producer_id, 0), msg.seq_no)
         self.last_write_ns = now
         self.bytes_stored += len(msg.data)
+        self._wake()
         return stored
+
+    async def wait_for_offset(self, offset: int) -> bool:
+        """Wait until the log holds a message at ``offset``; False if the partition became inactive first.
+
+        For code that follows one partition; the stream handlers instead listen to
+        ``TopicStorage`` changes, since they wait on client messages and faults as well.
+        """
+        while self.end_offset <= offset:
+            if not self.active:
+                return False
+            event = asyncio.Event()
+            self._waiters.add(event)
+            try:
+                await event.wait()
+            finally:
+                self._waiters.discard(event)
+        return True
+
+    def _wake(self) -> None:
+        for event in self._waiters:
+            event.set()
 
     def read(self, offset: int, limit: int | None = None) -> list[StoredMessage]:
         """Messages from ``offset`` on (at most ``limit``)."""
@@ -262,6 +287,7 @@ class Topic:
         parent.active = False
         parent.child_ids = children
         parent.generation += 1
+        parent._wake()
         self.owner.notify()
         return children[0], children[1]
 
