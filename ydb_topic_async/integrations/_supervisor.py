@@ -1,57 +1,280 @@
-"""Supervised background consumers shared by the framework integrations."""
+"""What the framework integrations share: the runtime that owns a driver, named writers and
+supervised consumers, and the supervision loop itself (restart with backoff, logging).
+
+Start-up order: driver, then writers, then consumers. Shutdown runs in reverse: consumers finish
+the message in hand and their readers wait for commit acknowledgements, writers flush every
+accepted message, and the driver closes last.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
 
+from .._credentials import Credentials
 from .._driver import Driver
-from ..reader import TopicMessage
+from .._errors import ClosedError, ReaderClosedError
+from ..reader import TopicMessage, TopicReader
+from ..writer import TopicWriter
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from ..reader.reader import ReaderOptions, TopicsArg
+    from ..writer.writer import WriterOptions
 
 logger = logging.getLogger("ydb_topic_async.integrations")
 
 Handler = Callable[[TopicMessage], Awaitable[None]]
+"""An async function called once per message; the message is committed after it returns."""
 
 
-@dataclass
-class Consumer:
-    """Read ``path`` as ``consumer`` and pass each message to ``handler``, committing after it.
+class WriterSpec:
+    """How to open one named writer: ``WriterSpec("events", producer_id="api", codec=Codec.ZSTD)``.
 
-    A failure (of the handler or the reader) is logged and the consumer restarts after a backoff
-    that doubles up to ``max_backoff`` seconds; uncommitted messages are delivered again.
+    The keyword arguments are those of ``driver.topic.writer``.
     """
 
-    path: str
-    consumer: str
-    handler: Handler
-    reader_options: dict[str, Any] = field(default_factory=dict)
-    initial_backoff: float = 0.5
-    max_backoff: float = 30.0
-    restarts: int = 0
-    """How many times this consumer was restarted after a failure."""
+    def __init__(self, path: str, **options: Unpack[WriterOptions]) -> None:
+        self.path = path
+        self.options = options
+
+    def __repr__(self) -> str:
+        return f"WriterSpec({self.path!r}, **{self.options!r})"
+
+
+class Consumer:
+    """Read ``topics`` as ``consumer`` and pass each message to ``handler``, committing after it.
+
+    A failure of the handler or of the reader is logged with its traceback and the consumer
+    restarts with a new reader after a jittered backoff that doubles from ``initial_backoff`` up
+    to ``max_backoff`` seconds (and starts over once a message was handled since the previous
+    failure). Messages that were not committed are delivered again after a restart: handlers
+    must tolerate duplicates (at-least-once).
+    ``reader_options`` are the keyword arguments of ``driver.topic.reader``.
+    """
+
+    def __init__(
+        self,
+        topics: TopicsArg,
+        consumer: str,
+        handler: Handler,
+        *,
+        initial_backoff: float = 0.5,
+        max_backoff: float = 30.0,
+        name: str | None = None,
+        **reader_options: Unpack[ReaderOptions],
+    ) -> None:
+        if not 0 < initial_backoff <= max_backoff:
+            raise ValueError("need 0 < initial_backoff <= max_backoff")
+        self.topics = topics
+        self.consumer = consumer
+        self.handler = handler
+        self.initial_backoff = initial_backoff
+        self.max_backoff = max_backoff
+        self.name = name or f"{consumer}@{topics if isinstance(topics, str) else '...'}"
+        self.reader_options = reader_options
+        self.restarts = 0
+        """How many times this consumer was restarted after a failure."""
+        self.handled = 0
+        """How many messages the handler finished (and that were then committed)."""
+        self.last_error: BaseException | None = None
+        """The most recent failure, kept for health checks."""
+        self._reader: TopicReader | None = None
+        self._busy = False
+        self._stopping = False
+
+    def stopping(self) -> bool:
+        """True once ``stop`` was called (until the next ``run``)."""
+        return self._stopping
+
+    def __repr__(self) -> str:
+        return f"Consumer({self.name!r}, restarts={self.restarts}, handled={self.handled})"
 
     async def run(self, driver: Driver) -> None:
-        """Consume until cancelled; never returns on its own."""
+        """Consume until ``stop`` or cancellation; failures restart the reader after a backoff."""
         backoff = self.initial_backoff
-        while True:
+        handled_at_failure = self.handled
+        self._stopping = False
+        while not self.stopping():
             try:
-                async with driver.topic.reader(self.path, consumer=self.consumer, **self.reader_options) as reader:
-                    async for message in reader:
-                        await self.handler(message)
-                        reader.commit(message)
-                        backoff = self.initial_backoff
+                await self._consume(driver)
+                return
             except asyncio.CancelledError:
                 raise
-            except Exception:
+            except Exception as exc:
+                if self.stopping() and isinstance(exc, ClosedError):
+                    return
+                if self.handled != handled_at_failure:
+                    # Progress since the previous failure: this is a new problem, start the backoff over.
+                    backoff = self.initial_backoff
+                handled_at_failure = self.handled
                 self.restarts += 1
+                self.last_error = exc
                 delay = random.uniform(backoff / 2, backoff)
-                logger.exception(
-                    "consumer %r of %s failed; restarting in %.2fs (restart %d)",
-                    self.consumer, self.path, delay, self.restarts,
+                logger.error(
+                    "consumer %s failed; restarting in %.2fs (restart %d)",
+                    self.name, delay, self.restarts, exc_info=exc,
                 )
                 await asyncio.sleep(delay)
                 backoff = min(self.max_backoff, backoff * 2)
+
+    async def _consume(self, driver: Driver) -> None:
+        reader = driver.topic.reader(self.topics, consumer=self.consumer, **self.reader_options)
+        self._reader = reader
+        try:
+            async with reader:
+                while not self.stopping():
+                    try:
+                        message = await reader.receive_message()
+                    except ReaderClosedError:
+                        if self.stopping():
+                            return  # ``stop`` closed the reader while we waited
+                        raise
+                    self._busy = True
+                    try:
+                        await self.handler(message)
+                        reader.commit(message)
+                    finally:
+                        self._busy = False
+                    self.handled += 1
+        finally:
+            self._reader = None
+
+    async def stop(self, task: asyncio.Task[None], timeout: float) -> None:
+        """Finish the message in hand, wait for commit acks (up to ``timeout``), end ``task``."""
+        self._stopping = True
+        reader = self._reader
+        if reader is None:
+            task.cancel()  # between readers (backing off): nothing is in hand, nothing to commit
+        elif not self._busy:
+            # Waiting for a message: closing the reader waits for commit acks and wakes the loop.
+            with contextlib.suppress(Exception):
+                await reader.close(timeout)
+        done, _ = await asyncio.wait([task], timeout=timeout)
+        if not done:
+            logger.warning("consumer %s did not stop within %.1fs; cancelling it", self.name, timeout)
+            task.cancel()
+            await asyncio.wait([task])
+        if not task.cancelled() and task.exception() is not None:
+            logger.error("consumer %s failed while stopping", self.name, exc_info=task.exception())
+
+
+class TopicRuntime:
+    """One driver, named long-lived writers and supervised consumers for a web application.
+
+    ``async with TopicRuntime(endpoint, database, writers={"events": WriterSpec("events")},
+    consumers=[Consumer("events", "audit", handle)]) as runtime`` opens everything in order;
+    leaving the block closes it in reverse (see the module docstring). ``shutdown_timeout``
+    bounds each step of the shutdown. ``wait_ready`` (seconds) makes start-up fail fast when the
+    database does not answer; ``None`` skips the check.
+    """
+
+    def __init__(
+        self,
+        endpoint: str,
+        database: str | None = None,
+        credentials: Credentials | None = None,
+        *,
+        writers: Mapping[str, WriterSpec] | None = None,
+        consumers: Sequence[Consumer] = (),
+        driver_options: Mapping[str, Any] | None = None,
+        wait_ready: float | None = 10.0,
+        shutdown_timeout: float = 10.0,
+    ) -> None:
+        self._writer_specs = dict(writers or {})
+        for name, spec in self._writer_specs.items():
+            if not isinstance(spec, WriterSpec):
+                raise TypeError(f"writer {name!r} must be a WriterSpec, got {type(spec).__name__}")
+        self.consumers = tuple(consumers)
+        names = [c.name for c in self.consumers]
+        if len(set(names)) != len(names):
+            raise ValueError(f"consumer names must be unique, got {names}")
+        self._endpoint = endpoint
+        self._database = database
+        self._credentials = credentials
+        self._driver_options = dict(driver_options or {})
+        self._wait_ready = wait_ready
+        self.shutdown_timeout = shutdown_timeout
+        self._driver: Driver | None = None
+        self._writers: dict[str, TopicWriter] = {}
+        self._tasks: dict[Consumer, asyncio.Task[None]] = {}
+
+    @property
+    def driver(self) -> Driver:
+        """The open driver (``RuntimeError`` outside the runtime's lifetime)."""
+        if self._driver is None:
+            raise RuntimeError("the topic runtime is not running (is the lifespan / cleanup context installed?)")
+        return self._driver
+
+    @property
+    def writers(self) -> Mapping[str, TopicWriter]:
+        """The open writers by name."""
+        return dict(self._writers)
+
+    def writer(self, name: str) -> TopicWriter:
+        """The open writer called ``name``."""
+        self.driver  # noqa: B018 - raises a clear error when not running
+        try:
+            return self._writers[name]
+        except KeyError:
+            raise KeyError(f"no writer named {name!r}; configured: {sorted(self._writer_specs)}") from None
+
+    async def __aenter__(self) -> TopicRuntime:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        """Open the driver and writers and start the consumers; on failure close what was opened."""
+        if self._driver is not None:
+            raise RuntimeError("the topic runtime is already running")
+        driver = Driver(self._endpoint, self._database, self._credentials, **self._driver_options)
+        await driver.open()
+        self._driver = driver
+        try:
+            if self._wait_ready is not None:
+                await driver.wait_ready(self._wait_ready)
+            for name, spec in self._writer_specs.items():
+                writer = driver.topic.writer(spec.path, **spec.options)
+                await writer.open()
+                self._writers[name] = writer
+            for consumer in self.consumers:
+                # Owned here and always awaited in ``close``.
+                self._tasks[consumer] = asyncio.get_running_loop().create_task(
+                    consumer.run(driver), name=f"ydb-topic consumer {consumer.name}"
+                )
+        except BaseException:
+            await self.close()
+            raise
+
+    async def close(self) -> None:
+        """Stop consumers, flush and close writers, close the driver; raise the first failure after all."""
+        first: BaseException | None = None
+        tasks, self._tasks = self._tasks, {}
+        await asyncio.gather(*(c.stop(t, self.shutdown_timeout) for c, t in tasks.items()))
+        writers, self._writers = self._writers, {}
+        for name, writer in writers.items():
+            try:
+                await writer.close(self.shutdown_timeout)
+            except Exception as exc:
+                logger.error("closing writer %r failed: %s", name, exc)
+                first = first or exc
+        driver, self._driver = self._driver, None
+        if driver is not None:
+            try:
+                await driver.close()
+            except Exception as exc:
+                logger.error("closing the driver failed: %s", exc)
+                first = first or exc
+        if first is not None:
+            raise first
