@@ -15,18 +15,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import contextlib
 import datetime as dt
 import json
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, TextIO
 
 from .._codecs import LZ4_CODEC, Codec, lz4_encode
 from .._credentials import AccessTokenCredentials, Credentials, StaticCredentials
 from .._driver import Driver
-from .._errors import YdbTopicError
+from .._errors import InvalidArgumentError, YdbTopicError
 from ..reader import TopicSelector
 from ..topic.types import ConsumerSettings
 
@@ -44,6 +45,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--token", default=os.environ.get("YDB_TOKEN"), help="an access token")
     parser.add_argument("--user", help="log in as this user (password from --password or YDB_PASSWORD)")
     parser.add_argument("--password", default=os.environ.get("YDB_PASSWORD"))
+    parser.add_argument("--timeout", type=_positive_float, default=10.0,
+                        help="seconds to wait for the server to answer at start (default: 10)")
     commands = parser.add_subparsers(dest="command", required=True)
 
     topic = commands.add_parser("topic", help="create, describe, alter or drop a topic").add_subparsers(
@@ -78,17 +81,20 @@ def _parser() -> argparse.ArgumentParser:
     write.add_argument("--file", help="read lines from this file instead of stdin")
     write.add_argument("--producer-id", help="enables deduplication across retries")
     write.add_argument("--codec", choices=sorted(CODECS), default="raw")
-    write.add_argument("--rate", type=float, help="at most this many messages per second")
-    write.add_argument("--progress", action="store_true", help="show progress on stderr")
+    write.add_argument("--rate", type=_positive_float, help="at most this many messages per second")
+    write.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                       help="show a progress bar on stderr (default: when stderr is a terminal)")
 
     read = commands.add_parser("read", help="read messages")
     read.add_argument("path")
     read.add_argument("--consumer", help="read as this consumer (omit to read a partition from an offset)")
-    read.add_argument("--partition", type=int, action="append", help="partition to read without a consumer")
-    read.add_argument("--offset", type=int, default=0, help="start offset without a consumer")
+    read.add_argument("--partition", type=int, action="append",
+                      help="partition to read (repeatable); required without a consumer")
+    read.add_argument("--offset", type=int, help="start offset, only without a consumer (default: 0)")
     read.add_argument("--count", type=int, help="stop after this many messages")
     read.add_argument("--follow", action="store_true", help="keep waiting for new messages")
-    read.add_argument("--idle-timeout", type=float, default=2.0, help="without --follow, stop after this idle time")
+    read.add_argument("--idle-timeout", type=_positive_float, default=2.0,
+                      help="without --follow, stop after this many idle seconds (default: 2)")
     read.add_argument("--format", choices=("raw", "json"), default="raw")
     read.add_argument("--no-commit", action="store_true", help="do not commit what was read")
 
@@ -97,6 +103,16 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=2136)
     serve.add_argument("--serve-database", default="/local", dest="serve_database")
     return parser
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text!r}")
+    return value
 
 
 def _credentials(args: argparse.Namespace) -> Credentials | None:
@@ -109,11 +125,16 @@ def _credentials(args: argparse.Namespace) -> Credentials | None:
     return None
 
 
-def _driver(args: argparse.Namespace) -> Driver:
+@contextlib.asynccontextmanager
+async def _driver(args: argparse.Namespace) -> AsyncIterator[Driver]:
+    """An open driver whose server answered within ``--timeout`` (else a clear error, exit 1)."""
     database = args.database
     if database is None and "database=" not in args.endpoint:
         database = "/local"
-    return Driver(args.endpoint, database, _credentials(args))
+    async with Driver(args.endpoint, database, _credentials(args)) as driver:
+        # Writers and readers reconnect forever; fail fast instead when nothing listens.
+        await driver.wait_ready(args.timeout)
+        yield driver
 
 
 def _codec_list(text: str | None) -> list[int]:
@@ -195,10 +216,52 @@ async def _consumer(args: argparse.Namespace, out: TextIO) -> None:
                   f" end {row['end_offset']}, lag {row['lag']}", file=out)
 
 
+class Progress:
+    """A one-line progress bar on a stream: a bar with a percentage when the total is known,
+    else a counter; both with the rate. Redrawn at most every ``interval`` seconds."""
+
+    WIDTH = 30
+
+    def __init__(self, stream: TextIO, total_bytes: int | None, interval: float = 0.2) -> None:
+        self.stream = stream
+        self.total_bytes = total_bytes
+        self.interval = interval
+        self.messages = 0
+        self.bytes = 0
+        self.started = time.monotonic()
+        self._drawn = 0.0
+
+    def advance(self, size: int) -> None:
+        self.messages += 1
+        self.bytes += size
+        now = time.monotonic()
+        if now - self._drawn >= self.interval:
+            self._drawn = now
+            self.draw()
+
+    def line(self) -> str:
+        elapsed = max(time.monotonic() - self.started, 1e-9)
+        rate = f"{self.messages / elapsed:,.0f} msg/s"
+        if self.total_bytes:
+            done = min(self.bytes / self.total_bytes, 1.0)
+            filled = round(done * self.WIDTH)
+            bar = "#" * filled + "-" * (self.WIDTH - filled)
+            return f"[{bar}] {done:4.0%} {self.messages:,} messages, {rate}"
+        return f"{self.messages:,} messages, {rate}"
+
+    def draw(self, final: bool = False) -> None:
+        print("\r" + self.line(), end="\n" if final else "", file=self.stream, flush=True)
+
+
 async def _write(args: argparse.Namespace, out: TextIO) -> None:
-    if args.rate is not None and args.rate <= 0:
-        raise UsageFailure("--rate must be positive")
-    source: TextIO = await asyncio.to_thread(open, args.file, encoding="utf-8") if args.file else sys.stdin
+    source: TextIO
+    if args.file:
+        source = await asyncio.to_thread(open, args.file, encoding="utf-8")
+        total_bytes: int | None = os.fstat(source.fileno()).st_size
+    else:
+        source, total_bytes = sys.stdin, None
+    show = args.progress if args.progress is not None else sys.stderr.isatty()
+    progress = Progress(sys.stderr, total_bytes) if show else None
     codec = CODECS[args.codec]
     written = 0
     started = time.monotonic()
@@ -217,17 +280,18 @@ async def _write(args: argparse.Namespace, out: TextIO) -> None:
                     break
                 await writer.write(line.rstrip("\n").encode())
                 written += 1
+                if progress is not None:
+                    progress.advance(len(line.encode()))
                 if args.rate:
+                    # Pace against the start time, not the previous message, so sleeps do not drift.
                     delay = started + written / args.rate - time.monotonic()
                     if delay > 0:
                         await asyncio.sleep(delay)
-                if args.progress and written % 1000 == 0:
-                    print(f"\rwritten {written}", end="", file=sys.stderr, flush=True)
     finally:
         if args.file:
             source.close()
-    if args.progress:
-        print(f"\rwritten {written}", file=sys.stderr)
+    if progress is not None:
+        progress.draw(final=True)
     print(f"wrote {written} messages to {args.path}", file=out)
 
 
@@ -253,12 +317,14 @@ def _as_json(message: Any) -> str:
 async def _read(args: argparse.Namespace, out: TextIO) -> None:
     if args.consumer is None and not args.partition:
         raise UsageFailure("give --consumer, or --partition (with --offset) to read without a consumer")
+    if args.consumer is not None and args.offset is not None:
+        raise UsageFailure("--offset is for reading without a consumer; a consumer resumes from its commits")
     if args.count is not None and args.count <= 0:
         raise UsageFailure("--count must be positive")
     if args.consumer:
-        topics: Any = args.path
+        topics: Any = TopicSelector(args.path, partitions=args.partition) if args.partition else args.path
     else:
-        topics = TopicSelector(args.path, start_offsets={p: args.offset for p in args.partition})
+        topics = TopicSelector(args.path, start_offsets={p: args.offset or 0 for p in args.partition})
     seen = 0
     async with _driver(args) as driver, driver.topic.reader(topics, consumer=args.consumer) as reader:
         while args.count is None or seen < args.count:
@@ -293,11 +359,15 @@ COMMANDS = {"topic": _topic, "consumer": _consumer, "write": _write, "read": _re
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     """Run the CLI; returns the exit code (the console script exits with it)."""
     parser = _parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse exits on --help (0) and on mistakes (2)
+        return exc.code if isinstance(exc.code, int) else 2
     stream = out or sys.stdout
     try:
         asyncio.run(COMMANDS[args.command](args, stream))
-    except UsageFailure as exc:
+    except (UsageFailure, InvalidArgumentError) as exc:
+        # InvalidArgumentError: the SDK refused a value taken from the command line.
         parser.print_usage(sys.stderr)
         print(f"ydb-topic-async: error: {exc}", file=sys.stderr)
         return 2
