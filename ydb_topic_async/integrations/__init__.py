@@ -1,1 +1,9 @@
-"""Glue for web frameworks: one driver and long-lived writers per process, supervised consumers."""
+"""Glue for web frameworks: one driver and long-lived writers per process, supervised consumers.
+
+``TopicRuntime``, ``WriterSpec`` and ``Consumer`` need no framework; the FastAPI and aiohttp
+adapters live in ``ydb_topic_async.integrations.fastapi`` and ``...aiohttp`` (optional extras).
+"""
+
+from ._supervisor import Consumer, Handler, TopicRuntime, WriterSpec
+
+__all__ = ["Consumer", "Handler", "TopicRuntime", "WriterSpec"]
