@@ -264,7 +264,6 @@ async def _write(args: argparse.Namespace, out: TextIO) -> None:
     progress = Progress(sys.stderr, total_bytes) if show else None
     codec = CODECS[args.codec]
     written = 0
-    started = time.monotonic()
     loop = asyncio.get_running_loop()
     try:
         async with _driver(args) as driver, driver.topic.writer(
@@ -273,6 +272,8 @@ async def _write(args: argparse.Namespace, out: TextIO) -> None:
             codec=codec,
             encoders={LZ4_CODEC: lz4_encode} if codec == LZ4_CODEC else None,
         ) as writer:
+            # Pace from here: connecting must not count as time already spent writing.
+            started = time.monotonic()
             while True:
                 # Reading stdin blocks: keep it off the event loop so acks keep flowing.
                 line = await loop.run_in_executor(None, source.readline)
