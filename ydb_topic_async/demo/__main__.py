@@ -1,9 +1,10 @@
-"""The demo: a clickstream through a topic, end to end.
+"""The demo: a clickstream through YDB topics and a Spark Structured Streaming job, end to end.
 
 ``python -m ydb_topic_async.demo`` starts the local topic server on loopback (or uses
-``--endpoint`` / ``YDB_ENDPOINT`` for a real database), creates a topic with four partitions,
-publishes clickstream events with an exactly-once writer per producer, consumes them with a
-committing reader, and prints revenue per country and the consumer's lag.
+``--endpoint`` / ``YDB_ENDPOINT`` for a real database), creates an input and an output topic,
+publishes clickstream events with the async writer, runs a Spark streaming job that sums
+revenue per country and minute and writes the results through the exactly-once ``ydb_topic``
+sink, then reads the results back with the async reader and checks them against what was sent.
 """
 
 from __future__ import annotations
@@ -14,21 +15,28 @@ import contextlib
 import json
 import os
 import random
+import re
+import subprocess
 import sys
+import tempfile
 import time
-from collections import Counter, defaultdict
-from collections.abc import AsyncIterator
+from collections import defaultdict
+from collections.abc import Iterator
+from typing import Any
 
-from .. import Driver, YdbTopicError
-from ..testing import LocalTopicServer
+from .. import Driver, TopicSelector, YdbTopicError
 
-TOPIC = "demo/clicks"
-CONSUMER = "revenue-report"
+CLICKS = "demo/clicks"
+REVENUE = "demo/revenue"
+CONSUMER = "spark-revenue"
 COUNTRIES = ("DE", "FR", "IN", "JP", "NL", "US")
 PAGES = ("/", "/search", "/product", "/cart", "/checkout")
+EVENT_SPAN_SECONDS = 600
+"""Event times are spread over ten minutes, so the job's one-minute windows have data."""
+BASE_TIME = 1_700_000_000
 
 
-def make_event(rng: random.Random, n: int) -> dict[str, object]:
+def make_event(rng: random.Random, n: int, events: int) -> dict[str, object]:
     page = rng.choice(PAGES)
     return {
         "event_id": n,
@@ -36,7 +44,7 @@ def make_event(rng: random.Random, n: int) -> dict[str, object]:
         "country": rng.choice(COUNTRIES),
         "page": page,
         "amount": round(rng.uniform(5, 250), 2) if page == "/checkout" else 0.0,
-        "ts": time.time(),
+        "ts": BASE_TIME + n * EVENT_SPAN_SECONDS / events,
     }
 
 
@@ -49,84 +57,180 @@ def progress(label: str, done: int, total: int) -> None:
     sys.stdout.flush()
 
 
-@contextlib.asynccontextmanager
-async def database(endpoint: str | None) -> AsyncIterator[tuple[str, str]]:
-    """A database to talk to: the given endpoint, or a local server for the duration."""
+@contextlib.contextmanager
+def database(endpoint: str | None, database: str) -> Iterator[tuple[str, str]]:
+    """The given endpoint, or a local topic server in a child process for the duration.
+
+    Spark's Python workers are separate processes, so the server must be reachable over
+    loopback from them, as a real cluster would be: it cannot live in this process's loop.
+    """
     if endpoint:
-        yield endpoint, os.environ.get("YDB_DATABASE", "/local")
+        yield endpoint, database
         return
-    async with LocalTopicServer() as server:
-        print(f"local topic server listening on {server.endpoint} (database {server.database})")
-        yield server.endpoint, server.database
-
-
-async def produce(driver: Driver, events: int, producers: int) -> None:
-    rng = random.Random(42)
-    written = 0
-    writers = [driver.topic.writer(TOPIC, producer_id=f"web-{i}", codec=4) for i in range(producers)]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ydb_topic_async.testing", "--port", "0"], stdout=subprocess.PIPE, text=True
+    )
     try:
-        for writer in writers:
-            await writer.open()
-        for n in range(events):
-            writer = writers[n % producers]
-            await writer.write(json.dumps(make_event(rng, n)).encode())
-            written += 1
-            if written % 500 == 0 or written == events:
-                progress("produce", written, events)
-        for writer in writers:
-            await writer.flush()
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        match = re.search(r"(grpcs?://[^/\s]+)/\?database=(\S+)", line)
+        if match is None:
+            raise SystemExit(f"the local topic server did not start: {line!r}")
+        print(f"local topic server listening on {match.group(1)} (database {match.group(2)})")
+        yield match.group(1), match.group(2)
     finally:
-        for writer in writers:
-            await writer.close()
+        proc.terminate()
+        proc.wait(timeout=10)
+        if proc.stdout is not None:
+            proc.stdout.close()
 
 
-async def consume(driver: Driver, events: int) -> tuple[dict[str, float], Counter[str]]:
-    revenue: dict[str, float] = defaultdict(float)
-    pages: Counter[str] = Counter()
-    seen = 0
-    async with driver.topic.reader(TOPIC, consumer=CONSUMER) as reader:
-        while seen < events:
-            batch = await reader.receive_batch(timeout=30)
-            for message in batch:
-                event = json.loads(message.data)
-                revenue[str(event["country"])] += float(event["amount"])
-                pages[str(event["page"])] += 1
-            seen += len(batch)
-            reader.commit(batch)
-            progress("consume", seen, events)
-    return revenue, pages
-
-
-async def run(endpoint: str | None, events: int, producers: int) -> None:
-    async with database(endpoint) as (url, db), Driver(url, db) as driver:
+async def setup_and_produce(url: str, db: str, events: int, producers: int) -> dict[str, tuple[int, float]]:
+    """Create both topics and publish the events; returns the expected (events, revenue) per country."""
+    expected: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
+    rng = random.Random(42)
+    async with Driver(url, db) as driver:
         await driver.wait_ready(timeout=10)
-        with contextlib.suppress(YdbTopicError):
-            await driver.topic.drop_topic(TOPIC)
-        await driver.topic.create_topic(TOPIC, min_active_partitions=4, consumers=[CONSUMER])
-        started = time.perf_counter()
-        await produce(driver, events, producers)
-        revenue, pages = await consume(driver, events)
-        elapsed = time.perf_counter() - started
+        for path in (CLICKS, REVENUE):
+            with contextlib.suppress(YdbTopicError):
+                await driver.topic.drop_topic(path)
+        await driver.topic.create_topic(CLICKS, min_active_partitions=4, consumers=[CONSUMER])
+        await driver.topic.create_topic(REVENUE, min_active_partitions=2)
+        writers = [driver.topic.writer(CLICKS, producer_id=f"web-{i}", codec=4) for i in range(producers)]
+        try:
+            for n in range(events):
+                event = make_event(rng, n, events)
+                totals = expected[str(event["country"])]
+                totals[0] += 1
+                totals[1] += float(event["amount"])  # type: ignore[arg-type]
+                await writers[n % producers].write(json.dumps(event).encode())
+                if (n + 1) % 500 == 0 or n + 1 == events:
+                    progress("produce", n + 1, events)
+        finally:
+            for writer in writers:
+                await writer.close()  # waits for every acknowledgement
+    return {country: (int(t[0]), t[1]) for country, t in expected.items()}
 
-        print(f"\n{'country':<8}{'revenue':>12}")
-        for country in sorted(revenue, key=revenue.__getitem__, reverse=True):
-            print(f"{country:<8}{revenue[country]:>12.2f}")
-        print(f"\n{'page':<10}{'views':>8}")
-        for page, count in pages.most_common():
-            print(f"{page:<10}{count:>8}")
-        lag = (await driver.topic.describe_consumer(TOPIC, CONSUMER)).total_lag
-        print(f"\n{events} events through {TOPIC} in {elapsed:.2f}s; consumer {CONSUMER!r} lag: {lag}")
-        if sum(pages.values()) != events or lag != 0:
-            raise SystemExit("demo failed: not every event was consumed and committed")
+
+def run_spark_job(url: str, db: str, max_per_trigger: int, checkpoint: str) -> int:
+    """The Structured Streaming job; returns the number of micro-batches it ran."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers use this interpreter
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
+
+    from ..spark import register
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("ydb-topic-async-demo")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        register(spark)
+        connection = {"endpoint": url, "database": db}
+        event = "event_id LONG, user_id STRING, country STRING, page STRING, amount DOUBLE, ts DOUBLE"
+        clicks = (
+            spark.readStream.format("ydb_topic")
+            .options(**connection, topic=CLICKS, consumer=CONSUMER)
+            .option("maxOffsetsPerTrigger", str(max_per_trigger))
+            .load()
+            .select(F.from_json(F.col("data").cast("string"), event).alias("e"))
+            .select("e.*", F.col("e.ts").cast("timestamp").alias("event_time"))
+        )
+        per_minute = clicks.groupBy(F.window("event_time", "1 minute"), "country").agg(
+            F.count("*").alias("events"),
+            F.round(F.sum("amount"), 2).alias("revenue"),
+            F.approx_count_distinct("user_id").alias("users"),
+        )
+        out = per_minute.select(
+            F.to_json(
+                F.struct(
+                    F.date_format("window.start", "HH:mm").alias("minute"), "country", "events", "revenue", "users"
+                )
+            ).alias("data"),
+            F.create_map(F.lit("country"), F.col("country").cast("binary")).alias("metadata"),
+        )
+        query = (
+            out.writeStream.format("ydb_topic")
+            .options(**connection, topic=REVENUE)
+            # Each batch sends every aggregate so far (Python sinks take append or complete mode);
+            # the reader keeps the latest per key.
+            .outputMode("complete")
+            .option("checkpointLocation", checkpoint)
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination()
+        if query.exception() is not None:
+            raise SystemExit(f"the Spark job failed: {query.exception()}")
+        return sum(1 for p in query.recentProgress if p["numInputRows"])
+    finally:
+        spark.stop()
+
+
+async def read_results(url: str, db: str) -> dict[tuple[str, str], dict[str, Any]]:
+    """The latest aggregate per (minute, country): in complete mode later batches supersede earlier ones."""
+    latest: dict[tuple[str, str], tuple[int, dict[str, Any]]] = {}
+    async with Driver(url, db) as driver:
+        description = await driver.topic.describe_topic(REVENUE, include_stats=True)
+        ends = {p.partition_id: p.stats.end_offset if p.stats else 0 for p in description.partitions}
+        total = sum(ends.values())
+        selector = TopicSelector(REVENUE, start_offsets=dict.fromkeys(ends, 0))
+        seen = 0
+        async with driver.topic.reader(selector, consumer=None) as reader:
+            while seen < total:
+                batch = await reader.receive_batch(timeout=30)
+                for message in batch:
+                    row = json.loads(message.data)
+                    key = (row["minute"], row["country"])
+                    # The sink's seq_nos grow with the batch id, per Spark partition (= per key).
+                    if key not in latest or latest[key][0] < message.seq_no:
+                        latest[key] = (message.seq_no, row)
+                seen += len(batch)
+                progress("results", seen, total)
+    return {key: row for key, (_, row) in latest.items()}
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m ydb_topic_async.demo", description=__doc__.splitlines()[0])
     parser.add_argument("--endpoint", default=os.environ.get("YDB_ENDPOINT"), help="a YDB endpoint (default: local)")
+    parser.add_argument("--database", default=os.environ.get("YDB_DATABASE", "/local"), help="database path")
     parser.add_argument("--events", type=int, default=20_000, help="how many events to publish")
     parser.add_argument("--producers", type=int, default=4, help="how many producer ids write in parallel")
+    parser.add_argument("--max-per-trigger", type=int, default=5_000, help="Spark's maxOffsetsPerTrigger")
     args = parser.parse_args(argv)
-    asyncio.run(run(args.endpoint, args.events, args.producers))
+
+    started = time.perf_counter()
+    with database(args.endpoint, args.database) as (url, db), tempfile.TemporaryDirectory() as tmp:
+        expected = asyncio.run(setup_and_produce(url, db, args.events, args.producers))
+        print("spark     starting the streaming job (local[2]) ...", flush=True)
+        spark_started = time.perf_counter()
+        batches = run_spark_job(url, db, args.max_per_trigger, os.path.join(tmp, "checkpoint"))
+        print(f"spark     {batches} micro-batches in {time.perf_counter() - spark_started:.1f}s")
+        results = asyncio.run(read_results(url, db))
+
+    print(f"\n{'country':<8}{'events':>8}{'revenue':>12}{'busiest minute':>16}")
+    failed = False
+    for country in sorted(expected, key=lambda c: -expected[c][1]):
+        rows = [r for (_, c), r in results.items() if c == country]
+        events = sum(r["events"] for r in rows)
+        revenue = sum(r["revenue"] for r in rows)
+        busiest = max(rows, key=lambda r: r["revenue"])["minute"] if rows else "-"
+        print(f"{country:<8}{events:>8}{revenue:>12.2f}{busiest:>16}")
+        want_events, want_revenue = expected[country]
+        failed |= events != want_events or abs(revenue - want_revenue) > 0.05
+    print(
+        f"\n{args.events} events -> {len(results)} (minute, country) aggregates in {REVENUE}; "
+        f"total {time.perf_counter() - started:.1f}s"
+    )
+    if failed:
+        raise SystemExit("demo failed: the aggregates do not match the events sent")
 
 
 if __name__ == "__main__":

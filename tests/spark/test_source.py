@@ -1,0 +1,288 @@
+"""The ``ydb_topic`` Spark data source against a local topic server process (Spark ``local[2]``)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import shutil
+import threading
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pyspark", reason="pyspark is not installed (pip install 'ydb-topic-async[spark]')")
+
+from ydb_topic_async import Driver, Message
+from ydb_topic_async.spark._options import parse_options
+from ydb_topic_async.spark.source import SCHEMA, read_range
+
+from .conftest import Server
+
+T0 = dt.datetime(2024, 5, 1, 12, 0, 0, 123456, tzinfo=dt.timezone.utc)
+
+
+def write_messages(server: Server, topic: str, partitions: int, per_partition: int, *, create: bool = True) -> None:
+    """``per_partition`` messages into each partition: data ``p<pid>-<i>``, seq_no 10*(i+1), metadata."""
+
+    async def main(driver: Driver) -> None:
+        if create:
+            await driver.topic.create_topic(topic, min_active_partitions=partitions, consumers=["spark"])
+        for pid in range(partitions):
+            async with driver.topic.writer(
+                topic, producer_id=f"producer-{pid}", partition_id=pid, auto_seqno=False, auto_created_at=False
+            ) as writer:
+                start = (await writer.wait_init()).last_seq_no // 10
+                for i in range(start, start + per_partition):
+                    await writer.write(
+                        Message(
+                            f"p{pid}-{i}".encode(),
+                            seq_no=10 * (i + 1),
+                            created_at=T0 + dt.timedelta(seconds=i),
+                            metadata={"n": str(i).encode(), "kind": b"test"},
+                        )
+                    )
+
+    server.run(main)
+
+
+def read_all(spark: Any, server: Server, topic: str, **options: str) -> list[Any]:
+    df = spark.read.format("ydb_topic").options(**server.options(topic, **options)).load()
+    return sorted(df.collect(), key=lambda r: (r.partition, r.offset))
+
+
+def create(server: Server, topic: str, partitions: int = 1) -> None:
+    server.run(lambda d: d.topic.create_topic(topic, min_active_partitions=partitions, consumers=["spark"]))
+
+
+# --- options ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"topic": ""}, "option 'topic' is required"),
+        ({"endpoint": ""}, "option 'endpoint' is required"),
+        ({"endpoint": "http://x:1"}, "grpc:// or grpcs://"),
+        ({"database": "local"}, "absolute path"),
+        ({"startingOffsets": "{oops"}, "startingOffsets"),
+        ({"startingOffsets": '{"x": 1}'}, "partition ids must be non-negative integers"),
+        ({"startingOffsets": '{"0": -3}'}, "must be an integer >= -2"),
+        ({"endingOffsets": "earliest"}, "cannot be 'earliest'"),
+        ({"maxOffsetsPerTrigger": "0"}, "maxOffsetsPerTrigger"),
+        ({"maxOffsetsPerTrigger": "ten"}, "maxOffsetsPerTrigger"),
+        ({"token": "t", "user": "u"}, "either 'token' or 'user'"),
+        ({"codec": "snappy"}, "codec"),
+    ],
+)
+def test_bad_options_fail_at_load_time(
+    spark: Any, ydb_server: Server, options: dict[str, str], message: str
+) -> None:
+    all_options = {**ydb_server.options("t"), **options}
+    with pytest.raises(ValueError, match=message):
+        parse_options(all_options)
+    with pytest.raises(Exception, match=message):
+        spark.read.format("ydb_topic").options(**all_options).load()
+
+
+def test_stream_only_errors_fail_at_start(spark: Any, ydb_server: Server, topic_name: str, tmp_path: Path) -> None:
+    create(ydb_server, topic_name)
+    stream = (
+        spark.readStream.format("ydb_topic")
+        .options(**ydb_server.options(topic_name, endingOffsets="latest"))
+        .load()
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "cp"))
+    )
+    with pytest.raises(Exception, match="'endingOffsets' is for batch reads only"):
+        stream.start().awaitTermination(30)
+    with pytest.raises(Exception, match="no consumer 'nobody'"):
+        (
+            spark.readStream.format("ydb_topic")
+            .options(**ydb_server.options(topic_name, consumer="nobody"))
+            .load()
+            .writeStream.format("noop")
+            .option("checkpointLocation", str(tmp_path / "cp2"))
+            .start()
+            .awaitTermination(30)
+        )
+    with pytest.raises(Exception, match="needs a 'data' column"):
+        spark.range(3).write.format("ydb_topic").options(**ydb_server.options(topic_name)).mode("append").save()
+    with pytest.raises(Exception, match="append-only"):
+        spark.range(3).selectExpr("CAST(id AS STRING) AS data").write.format("ydb_topic").options(
+            **ydb_server.options(topic_name)
+        ).mode("overwrite").save()
+
+
+# --- batch read ---------------------------------------------------------------------------------
+
+
+def test_batch_read_returns_every_message_with_exact_fields(spark: Any, ydb_server: Server, topic_name: str) -> None:
+    write_messages(ydb_server, topic_name, partitions=3, per_partition=40)
+    df = spark.read.format("ydb_topic").options(**ydb_server.options(topic_name)).load()
+    assert df.schema == SCHEMA
+    assert df.rdd.getNumPartitions() == 3  # one input partition per topic partition
+    rows = sorted(df.collect(), key=lambda r: (r.partition, r.offset))
+    assert len(rows) == 120
+    for row in rows:
+        i = row.offset
+        assert row.topic == topic_name
+        assert row.data == f"p{row.partition}-{i}".encode()
+        assert row.seq_no == 10 * (i + 1)
+        assert row.producer_id == f"producer-{row.partition}"
+        assert row.message_group_id == f"producer-{row.partition}"
+        assert row.metadata == {"n": str(i).encode(), "kind": b"test"}
+        # the session time zone is UTC: timestamps come back as naive UTC datetimes
+        assert row.created_at == (T0 + dt.timedelta(seconds=i)).replace(tzinfo=None)
+        assert abs(row.written_at - dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)) < dt.timedelta(minutes=5)
+    assert [r.offset for r in rows if r.partition == 1] == list(range(40))
+
+
+def test_starting_and_ending_offsets(spark: Any, ydb_server: Server, topic_name: str) -> None:
+    write_messages(ydb_server, topic_name, partitions=2, per_partition=20)
+
+    def offsets(**options: str) -> dict[int, list[int]]:
+        result: dict[int, list[int]] = {0: [], 1: []}
+        for row in read_all(spark, ydb_server, topic_name, **options):
+            result[row.partition].append(row.offset)
+        return result
+
+    assert offsets(startingOffsets="latest") == {0: [], 1: []}
+    assert offsets(startingOffsets='{"0": 15, "1": -2}') == {0: [15, 16, 17, 18, 19], 1: list(range(20))}
+    assert offsets(startingOffsets='{"0": 5}', endingOffsets='{"0": 8, "1": 2}') == {0: [5, 6, 7], 1: [0, 1]}
+    nested = f'{{"{topic_name}": {{"0": 18, "1": -1}}}}'  # the Kafka connector's per-topic form
+    assert offsets(startingOffsets=nested) == {0: [18, 19], 1: []}
+    assert offsets(endingOffsets='{"1": -1, "0": 1}') == {0: [0], 1: list(range(20))}
+    with pytest.raises(Exception, match="partitions the topic does not have"):
+        offsets(startingOffsets='{"7": 0}')
+
+
+def test_reader_task_closes_its_loop_and_leaves_no_threads(ydb_server: Server, topic_name: str) -> None:
+    """The sync bridge used by executor tasks, run here in-process: full and abandoned reads."""
+    write_messages(ydb_server, topic_name, partitions=1, per_partition=30)
+    options = parse_options(ydb_server.options(topic_name))
+    from ydb_topic_async.spark._offsets import OffsetRange
+
+    list(read_range(options, OffsetRange(0, 0, 30), SCHEMA))  # warm up process-wide gRPC state
+    before = set(threading.enumerate())
+    batches = list(read_range(options, OffsetRange(0, 3, 30), SCHEMA))
+    assert sum(b.num_rows for b in batches) == 27
+    assert batches[0].column("offset").to_pylist()[0] == 3
+    partial = read_range(options, OffsetRange(0, 0, 30), SCHEMA)
+    next(partial)
+    partial.close()  # Spark stops a task early (e.g. a LIMIT): the stream and loop still close
+    assert set(threading.enumerate()) - before == set()
+
+
+# --- batch write --------------------------------------------------------------------------------
+
+
+def test_batch_write_with_metadata_and_partition(spark: Any, ydb_server: Server, topic_name: str) -> None:
+    create(ydb_server, topic_name, partitions=2)
+    df = spark.range(100).selectExpr(
+        "CAST(id AS STRING) AS data",
+        "map('id', CAST(CAST(id AS STRING) AS BINARY)) AS metadata",
+        "CAST(id % 2 AS INT) AS partition",
+    )
+    df.repartition(3).write.format("ydb_topic").options(**ydb_server.options(topic_name, codec="zstd")).mode(
+        "append"
+    ).save()
+    rows = read_all(spark, ydb_server, topic_name)
+    assert sorted(int(r.data) for r in rows) == list(range(100))
+    for row in rows:
+        assert row.partition == int(row.data) % 2
+        assert row.metadata == {"id": row.data}
+
+
+# --- streaming ----------------------------------------------------------------------------------
+
+
+def run_stream(spark: Any, server: Server, source: str, sink: str, checkpoint: Path, **options: str) -> Any:
+    """Copy ``source`` to ``sink`` with Trigger.AvailableNow; returns the finished query."""
+    query = (
+        spark.readStream.format("ydb_topic")
+        .options(**server.options(source, **options))
+        .load()
+        .selectExpr("data", "map('from', CAST(CONCAT(partition, ':', offset) AS BINARY)) AS metadata")
+        .writeStream.format("ydb_topic")
+        .options(**server.options(sink))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(120)
+    assert query.exception() is None
+    return query
+
+
+def test_stream_round_trip_restart_and_consumer_lag(
+    spark: Any, ydb_server: Server, topic_name: str, tmp_path: Path
+) -> None:
+    sink = topic_name + "-out"
+    write_messages(ydb_server, topic_name, partitions=2, per_partition=25)
+    create(ydb_server, sink)
+    checkpoint = tmp_path / "checkpoint"
+
+    query = run_stream(spark, ydb_server, topic_name, sink, checkpoint, maxOffsetsPerTrigger="20", consumer="spark")
+    batches = [p for p in query.recentProgress if p.numInputRows > 0]
+    assert [p.numInputRows for p in batches] == [20, 20, 10]  # admission control: 50 rows, 20 per trigger
+    assert Counter(r.data for r in read_all(spark, ydb_server, sink)) == Counter(
+        f"p{pid}-{i}".encode() for pid in range(2) for i in range(25)
+    )
+
+    # More data, and a restart from the checkpoint: continues where it stopped.
+    write_messages(ydb_server, topic_name, partitions=2, per_partition=5, create=False)
+    run_stream(spark, ydb_server, topic_name, sink, checkpoint, maxOffsetsPerTrigger="20", consumer="spark")
+    out = read_all(spark, ydb_server, sink)
+    assert Counter(r.data for r in out) == Counter(f"p{pid}-{i}".encode() for pid in range(2) for i in range(30))
+    assert len({r.metadata["from"] for r in out}) == 60
+
+    # Spark commits a batch's source offsets when it plans the next batch: the restart committed
+    # the first run's end; the second run's last batch is committed by the next run.
+    consumer = ydb_server.run(lambda d: d.topic.describe_consumer(topic_name, "spark"))
+    assert [p.committed_offset for p in consumer.partitions] == [25, 25]
+
+
+def test_exactly_once_sink_when_spark_re_executes_a_batch(
+    spark: Any, ydb_server: Server, topic_name: str, tmp_path: Path
+) -> None:
+    sink = topic_name + "-out"
+    write_messages(ydb_server, topic_name, partitions=2, per_partition=30)
+    create(ydb_server, sink, partitions=2)
+    checkpoint = tmp_path / "checkpoint"
+    run_stream(spark, ydb_server, topic_name, sink, checkpoint)
+    first = read_all(spark, ydb_server, sink)
+    assert len(first) == 60
+
+    # Forget that batch 0 was committed: on restart Spark runs batch 0 again, same offsets.
+    for name in ("0", ".0.crc"):
+        (checkpoint / "commits" / name).unlink(missing_ok=True)
+    shutil.rmtree(checkpoint / "state", ignore_errors=True)
+    again = run_stream(spark, ydb_server, topic_name, sink, checkpoint)
+    assert [(p.batchId, p.numInputRows) for p in again.recentProgress if p.numInputRows] == [(0, 60)]
+
+    second = read_all(spark, ydb_server, sink)
+    assert [(r.partition, r.offset, r.data) for r in second] == [(r.partition, r.offset, r.data) for r in first]
+    assert len({(r.producer_id, r.seq_no) for r in second}) == 60
+
+
+def test_partitions_added_later_are_read_from_their_start(
+    spark: Any, ydb_server: Server, topic_name: str, tmp_path: Path
+) -> None:
+    sink = topic_name + "-out"
+    write_messages(ydb_server, topic_name, partitions=1, per_partition=10)
+    create(ydb_server, sink)
+    checkpoint = tmp_path / "checkpoint"
+    run_stream(spark, ydb_server, topic_name, sink, checkpoint)
+
+    async def grow(driver: Driver) -> None:
+        await driver.topic.alter_topic(topic_name, set_min_active_partitions=3)
+        for pid in (1, 2):
+            async with driver.topic.writer(topic_name, producer_id=f"late-{pid}", partition_id=pid) as writer:
+                await writer.write([f"late-{pid}-{i}".encode() for i in range(4)])
+
+    ydb_server.run(grow)
+    run_stream(spark, ydb_server, topic_name, sink, checkpoint)
+    data = sorted(r.data for r in read_all(spark, ydb_server, sink))
+    expected = [f"p0-{i}".encode() for i in range(10)] + [f"late-{p}-{i}".encode() for p in (1, 2) for i in range(4)]
+    assert data == sorted(expected)
