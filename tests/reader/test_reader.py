@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import logging
+import time
+from collections.abc import Callable
 
 import pytest
 
@@ -11,8 +14,9 @@ import ydb_topic_async as yta
 from ydb_topic_async._proto import ydb_topic_pb2 as pb
 from ydb_topic_async.reader.commits import merge_ranges
 from ydb_topic_async.reader.flow_control import ReadBuffer
-from ydb_topic_async.reader.messages import PartitionSession, TopicMessage, _ServerBatchInfo
+from ydb_topic_async.reader.messages import PartitionSession, PartitionSessionState, TopicMessage, _ServerBatchInfo
 from ydb_topic_async.testing import LocalTopicServer
+from ydb_topic_async.testing.partition_log import NewMessage
 
 from .conftest import fill
 
@@ -140,14 +144,18 @@ def test_merge_ranges() -> None:
 
 
 async def test_commit_after_session_lost(
-    driver: yta.Driver, topic: str, caplog: pytest.LogCaptureFixture
+    server: LocalTopicServer, driver: yta.Driver, topic: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     await fill(driver, topic, [b"s%d" % i for i in range(5)])
     async with driver.topic.reader(topic, consumer="consumer") as reader:
         old = await reader.receive_batch(timeout=10)
-        reader._conn.break_stream(yta.ConnectionLostError("test: stream dropped"))
+        assert [m.offset for m in old] == [0, 1, 2, 3, 4]
+        first_stream = reader.read_session_id
+        assert server.faults.drop_read_streams() == 1  # the network stream breaks (UNAVAILABLE)
         again = await reader.receive_batch(timeout=10)  # redelivered in a new session
-        assert [m.offset for m in again] == [m.offset for m in old]
+        assert [m.offset for m in again] == [0, 1, 2, 3, 4]
+        assert [m.data for m in again] == [m.data for m in old]
+        assert reader.read_session_id != first_stream
         assert old.partition_session.closed and not again.partition_session.closed
         with pytest.raises(yta.PartitionSessionClosedError):
             await reader.commit_with_ack(old)
@@ -322,7 +330,9 @@ async def test_partition_status(driver: yta.Driver, topic: str) -> None:
 # --- without a consumer ----------------------------------------------------------------------
 
 
-async def test_read_without_consumer_from_offsets(driver: yta.Driver, topic_name: str) -> None:
+async def test_read_without_consumer_from_offsets(
+    server: LocalTopicServer, driver: yta.Driver, topic_name: str
+) -> None:
     await driver.topic.create_topic(topic_name, min_active_partitions=2, consumers=["consumer"])
     for pid in (0, 1):
         await fill(driver, topic_name, [b"%d:%d" % (pid, i) for i in range(10)], partition_id=pid)
@@ -336,7 +346,7 @@ async def test_read_without_consumer_from_offsets(driver: yta.Driver, topic_name
         with pytest.raises(yta.CommitNotAllowedError):
             await reader.commit_with_ack(got[0])
         # after a reconnect it continues after what was handed out
-        reader._conn.break_stream(yta.ConnectionLostError("test: stream dropped"))
+        assert server.faults.drop_read_streams() == 1
         await fill(driver, topic_name, [b"new"], partition_id=0)
         after = await reader.receive_batch(timeout=10)
         assert [(m.partition_id, m.offset, m.data) for m in after] == [(0, 10, b"new")]
@@ -395,3 +405,192 @@ async def test_close_does_not_wait_for_commits_behind_a_gap(
             await reader.close(timeout=10)  # returns once offsets 0..1 are acknowledged
     assert "past offset 2 cannot be acknowledged" in caplog.text
     assert await _committed(driver, topic) == {0: 2}
+
+
+# --- partition session lifecycle -------------------------------------------------------------
+
+
+async def _until(condition: Callable[[], bool], what: str) -> None:
+    """Wait (bounded) for a state the server drives; not a timing assertion."""
+    for _ in range(1000):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"never happened: {what}")
+
+
+def _session(reader: yta.TopicReader, partition_id: int) -> yta.PartitionSession | None:
+    return next((s for s in reader.partition_sessions if s.partition_id == partition_id), None)
+
+
+async def test_graceful_stop_delivers_buffered_messages_then_hands_over(
+    driver: yta.Driver, topic_name: str
+) -> None:
+    await driver.topic.create_topic(topic_name, min_active_partitions=2, consumers=["consumer"])
+    for pid in (0, 1):
+        await fill(driver, topic_name, [b"%d-%d" % (pid, i) for i in range(10)], partition_id=pid)
+    stopped: list[tuple[int, int]] = []
+    first = driver.topic.reader(
+        topic_name,
+        consumer="consumer",
+        on_partition_stop=lambda s: stopped.append((s.partition_id, s.committed_offset)),
+    )
+    # The newcomer can only take partition 1, so that is the one the server moves.
+    second = driver.topic.reader(yta.TopicSelector(topic_name, partitions=[1]), consumer="consumer")
+    async with first:
+        got: list[yta.TopicMessage] = []
+        while not any(m.partition_id == 1 for m in got):
+            batch = await first.receive_batch(max_messages=1, timeout=10)
+            got.extend(batch)
+            first.commit(batch)
+        moving = got[-1].partition_session
+        async with second:
+            await _until(lambda: moving.state is PartitionSessionState.STOPPING, "graceful stop of partition 1")
+            assert moving._buffered > 0  # the stop arrived while partition 1 still had messages buffered
+            while len(got) < 20:
+                batch = await first.receive_batch(timeout=10)
+                got.extend(batch)
+                await first.commit_with_ack(batch)
+            assert sorted((m.partition_id, m.offset) for m in got) == [(p, o) for p in (0, 1) for o in range(10)]
+            await _until(lambda: bool(stopped), "stop of partition 1 confirmed")
+            assert stopped == [(1, 10)] and moving.closed
+            assert {s.partition_id for s in first.partition_sessions} == {0}
+            await fill(driver, topic_name, [b"late"], partition_id=1)
+            batch = await second.receive_batch(timeout=10)
+            # the new owner starts at the committed offset: nothing handed out before is read again
+            assert [(m.partition_id, m.offset, m.data) for m in batch] == [(1, 10, b"late")]
+            desc = await driver.topic.describe_consumer(topic_name, "consumer")
+            owners = {p.partition_id: p.read_session_id for p in desc.partitions}
+            assert owners == {0: first.read_session_id, 1: second.read_session_id}
+    assert await _committed(driver, topic_name) == {0: 10, 1: 10}
+
+
+async def test_non_graceful_stop_drops_buffered_messages(topic_name: str) -> None:
+    async with (
+        LocalTopicServer(graceful_stop_timeout=0.2) as server,
+        yta.Driver(server.endpoint, server.database) as driver,
+    ):
+        await driver.topic.create_topic(topic_name, min_active_partitions=2, consumers=["consumer"])
+        for pid in (0, 1):
+            await fill(driver, topic_name, [b"%d-%d" % (pid, i) for i in range(10)], partition_id=pid)
+        stopped: list[int] = []
+        first = driver.topic.reader(
+            topic_name, consumer="consumer", on_partition_stop=lambda s: stopped.append(s.partition_id)
+        )
+        second = driver.topic.reader(yta.TopicSelector(topic_name, partitions=[1]), consumer="consumer")
+        async with first:
+            got: list[yta.TopicMessage] = []
+            while not any(m.partition_id == 1 for m in got):
+                batch = await first.receive_batch(max_messages=1, timeout=10)
+                got.extend(batch)
+                if batch.partition_id == 0:
+                    first.commit(batch)
+            lost = got[-1]
+            async with second:
+                # The first reader does not consume, so it cannot confirm the graceful stop; the
+                # server takes the partition away and the first reader drops what it buffered.
+                await _until(lambda: lost.partition_session.closed, "partition 1 taken away")
+                assert stopped == [1]
+                with pytest.raises(yta.PartitionSessionClosedError):
+                    await first.commit_with_ack(lost)
+                theirs: list[yta.TopicMessage] = []
+                while len(theirs) < 10:
+                    batch = await second.receive_batch(timeout=10)
+                    theirs.extend(batch)
+                    await second.commit_with_ack(batch)
+                assert [(m.partition_id, m.offset) for m in theirs] == [(1, o) for o in range(10)]
+                ours = [m for m in got if m.partition_id == 0]
+                while len(ours) < 10:
+                    batch = await first.receive_batch(timeout=10)
+                    assert batch.partition_id == 0  # partition 1's buffered messages are gone
+                    ours.extend(batch)
+                    first.commit(batch)
+                await first.commit_with_ack(ours[-1])
+                assert [m.offset for m in ours] == list(range(10))
+                assert first.buffered_bytes == 0
+        assert await _committed(driver, topic_name) == {0: 10, 1: 10}
+
+
+async def test_start_offsets_from_an_async_callback(driver: yta.Driver, topic: str) -> None:
+    await fill(driver, topic, [b"o%d" % i for i in range(10)])
+    started: list[tuple[int, int, int]] = []
+
+    async def on_start(session: yta.PartitionSession) -> yta.StartOffsets:
+        started.append((session.partition_id, session.partition_start_offset, session.partition_end_offset))
+        return yta.StartOffsets(read_offset=4, commit_offset=4)
+
+    async with driver.topic.reader(topic, consumer="consumer", on_partition_start=on_start) as reader:
+        batch = await reader.receive_batch(timeout=10)
+        assert [m.offset for m in batch] == list(range(4, 10))
+        assert batch.commit_range == (4, 10)
+        assert await _committed(driver, topic) == {0: 4}  # the start answer committed 4
+        await reader.commit_with_ack(batch)
+    assert started == [(0, 0, 10)]
+    assert await _committed(driver, topic) == {0: 10}
+
+
+async def test_selectors_partitions_read_from_and_max_lag(
+    server: LocalTopicServer, driver: yta.Driver, topic_name: str
+) -> None:
+    await driver.topic.create_topic(topic_name, min_active_partitions=3, consumers=["consumer"])
+    two_hours_ago = time.time_ns() - 2 * 3600 * 10**9
+    log = server.storage.topic(topic_name).partition(0)
+    for i in range(3):  # old messages, as if written two hours ago
+        log.append(NewMessage(seq_no=i + 1, created_at_ns=two_hours_ago, codec=1, data=b"old-%d" % i,
+                              uncompressed_size=5, producer_id="old"), written_at_ns=two_hours_ago + i)
+    await fill(driver, topic_name, [b"new-3", b"new-4"], partition_id=0)
+    await fill(driver, topic_name, [b"a", b"b"], partition_id=1, producer_id="p1")
+    await fill(driver, topic_name, [b"c", b"d", b"e"], partition_id=1, producer_id="p1")
+    await fill(driver, topic_name, [b"x"], partition_id=2)
+
+    lagging = yta.TopicSelector(topic_name, partitions=[0], max_lag=dt.timedelta(hours=1))
+    async with driver.topic.reader(lagging, consumer="consumer") as reader:
+        batch = await reader.receive_batch(timeout=10)
+        assert [(m.partition_id, m.offset, m.data) for m in batch] == [(0, 3, b"new-3"), (0, 4, b"new-4")]
+        assert batch.commit_range == (0, 5)  # the skipped offsets are committed with it
+        await reader.commit_with_ack(batch)
+        assert {s.partition_id for s in reader.partition_sessions} == {0}
+
+    since = server.storage.read(topic_name, 1)[2].written_at_ns
+    read_from = dt.datetime.fromtimestamp(since / 1e9, dt.timezone.utc).replace(microsecond=(since // 1000) % 10**6)
+    recent = yta.TopicSelector(topic_name, partitions=[1], read_from=read_from)
+    async with driver.topic.reader(recent, consumer="consumer") as reader:
+        batch = await reader.receive_batch(timeout=10)
+        assert [(m.partition_id, m.offset, m.data) for m in batch] == [(1, 2, b"c"), (1, 3, b"d"), (1, 4, b"e")]
+        assert all(m.written_at >= read_from for m in batch)
+        await reader.commit_with_ack(batch)
+    assert await _committed(driver, topic_name) == {0: 5, 1: 5, 2: 0}
+
+
+async def test_split_while_reading_ends_the_parent_then_reads_children(
+    server: LocalTopicServer, driver: yta.Driver, topic: str
+) -> None:
+    await fill(driver, topic, [b"before-%d" % i for i in range(4)])
+    stopped: list[int] = []
+    async with driver.topic.reader(
+        topic, consumer="consumer", on_partition_stop=lambda s: stopped.append(s.partition_id)
+    ) as reader:
+        head = await reader.receive_batch(timeout=10)
+        assert [m.offset for m in head] == [0, 1, 2, 3]
+        parent = head.partition_session
+        left, right = server.storage.split_partition(topic, 0)
+        await fill(driver, topic, [b"left-%d" % i for i in range(3)], partition_id=left, producer_id="l")
+        await fill(driver, topic, [b"right-%d" % i for i in range(2)], partition_id=right, producer_id="r")
+        # The parent was read to its end: EndPartitionSession names the children.
+        await _until(lambda: parent.ended, "EndPartitionSession for the parent")
+        assert parent.child_partition_ids == (left, right)
+        assert not parent.closed and {s.partition_id for s in reader.partition_sessions} == {0}
+        with pytest.raises(yta.OperationTimeoutError):
+            await reader.receive_batch(timeout=0.1)  # the children wait for the parent's commit
+        await reader.commit_with_ack(head)
+        children: list[yta.TopicMessage] = []
+        while len(children) < 5:
+            batch = await reader.receive_batch(timeout=10)
+            children.extend(batch)
+            await reader.commit_with_ack(batch)
+        assert parent.closed and stopped == [0]
+        assert sorted((m.partition_id, m.offset, m.data) for m in children) == sorted(
+            [(left, i, b"left-%d" % i) for i in range(3)] + [(right, i, b"right-%d" % i) for i in range(2)]
+        )
+        assert {s.partition_id for s in reader.partition_sessions} == {left, right}
+    assert await _committed(driver, topic) == {0: 4, left: 3, right: 2}

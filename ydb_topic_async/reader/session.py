@@ -122,7 +122,6 @@ class ReaderConnection:
         self._token: str | None = None
         self._stream_error: BaseException | None = None
         self._healthy = False
-        self._scope: anyio.CancelScope | None = None
 
     # --- reconnect loop ------------------------------------------------------------------
 
@@ -198,7 +197,6 @@ class ReaderConnection:
                 ) from None
             self._stream_error = None
             async with anyio.create_task_group() as tg:
-                self._scope = tg.cancel_scope
                 tg.start_soon(self._guard, self._receive_loop, call, tg.cancel_scope)
                 tg.start_soon(self._guard, self._send_loop, call, tg.cancel_scope)
                 if self._settings.token_refresh_interval > 0:
@@ -206,15 +204,7 @@ class ReaderConnection:
             if self._stream_error is not None:
                 raise self._stream_error
         finally:
-            self._scope = None
             call.cancel()
-
-    def break_stream(self, error: BaseException) -> None:
-        """End the current stream as if it failed with ``error`` (retriable errors reconnect)."""
-        if self._scope is not None:
-            if self._stream_error is None:
-                self._stream_error = error
-            self._scope.cancel()
 
     async def _guard(self, fn: Callable[[Any], Awaitable[None]], call: Any, scope: anyio.CancelScope) -> None:
         try:
