@@ -1,0 +1,108 @@
+"""Spark throughput of the ``ydb_topic`` data source: rows/s for a batch read and a batch write.
+
+    python benchmarks/spark.py --rows 200000 --size 100 --partitions 4
+
+The local topic server runs in a separate process; Spark runs ``local[2]``. The read fills a
+topic with the async writer, then times ``spark.read.format("ydb_topic")...`` aggregated over
+every row (so each message is read and converted); the write times ``df.write.format("ydb_topic")``
+of the same number of rows (every task waits for all acknowledgements). Each is run
+``--rounds`` times after a warm-up and the best round is reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import subprocess
+import sys
+import time
+
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=200_000)
+    parser.add_argument("--size", type=int, default=100, help="payload bytes per row")
+    parser.add_argument("--partitions", type=int, default=4, help="topic partitions (= Spark read tasks)")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
+
+    from ydb_topic_async import Driver
+    from ydb_topic_async.spark import register
+
+    server = subprocess.Popen(
+        [sys.executable, "-m", "ydb_topic_async.testing", "--port", "0"], stdout=subprocess.PIPE, text=True
+    )
+    assert server.stdout is not None
+    match = re.search(r"(grpcs?://[^/\s]+)/\?database=(\S+)", server.stdout.readline())
+    assert match is not None
+    endpoint, database = match.group(1), match.group(2)
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    payload = b"x" * args.size
+
+    async def fill() -> None:
+        async with Driver(endpoint, database) as driver:
+            await driver.topic.create_topic("bench/read", min_active_partitions=args.partitions)
+            for pid in range(args.partitions):
+                async with driver.topic.writer("bench/read", producer_id=f"p{pid}", partition_id=pid) as writer:
+                    for _ in range(args.rows // args.partitions):
+                        await writer.write(payload)
+            for r in range(args.rounds + 1):
+                await driver.topic.create_topic(f"bench/write-{r}", min_active_partitions=args.partitions)
+
+    try:
+        asyncio.run(fill())
+        rows = args.rows // args.partitions * args.partitions
+        options = {"endpoint": endpoint, "database": database}
+
+        def read() -> None:
+            df = spark.read.format("ydb_topic").options(**options, topic="bench/read").load()
+            total = df.select(F.count("*"), F.sum(F.length("data"))).collect()[0]
+            assert total[0] == rows, total
+
+        source = spark.range(rows, numPartitions=args.partitions).select(
+            F.lit(payload).alias("data")
+        ).cache()
+        source.count()
+
+        def write(r: int) -> None:
+            source.write.format("ydb_topic").options(**options, topic=f"bench/write-{r}").mode("append").save()
+
+        results = []
+        for name, run in (("batch read", lambda r: read()), ("batch write", write)):
+            times = []
+            for r in range(args.rounds + 1):  # round 0 warms up Python workers and gRPC
+                started = time.perf_counter()
+                run(r)
+                if r:
+                    times.append(time.perf_counter() - started)
+            best = min(times)
+            results.append((name, best, rows / best))
+        print(f"\n{rows} rows x {args.size} B, {args.partitions} partitions, local[2], best of {args.rounds}")
+        print(f"{'operation':<12}{'seconds':>9}{'rows/s':>10}")
+        for name, seconds, rate in results:
+            print(f"{name:<12}{seconds:>9.2f}{rate:>10.0f}")
+    finally:
+        spark.stop()
+        server.terminate()
+        server.wait(timeout=10)
+        server.stdout.close()
+
+
+if __name__ == "__main__":
+    main()
