@@ -617,9 +617,27 @@ async def test_split_while_reading_ends_the_parent_then_reads_children(
             batch = await reader.receive_batch(timeout=10)
             children.extend(batch)
             await reader.commit_with_ack(batch)
-        assert parent.closed and stopped == [0]
+        assert stopped == [0] and parent.state is PartitionSessionState.CLOSED
         assert sorted((m.partition_id, m.offset, m.data) for m in children) == sorted(
             [(left, i, b"left-%d" % i) for i in range(3)] + [(right, i, b"right-%d" % i) for i in range(2)]
         )
         assert {s.partition_id for s in reader.partition_sessions} == {left, right}
     assert await _committed(driver, topic) == {0: 4, left: 3, right: 2}
+
+
+async def test_reread_below_the_committed_offset(driver: yta.Driver, topic: str) -> None:
+    await fill(driver, topic, [b"r%d" % i for i in range(10)])
+    async with driver.topic.reader(topic, consumer="consumer") as reader:
+        await reader.commit_with_ack(await reader.receive_batch(timeout=10))
+    rewind = yta.TopicSelector(topic, start_offsets={0: 3})
+    async with driver.topic.reader(rewind, consumer="consumer") as reader:
+        again = await reader.receive_batch(timeout=10)
+        assert [m.offset for m in again] == list(range(3, 10))
+        assert again.commit_range == (3, 10) and again[0].commit_range == (3, 4)
+        await reader.commit_with_ack(again)  # already committed: acknowledged at once
+        await fill(driver, topic, [b"r10", b"r11"])
+        fresh = await reader.receive_batch(timeout=10)
+        assert [(m.offset, m.data) for m in fresh] == [(10, b"r10"), (11, b"r11")]
+        assert fresh.commit_range == (10, 12)
+        await reader.commit_with_ack(fresh)
+    assert await _committed(driver, topic) == {0: 12}

@@ -104,3 +104,28 @@ async def test_official_and_our_reader_split_partitions(
             assert len(others) == 1 and "" not in others
     finally:
         await theirs.close()
+
+
+async def test_official_reader_reads_a_split_partition_on_our_server(
+    official: Any, server: Any, driver: yta.Driver, topic: str
+) -> None:
+    await fill(driver, topic, [b"parent-%d" % i for i in range(4)])
+    left, right = server.storage.split_partition(topic, 0)
+    await fill(driver, topic, [b"left-%d" % i for i in range(3)], partition_id=left, producer_id="l")
+    await fill(driver, topic, [b"right-%d" % i for i in range(2)], partition_id=right, producer_id="r")
+    reader = official.topic_client.reader(topic, consumer="consumer")
+    got: list[tuple[int, int, bytes]] = []
+    try:
+        while len(got) < 9:
+            batch = await asyncio.wait_for(reader.receive_batch(), 10)
+            got.extend((m.partition_id, m.offset, m.data) for m in batch.messages)
+            await asyncio.wait_for(reader.commit_with_ack(batch), 10)
+    finally:
+        await reader.close()
+    # The parent first (it is read and committed to its end before the children start).
+    assert got[:4] == [(0, i, b"parent-%d" % i) for i in range(4)]
+    assert sorted(got[4:]) == [(left, i, b"left-%d" % i) for i in range(3)] + [
+        (right, i, b"right-%d" % i) for i in range(2)
+    ]
+    desc = await driver.topic.describe_consumer(topic, "consumer")
+    assert {p.partition_id: p.committed_offset for p in desc.partitions} == {0: 4, left: 3, right: 2}

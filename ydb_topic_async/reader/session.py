@@ -380,8 +380,11 @@ class ReaderConnection:
             response.commit_offset = commit_offset
             if commit_offset > session.committed_offset:
                 session.committed_offset = commit_offset
+        # Commit ranges start at the committed offset (so offsets skipped by a later read offset
+        # are committed too), or at the read offset when reading without a consumer or
+        # re-reading below the committed offset (those commits are no-ops).
         start = session.committed_offset
-        if self._settings.consumer is None and read_offset is not None:
+        if read_offset is not None and (self._settings.consumer is None or read_offset < start):
             start = read_offset
         session._next_commit_start = start
         session._delivered_end = start
