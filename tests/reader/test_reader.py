@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
+import threading
 import time
 from collections.abc import Callable
 
@@ -641,3 +642,21 @@ async def test_reread_below_the_committed_offset(driver: yta.Driver, topic: str)
         assert fresh.commit_range == (10, 12)
         await reader.commit_with_ack(fresh)
     assert await _committed(driver, topic) == {0: 12}
+
+
+async def test_large_compressed_batches_are_decoded_off_the_loop(driver: yta.Driver, topic: str) -> None:
+    loop_thread = threading.get_ident()
+    decoded_in: dict[int, int] = {}
+
+    def decode(data: bytes) -> bytes:
+        out = yta.lz4_decode(data)
+        decoded_in[len(out)] = threading.get_ident()
+        return out
+
+    await fill(driver, topic, [b"s" * 100], codec=yta.LZ4_CODEC)
+    await fill(driver, topic, [b"x" * 40_000], codec=yta.LZ4_CODEC)  # a few hundred bytes on the wire
+    async with driver.topic.reader(topic, consumer="consumer", decoders={yta.LZ4_CODEC: decode}) as reader:
+        got = await _read_n(reader, 2)
+    assert [(m.offset, m.data) for m in got] == [(0, b"s" * 100), (1, b"x" * 40_000)]
+    assert decoded_in[100] == loop_thread
+    assert decoded_in[40_000] != loop_thread
