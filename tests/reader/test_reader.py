@@ -660,3 +660,27 @@ async def test_large_compressed_batches_are_decoded_off_the_loop(driver: yta.Dri
     assert [(m.offset, m.data) for m in got] == [(0, b"s" * 100), (1, b"x" * 40_000)]
     assert decoded_in[100] == loop_thread
     assert decoded_in[40_000] != loop_thread
+
+
+async def test_retriable_failures_reconnect_and_fatal_ones_reach_the_user(
+    server: LocalTopicServer, driver: yta.Driver, topic: str
+) -> None:
+    await fill(driver, topic, [b"a", b"b"])
+    server.faults.fail_next("StreamRead", "UNAVAILABLE", times=2)
+    server.faults.fail_next("StreamRead", "OVERLOADED")
+    async with driver.topic.reader(topic, consumer="consumer") as reader:
+        batch = await reader.receive_batch(timeout=10)  # after three refused handshakes
+        assert [m.data for m in batch] == [b"a", b"b"]
+        await reader.commit_with_ack(batch)
+    assert await _committed(driver, topic) == {0: 2}
+
+    server.faults.fail_next("StreamRead", "SCHEME_ERROR")
+    reader = driver.topic.reader(topic, consumer="consumer")
+    await reader.open()
+    with pytest.raises(yta.SchemeError):
+        await reader.receive_batch(timeout=10)
+    with pytest.raises(yta.SchemeError):  # the failure stays: no silent recovery
+        reader.commit(batch)
+    await reader.close()  # the failure was already raised to the user
+    with pytest.raises(yta.ReaderClosedError):
+        await reader.receive_message(timeout=10)
