@@ -44,6 +44,7 @@ def main() -> None:
     match = re.search(r"(grpcs?://[^/\s]+)/\?database=(\S+)", server.stdout.readline())
     assert match is not None
     endpoint, database = match.group(1), match.group(2)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # keep Spark on loopback
     spark = (
         SparkSession.builder.master("local[2]")
         .config("spark.ui.enabled", "false")

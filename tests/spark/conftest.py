@@ -72,6 +72,8 @@ def spark() -> Iterator[Any]:
 
     # Python workers must use this interpreter (the one with the package installed).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    # Keep Spark on loopback: otherwise it advertises the first network interface it finds.
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     session = (
         SparkSession.builder.master("local[2]")
         .appName("ydb-topic-async-tests")

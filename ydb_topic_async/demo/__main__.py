@@ -115,6 +115,8 @@ async def setup_and_produce(url: str, db: str, events: int, producers: int) -> d
 def run_spark_job(url: str, db: str, max_per_trigger: int, checkpoint: str) -> int:
     """The Structured Streaming job; returns the number of micro-batches it ran."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers use this interpreter
+    # Keep Spark on loopback: otherwise it advertises the first network interface it finds.
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
