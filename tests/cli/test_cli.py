@@ -76,6 +76,22 @@ async def test_mistakes_get_clear_errors_and_exit_codes(server: LocalTopicServer
     assert code == 1 and "No such file" in err and "Traceback" not in err
 
 
+async def test_lines_are_written_as_bytes_in_any_encoding(server: LocalTopicServer, tmp_path: pathlib.Path) -> None:
+    assert (await cli(server, "topic", "create", "raw"))[0] == 0
+    lines = [b"\xff\xfe not utf-8", "caf\u00e9".encode("latin-1"), b"plain"]
+    source = tmp_path / "binary.txt"
+    source.write_bytes(b"\n".join(lines) + b"\n")
+    assert await cli(server, "write", "raw", "--file", str(source)) == (0, "wrote 3 messages to raw\n", "")
+    assert await cli(server, "write", "raw", stdin=b"\x80\x81\n") == (0, "wrote 1 messages to raw\n", "")
+    assert [m.data for m in server.storage.read("raw", 0)] == [*lines, b"\x80\x81"]
+
+
+async def test_partition_counts_below_one_are_refused(server: LocalTopicServer) -> None:
+    code, _, err = await cli(server, "topic", "create", "none", "--partitions", "0")
+    assert code == 2 and "--partitions: must be at least 1" in err and "Traceback" not in err
+    assert "/local/none" not in server.storage.topics
+
+
 async def test_write_a_file_with_progress_bar_and_rate_limit(server: LocalTopicServer, tmp_path: pathlib.Path) -> None:
     assert (await cli(server, "topic", "create", "paced"))[0] == 0
     source = tmp_path / "lines.txt"
@@ -112,7 +128,8 @@ async def test_usage_mistakes_exit_2_without_traceback(server: LocalTopicServer)
         (("read", "t", "--consumer", "c", "--offset", "3"), "--offset is for reading without a consumer"),
         (("write", "t", "--rate", "-1"), "must be positive"),
         (("topic", "bogus"), "invalid choice: 'bogus'"),
-        (("topic", "create", "t", "--partitions", "-2"), "min_active_partitions"),
+        (("topic", "create", "t", "--partitions", "-2"), "--partitions: must be at least 1"),
+        (("topic", "create", "t", "--retention-hours", "-1"), "retention"),
     ]:
         code, out, err = await cli(server, *args)
         assert (code, out) == (2, ""), args

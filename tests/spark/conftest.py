@@ -61,11 +61,24 @@ def ydb_server() -> Iterator[Server]:
             proc.stdout.close()
 
 
+def require_spark() -> None:
+    """Skip without pyspark or Java on a developer's machine; in CI (``CI`` set) a missing one fails."""
+    problem = None
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        problem = "pyspark is not installed (pip install 'ydb-topic-async[spark]')"
+    if problem is None and shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        problem = "Spark needs Java 17+ (java on PATH or JAVA_HOME)"
+    if problem is not None:
+        if os.environ.get("CI"):
+            pytest.fail(f"the Spark tests must run in CI: {problem}")
+        pytest.skip(problem)
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    pytest.importorskip("pyspark", reason="pyspark is not installed (pip install 'ydb-topic-async[spark]')")
-    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-        pytest.skip("Spark needs Java 17+ (java on PATH or JAVA_HOME)")
+    require_spark()
     from pyspark.sql import SparkSession
 
     from ydb_topic_async.spark import register

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import datetime as dt
+import itertools
+import os
 import shutil
 import threading
 from collections import Counter
@@ -11,11 +13,12 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("pyspark", reason="pyspark is not installed (pip install 'ydb-topic-async[spark]')")
+if not os.environ.get("CI"):  # in CI the Spark tests must run (see conftest.require_spark)
+    pytest.importorskip("pyspark", reason="pyspark is not installed (pip install 'ydb-topic-async[spark]')")
 
 from ydb_topic_async import Driver, Message
 from ydb_topic_async.spark._options import parse_options
-from ydb_topic_async.spark.source import SCHEMA, read_range
+from ydb_topic_async.spark.source import HAS_READ_LIMIT, SCHEMA, read_range
 
 from .conftest import Server
 
@@ -172,6 +175,33 @@ def test_reader_task_closes_its_loop_and_leaves_no_threads(ydb_server: Server, t
     next(partial)
     partial.close()  # Spark stops a task early (e.g. a LIMIT): the stream and loop still close
     assert set(threading.enumerate()) - before == set()
+
+
+def test_admission_control_without_spark_read_limits(ydb_server: Server, topic_name: str) -> None:
+    """pyspark 4.0/4.1 call ``latestOffset()`` with no arguments: the source caps each batch itself,
+    exactly as the read-limit path of pyspark >= 4.2 does."""
+    from ydb_topic_async.spark.source import _StreamReaderBase
+
+    write_messages(ydb_server, topic_name, partitions=2, per_partition=10)
+    options = parse_options({**ydb_server.options(topic_name), "maxOffsetsPerTrigger": "6"})
+
+    legacy = _StreamReaderBase(options, SCHEMA)
+    ends = [legacy.initialOffset()]
+    while len(ends) < 6:
+        ends.append(legacy.latestOffset())  # the 4.0/4.1 signature
+    sizes = [sum(b.values()) - sum(a.values()) for a, b in itertools.pairwise(ends)]
+    assert sizes == [6, 6, 6, 2, 0]
+    assert ends[-1] == {"0": 10, "1": 10}
+
+    if HAS_READ_LIMIT:
+        from pyspark.sql.streaming.datasource import ReadMaxRows
+
+        modern = _StreamReaderBase(options, SCHEMA)
+        start = modern.initialOffset()
+        limited = [modern.latestOffset(start, ReadMaxRows(6))]
+        while len(limited) < 5:
+            limited.append(modern.latestOffset(limited[-1], ReadMaxRows(6)))
+        assert limited == ends[1:]
 
 
 # --- batch write --------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ import os
 import sys
 import time
 from collections.abc import AsyncIterator, Sequence
-from typing import Any, TextIO
+from typing import Any, BinaryIO, TextIO
 
 from .._codecs import LZ4_CODEC, Codec, lz4_encode
 from .._credentials import AccessTokenCredentials, Credentials, StaticCredentials
@@ -54,7 +54,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     create = topic.add_parser("create", help="create a topic")
     create.add_argument("path")
-    create.add_argument("--partitions", type=int, default=1)
+    create.add_argument("--partitions", type=_positive_int, default=1)
     create.add_argument("--retention-hours", type=float)
     create.add_argument("--codecs", help="comma-separated codecs the topic accepts, e.g. raw,zstd")
     create.add_argument("--consumer", action="append", default=[], help="add a consumer (repeatable)")
@@ -63,7 +63,7 @@ def _parser() -> argparse.ArgumentParser:
     describe.add_argument("--json", action="store_true", help="print JSON")
     alter = topic.add_parser("alter", help="change a topic")
     alter.add_argument("path")
-    alter.add_argument("--partitions", type=int, help="new (larger) number of partitions")
+    alter.add_argument("--partitions", type=_positive_int, help="new (larger) number of partitions")
     alter.add_argument("--retention-hours", type=float)
     alter.add_argument("--add-consumer", action="append", default=[])
     alter.add_argument("--drop-consumer", action="append", default=[])
@@ -103,6 +103,16 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=2136)
     serve.add_argument("--serve-database", default="/local", dest="serve_database")
     return parser
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {text!r}")
+    return value
 
 
 def _positive_float(text: str) -> float:
@@ -254,12 +264,13 @@ class Progress:
 
 
 async def _write(args: argparse.Namespace, out: TextIO) -> None:
-    source: TextIO
+    # Lines are bytes, not text: a message is whatever the line holds, in any encoding.
+    source: BinaryIO
     if args.file:
-        source = await asyncio.to_thread(open, args.file, encoding="utf-8")
+        source = await asyncio.to_thread(open, args.file, "rb")
         total_bytes: int | None = os.fstat(source.fileno()).st_size
     else:
-        source, total_bytes = sys.stdin, None
+        source, total_bytes = sys.stdin.buffer, None
     show = args.progress if args.progress is not None else sys.stderr.isatty()
     progress = Progress(sys.stderr, total_bytes) if show else None
     codec = CODECS[args.codec]
@@ -279,10 +290,10 @@ async def _write(args: argparse.Namespace, out: TextIO) -> None:
                 line = await loop.run_in_executor(None, source.readline)
                 if not line:
                     break
-                await writer.write(line.rstrip("\n").encode())
+                await writer.write(line.removesuffix(b"\n"))
                 written += 1
                 if progress is not None:
-                    progress.advance(len(line.encode()))
+                    progress.advance(len(line))
                 if args.rate:
                     # Pace against the start time, not the previous message, so sleeps do not drift.
                     delay = started + written / args.rate - time.monotonic()
