@@ -172,7 +172,7 @@ async def test_commit_offset_and_describe_consumer(channel: grpc.aio.Channel) ->
     assert (op.status, op.issues[0].message) == (StatusIds.SCHEME_ERROR, "topic /local/commits has no consumer 'x'")
 
 
-async def test_transactions_are_not_supported_yet(channel: grpc.aio.Channel) -> None:
-    op = await call(channel, "UpdateOffsetsInTransaction", pb.UpdateOffsetsInTransactionRequest(consumer="c"),
-                    pb.UpdateOffsetsInTransactionResponse)
-    assert op.status == StatusIds.UNSUPPORTED
+async def test_offsets_in_an_unknown_session_are_refused(channel: grpc.aio.Channel) -> None:
+    request = pb.UpdateOffsetsInTransactionRequest(consumer="c", tx=pb.TransactionIdentity(id="tx-1", session="s"))
+    op = await call(channel, "UpdateOffsetsInTransaction", request, pb.UpdateOffsetsInTransactionResponse)
+    assert op.status == StatusIds.BAD_SESSION

@@ -65,7 +65,7 @@ async def test_producer_moves_to_a_child_after_a_split(channel: grpc.aio.Channel
     assert reply.issues[0].message == "partition 0 is inactive; it was split"
 
 
-async def test_transactional_writes_are_refused_for_now(channel: grpc.aio.Channel, server: LocalTopicServer) -> None:
+async def test_writes_in_an_unknown_session_are_refused(channel: grpc.aio.Channel, server: LocalTopicServer) -> None:
     await create_topic(channel, "tx")
     writer = RawWriter(channel)
     await writer.init("tx", producer_id="p")
@@ -73,7 +73,7 @@ async def test_transactional_writes_are_refused_for_now(channel: grpc.aio.Channe
     request.messages.add(seq_no=1, data=b"x", uncompressed_size=1)
     await writer.call.write(pb.StreamWriteMessage.FromClient(write_request=request))
     reply = await writer.read()
-    assert reply.status == StatusIds.UNSUPPORTED
+    assert reply.status == StatusIds.BAD_SESSION
     assert await writer.call.read() == grpc.aio.EOF
     assert server.storage.read("tx", 0) == []
 

@@ -4,7 +4,7 @@
         async with Driver(server.endpoint, server.database) as driver:
             ...
 
-It speaks YDB's gRPC protocol for topics, discovery and auth, so the official YDB SDKs work
+It speaks YDB's gRPC protocol for topics, transactions, discovery and auth, so the official YDB SDKs work
 against it too. ``server.storage`` exposes what it stores; ``server.faults`` breaks streams and
 injects statuses. Run it standalone with ``python -m ydb_topic_async.testing --port 2136``.
 """

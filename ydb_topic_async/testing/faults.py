@@ -5,6 +5,8 @@
     server.faults.drop_write_stream_after(100)     # break a write stream once 100 more messages are stored
     server.faults.fail_next("CreateTopic", "OVERLOADED")       # next unary CreateTopic answers OVERLOADED
     server.faults.fail_next("StreamWrite", "UNAVAILABLE", times=3)  # next 3 write streams fail at init
+    server.faults.kill_query_sessions()           # end every query session: its transactions abort
+    server.faults.kill_query_session(session_id)  # end one query session
 
 A broken stream ends with gRPC status UNAVAILABLE, as when a node goes away; clients see the
 same error as in production and must reconnect.
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
+from typing import Protocol
 
 from ._replies import status_code
 
@@ -38,6 +41,12 @@ class StreamHandle:
         self.wakeup.set()
 
 
+class SessionKiller(Protocol):
+    """What the query service offers the injector: end sessions as if they died on the server."""
+
+    def kill(self, session_id: str | None, reason: str) -> int: ...
+
+
 class Faults:
     """The fault hooks of one ``LocalTopicServer`` (its ``faults`` attribute)."""
 
@@ -47,6 +56,7 @@ class Faults:
         self._streams: set[StreamHandle] = set()
         self._statuses: dict[str, list[int]] = defaultdict(list)
         self._write_budget: int | None = None
+        self._sessions: SessionKiller | None = None
         self.dropped_streams = 0
         """How many streams the injector has broken so far."""
 
@@ -69,11 +79,25 @@ class Faults:
     def fail_next(self, method: str, status: str, *, times: int = 1) -> None:
         """Answer the next ``times`` calls of ``method`` with YDB ``status`` (e.g. "OVERLOADED").
 
-        ``method`` is a unary method name (``"DescribeTopic"``) or a stream (``"StreamWrite"``,
-        ``"StreamRead"``); a stream fails at its handshake with that status.
+        ``method`` is a unary method name (``"DescribeTopic"``, ``"CommitTransaction"``) or a stream
+        (``"StreamWrite"``, ``"StreamRead"``, ``"AttachSession"``, ``"ExecuteQuery"``); a stream fails
+        at its handshake with that status.
         """
         code = status_code(status)
         self._statuses[method].extend([code] * times)
+
+    def kill_query_sessions(self) -> int:
+        """End every query session, as when its node loses it; returns how many.
+
+        Each session's AttachSession stream gets a BAD_SESSION state and ends, its open
+        transactions are aborted with their held writes and offsets, and later calls naming it
+        answer BAD_SESSION.
+        """
+        return self._kill_sessions(None)
+
+    def kill_query_session(self, session_id: str) -> bool:
+        """End one query session (see ``kill_query_sessions``); False when it did not exist."""
+        return self._kill_sessions(session_id) > 0
 
     def clear(self) -> None:
         """Forget every pending injected failure."""
@@ -89,6 +113,9 @@ class Faults:
 
     def unregister(self, handle: StreamHandle) -> None:
         self._streams.discard(handle)
+
+    def serve_sessions(self, sessions: SessionKiller) -> None:
+        self._sessions = sessions
 
     def take_status(self, method: str) -> int | None:
         pending = self._statuses.get(method)
@@ -112,3 +139,8 @@ class Faults:
             handle.break_()
         self.dropped_streams += len(handles)
         return len(handles)
+
+    def _kill_sessions(self, session_id: str | None) -> int:
+        if self._sessions is None:
+            return 0
+        return self._sessions.kill(session_id, "session killed by fault injection")

@@ -13,7 +13,8 @@ Stream handlers never poll: they register a wake-up event (``TopicStorage.listen
 whenever anything they may care about changes (an append, a commit, a split); code that follows a
 single partition can ``await partition.wait_for_offset(n)`` instead. Tests split a partition with
 ``TopicStorage.split_partition`` and inspect messages with ``TopicStorage.read``. Writes inside a transaction go to a
-``PendingWrites`` hold and reach the log only at commit, at consecutive offsets.
+``PendingWrites`` hold and reach the log only at commit, at consecutive offsets; the consumer
+offsets a transaction commits wait in ``PendingOffsets`` and are checked and applied with them.
 """
 
 from __future__ import annotations
@@ -301,12 +302,90 @@ class PendingWrites:
     def add(self, partition: Partition, msg: NewMessage) -> None:
         self.messages.append((partition, msg))
 
-    def apply(self) -> None:
-        """Append every held message, partition by partition at consecutive offsets."""
+    def is_duplicate(self, partition: Partition, producer_id: str, seq_no: int) -> bool:
+        """True when ``producer_id`` wrote ``seq_no`` (or a later one) to ``partition``, stored or held here."""
+        if partition.is_duplicate(producer_id, seq_no):
+            return True
+        return bool(producer_id) and any(
+            p is partition and m.producer_id == producer_id and seq_no <= m.seq_no for p, m in self.messages
+        )
+
+    def check(self) -> None:
+        """Raise ABORTED when a held message can no longer be appended (topic dropped, partition split)."""
+        for partition, _ in self.messages:
+            topic = partition.topic
+            if topic.owner.topics.get(topic.path) is not topic:
+                raise StorageError("ABORTED", f"topic {topic.path} was dropped while the transaction wrote to it")
+            if not partition.active:
+                raise StorageError(
+                    "ABORTED", f"partition {partition.partition_id} of {topic.path} was split during the transaction"
+                )
+
+    def apply(self) -> int:
+        """Append every held message, partition by partition at consecutive offsets; returns how many.
+
+        Deduplication is checked again here: a producer may have written the same seq_no outside
+        the transaction since it was held.
+        """
+        stored = 0
+        committed_at = time.time_ns()  # one write time: the whole transaction lands at once
         for partition, msg in self.messages:
             if not partition.is_duplicate(msg.producer_id, msg.seq_no):
-                partition.append(msg)
+                partition.append(msg, committed_at)
+                stored += 1
         self.messages.clear()
+        return stored
+
+    def discard(self) -> None:
+        self.messages.clear()
+
+
+class PendingOffsets:
+    """Consumer offset ranges a transaction commits, checked and applied only at commit.
+
+    At commit, the ranges of each (topic, consumer, partition) must cover a contiguous span that
+    starts exactly at the consumer's committed offset and ends within the partition; otherwise
+    the transaction is aborted, as YDB does when another reader committed in between.
+    """
+
+    def __init__(self) -> None:
+        self.ranges: dict[tuple[str, str, int], list[tuple[int, int]]] = {}
+
+    def add(self, path: str, consumer: str, partition_id: int, start: int, end: int) -> None:
+        self.ranges.setdefault((path, consumer, partition_id), []).append((start, end))
+
+    def check(self, storage: TopicStorage) -> list[tuple[Consumer, Partition, int]]:
+        """The commits to make, ``(consumer, partition, new committed offset)``; raises ABORTED on a conflict."""
+        plan = []
+        for (path, name, partition_id), ranges in self.ranges.items():
+            try:
+                topic = storage.topic(path)
+                consumer = topic.consumer(name)
+                partition = topic.partition(partition_id)
+            except StorageError as exc:
+                raise StorageError("ABORTED", f"cannot commit offsets: {exc.message}") from None
+            committed = consumer.committed_offset(partition)
+            position = committed
+            for start, end in sorted(ranges):
+                if start != position:
+                    raise StorageError(
+                        "ABORTED",
+                        f"offsets of consumer {name!r} in partition {partition_id} of {path} conflict: "
+                        f"the transaction commits from offset {start}, expected {position} "
+                        f"(committed offset {committed})",
+                    )
+                position = end
+            if position > partition.end_offset:
+                raise StorageError(
+                    "ABORTED",
+                    f"offsets of consumer {name!r} in partition {partition_id} of {path} go up to {position}, "
+                    f"beyond the partition's end {partition.end_offset}",
+                )
+            plan.append((consumer, partition, position))
+        return plan
+
+    def discard(self) -> None:
+        self.ranges.clear()
 
 
 class TopicStorage:

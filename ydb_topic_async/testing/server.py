@@ -1,4 +1,4 @@
-"""``LocalTopicServer``: YDB's topic, discovery and auth services on loopback, over real gRPC."""
+"""``LocalTopicServer``: YDB's topic, query (transactions), discovery and auth services on loopback, over real gRPC."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from .control_plane import ControlPlane
 from .discovery import Auth, DiscoveryHandlers, Gate
 from .faults import Faults
 from .partition_log import StorageError, TopicStorage
+from .query_service import QueryService
 from .read_stream import ReadService
 from .write_stream import WriteService
 
@@ -34,7 +35,8 @@ class LocalTopicServer:
     (name -> password), every call needs a token from ``AuthService.Login``; tokens expire after
     ``token_ttl`` seconds when given. ``tls`` is a (PEM private key, PEM certificate chain) pair
     to serve TLS instead of plaintext. ``storage`` holds every topic and message (for inspection),
-    ``faults`` breaks streams and injects statuses on purpose.
+    ``faults`` breaks streams and injects statuses on purpose. ``query`` holds the query sessions
+    and transactions that topic writes and consumer offsets join.
     """
 
     def __init__(
@@ -58,6 +60,7 @@ class LocalTopicServer:
         self.gate = Gate(self.auth, self.database)
         self.discovery = DiscoveryHandlers(self)
         self.control = ControlPlane(self.storage)
+        self.query = QueryService(self)
         self.writes = WriteService(self)
         self.reads = ReadService(self, graceful_stop_timeout=graceful_stop_timeout)
         self._requested_port = port
@@ -96,8 +99,10 @@ class LocalTopicServer:
                 ("grpc.max_send_message_length", 64 * 1024 * 1024),
                 ("grpc.max_receive_message_length", 64 * 1024 * 1024),
                 ("grpc.so_reuseport", 0),
-                # Accept clients' keepalive pings as often as every 5 s instead of closing on them.
-                ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
+                # Clients ping every few seconds (tests far more often) to detect dead connections:
+                # accept any rate instead of answering GOAWAY "too_many_pings".
+                ("grpc.http2.min_ping_interval_without_data_ms", 1),
+                ("grpc.http2.max_ping_strikes", 0),
                 ("grpc.keepalive_permit_without_calls", 1),
             ]
         )
@@ -113,9 +118,10 @@ class LocalTopicServer:
         logger.info("local topic server on %s, database %s", self.endpoint, self.database)
 
     async def stop(self, grace: float | None = None) -> None:
-        """Stop serving; open streams are cancelled."""
+        """Stop serving; open streams are cancelled and query sessions end, aborting their transactions."""
         server, self._server = self._server, None
         if server is not None:
+            self.query.shutdown()
             await server.stop(grace)
 
     async def wait_closed(self) -> None:
@@ -192,7 +198,7 @@ class LocalTopicServer:
             ),
             "UpdateOffsetsInTransaction": unary(
                 "UpdateOffsetsInTransaction",
-                self._no_transactions,
+                self._update_offsets_in_transaction,
                 pb.UpdateOffsetsInTransactionRequest,
                 pb.UpdateOffsetsInTransactionResponse,
             ),
@@ -213,11 +219,13 @@ class LocalTopicServer:
         }
         return [
             grpc.method_handlers_generic_handler("Ydb.Topic.V1.TopicService", topic),
+            self.query.handlers(),
             grpc.method_handlers_generic_handler("Ydb.Discovery.V1.DiscoveryService", discovery),
             grpc.method_handlers_generic_handler("Ydb.Auth.V1.AuthService", auth),
         ]
 
     # --- small services -------------------------------------------------------------------
 
-    def _no_transactions(self, request: Any) -> Message:
-        raise StorageError("UNSUPPORTED", "this local server does not support transactions yet")
+    def _update_offsets_in_transaction(self, request: Any) -> Message:
+        self.query.update_offsets(request)
+        return pb.UpdateOffsetsInTransactionResult()

@@ -4,6 +4,11 @@ Deduplication follows YDB: within a partition, a message whose producer has alre
 that seq_no (or a later one) is answered "skipped, already written" and not stored again.
 Without a producer id there is no deduplication. A producer id is bound to one partition (picked
 round-robin among active partitions the first time) and keeps it across sessions.
+
+A WriteRequest naming a transaction (``tx``) must name an open read-write transaction of a live
+query session (else the stream fails with BAD_SESSION / NOT_FOUND / BAD_REQUEST). Its messages
+are acknowledged ``written_in_tx`` and held by the transaction; they reach the partition, at
+consecutive offsets and deduplicated again, only when it commits.
 """
 
 from __future__ import annotations
@@ -148,8 +153,14 @@ class WriteService:
             raise StorageError("BAD_REQUEST", f"codec {codec} is not supported by topic {topic.path}: {allowed}")
         if topic.path not in self.server.storage.topics:
             raise StorageError("SCHEME_ERROR", f"path {topic.path} was dropped")
+        tx = None
         if request.HasField("tx"):
-            raise StorageError("UNSUPPORTED", "this local server does not support transactional writes yet")
+            tx = self.server.query.transaction(request.tx.session, request.tx.id)
+            tx.require_read_write("a topic write")
+            if not partition.active:
+                raise StorageError(
+                    "OVERLOADED", f"partition {partition.partition_id} is inactive (split); write to its children"
+                )
         written_at = time.time_ns()
         reply = FromServer(status=SUCCESS)
         response = reply.write_response
@@ -158,7 +169,12 @@ class WriteService:
         stored = 0
         for m in request.messages:
             ack = acks.add(seq_no=m.seq_no)
-            if partition.is_duplicate(producer_id, m.seq_no):
+            duplicate = (
+                tx.writes.is_duplicate(partition, producer_id, m.seq_no)
+                if tx is not None
+                else partition.is_duplicate(producer_id, m.seq_no)
+            )
+            if duplicate:
                 ack.skipped.reason = _SKIPPED
                 continue
             new = NewMessage(
@@ -172,6 +188,10 @@ class WriteService:
                 metadata=tuple((item.key, item.value) for item in m.metadata_items),
                 write_session_meta=meta,
             )
+            if tx is not None:
+                tx.writes.add(partition, new)
+                ack.written_in_tx.SetInParent()
+                continue
             ack.written.offset = partition.append(new, written_at).offset
             stored += 1
         if stored:

@@ -1,0 +1,341 @@
+"""QueryService on the local server: sessions and transactions for topics, without YQL.
+
+YDB's query sessions carry the transactions that topic writes and consumer offsets join:
+
+- ``CreateSession`` opens a session; ``AttachSession`` is a server stream whose first state is
+  SUCCESS and which stays open while the session lives. When the session ends (DeleteSession,
+  ``faults.kill_query_session``, server stop) the stream gets a BAD_SESSION state and closes;
+  when the client closes the stream, the session ends, as in YDB.
+- ``BeginTransaction`` / ``CommitTransaction`` / ``RollbackTransaction`` manage a session's
+  transactions. A commit checks every consumer offset range the transaction recorded
+  (``UpdateOffsetsInTransaction``) and that every held write can still be appended; on a
+  conflict it answers ABORTED and applies nothing. Otherwise offsets are committed and held
+  messages appended at consecutive offsets, in one step of the event loop.
+- A session that ends aborts its open transactions and discards their writes and offsets.
+- ``ExecuteQuery`` answers UNSUPPORTED: the local server does not execute YQL.
+
+Statuses follow YDB: an unknown session is BAD_SESSION, an unknown or finished transaction is
+NOT_FOUND. A failed operation inside a transaction (a rejected offset update, an aborted
+commit) ends that transaction, so later calls naming it answer NOT_FOUND.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from .._proto import ydb_query_pb2 as qpb
+from ._replies import SUCCESS, issues, metadata, status_code
+from .partition_log import PendingOffsets, PendingWrites, StorageError
+
+if TYPE_CHECKING:
+    from .server import LocalTopicServer
+
+NODE_ID = 1
+"""The node every session lives on: the one node discovery names."""
+
+_READ_WRITE_MODES = frozenset({"serializable_read_write", "snapshot_read_write", "strict_serializable_read_write"})
+_EXECUTE_UNSUPPORTED = (
+    "the local topic server does not execute YQL queries; it serves sessions and transactions "
+    "(BeginTransaction, CommitTransaction, RollbackTransaction) for topic writes and offsets only"
+)
+
+
+_BAD_SESSION = status_code("BAD_SESSION")
+
+
+def _reply(response_cls: Any, status: int, message: str = "") -> Any:
+    """A QueryService response or stream part with ``status`` and, for a failure, one issue."""
+    return response_cls(status=status, issues=issues(message))
+
+
+class Transaction:
+    """An open transaction of a query session and the topic effects it holds until commit."""
+
+    def __init__(self, tx_id: str, session: QuerySession, mode: str) -> None:
+        self.tx_id = tx_id
+        self.session = session
+        self.mode = mode
+        self.writes = PendingWrites()
+        self.offsets = PendingOffsets()
+
+    @property
+    def read_write(self) -> bool:
+        return self.mode in _READ_WRITE_MODES
+
+    def require_read_write(self, what: str) -> None:
+        if not self.read_write:
+            raise StorageError("BAD_REQUEST", f"{what} needs a read-write transaction; {self.tx_id} is {self.mode}")
+
+    def discard(self) -> None:
+        self.writes.discard()
+        self.offsets.discard()
+
+
+class QuerySession:
+    """One query session: its open transactions and whether it is still alive."""
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        self.node_id = NODE_ID
+        self.transactions: dict[str, Transaction] = {}
+        self.alive = True
+        self.end_reason = ""
+        self.ended = asyncio.Event()
+
+
+class QueryService:
+    """Every query session of one server, and the QueryService gRPC handlers over them."""
+
+    _tx_counter = itertools.count(1)
+
+    def __init__(self, server: LocalTopicServer) -> None:
+        self.server = server
+        self.sessions: dict[str, QuerySession] = {}
+        """Live sessions by id (for inspection in tests)."""
+        self.committed_transactions = 0
+        self.aborted_transactions = 0
+        """Transactions aborted by a conflict, a failed operation or the end of their session."""
+        server.faults.serve_sessions(self)
+
+    # --- registry ---------------------------------------------------------------------------
+
+    def create_session(self) -> QuerySession:
+        session_id = f"ydb://session/3?node_id={NODE_ID}&id={uuid.uuid4().hex}"
+        session = QuerySession(session_id)
+        self.sessions[session_id] = session
+        return session
+
+    def session(self, session_id: str) -> QuerySession:
+        session = self.sessions.get(session_id)
+        if session is None:
+            raise StorageError("BAD_SESSION", f"session not found: {session_id!r}")
+        return session
+
+    def transaction(self, session_id: str, tx_id: str) -> Transaction:
+        """The open transaction ``tx_id`` of ``session_id``: BAD_SESSION or NOT_FOUND otherwise."""
+        tx = self.session(session_id).transactions.get(tx_id)
+        if tx is None:
+            raise StorageError("NOT_FOUND", f"transaction not found: {tx_id!r}; it may have been committed or aborted")
+        return tx
+
+    def begin(self, session_id: str, settings: Any) -> Transaction:
+        session = self.session(session_id)
+        mode = settings.WhichOneof("tx_mode")
+        if mode is None:
+            raise StorageError("BAD_REQUEST", "tx_settings must name a transaction mode")
+        tx_id = f"01local{next(self._tx_counter):08d}{uuid.uuid4().hex[:12]}"
+        tx = Transaction(tx_id, session, mode)
+        session.transactions[tx_id] = tx
+        return tx
+
+    def commit(self, session_id: str, tx_id: str) -> None:
+        """Apply the transaction's offsets and writes atomically, or abort it (ABORTED) with nothing applied."""
+        tx = self.transaction(session_id, tx_id)
+        del tx.session.transactions[tx_id]
+        storage = self.server.storage
+        try:
+            offsets = tx.offsets.check(storage)
+            tx.writes.check()
+        except StorageError:
+            tx.discard()
+            self.aborted_transactions += 1
+            raise
+        for consumer, partition, offset in offsets:
+            consumer.commit(partition, offset)
+        tx.writes.apply()
+        self.committed_transactions += 1
+        storage.notify()
+
+    def rollback(self, session_id: str, tx_id: str) -> None:
+        tx = self.transaction(session_id, tx_id)
+        del tx.session.transactions[tx_id]
+        tx.discard()
+
+    def abort(self, tx: Transaction) -> None:
+        """End ``tx`` after a failed operation inside it, dropping what it held."""
+        if tx.session.transactions.pop(tx.tx_id, None) is not None:
+            tx.discard()
+            self.aborted_transactions += 1
+
+    def end_session(self, session_id: str, reason: str) -> bool:
+        """End a session: abort its transactions and close its AttachSession stream."""
+        session = self.sessions.pop(session_id, None)
+        if session is None:
+            return False
+        for tx in list(session.transactions.values()):
+            self.abort(tx)
+        session.alive = False
+        session.end_reason = reason
+        session.ended.set()
+        return True
+
+    def kill(self, session_id: str | None, reason: str) -> int:
+        """End one session (or all with None); returns how many ended."""
+        targets = list(self.sessions) if session_id is None else [session_id]
+        return sum(self.end_session(sid, reason) for sid in targets)
+
+    # --- unary handlers ---------------------------------------------------------------------
+
+    def handle_create_session(self, request: Any) -> Any:
+        session = self.create_session()
+        return qpb.CreateSessionResponse(status=SUCCESS, session_id=session.session_id, node_id=session.node_id)
+
+    def handle_delete_session(self, request: Any) -> Any:
+        self.session(request.session_id)
+        self.end_session(request.session_id, "session deleted by the client")
+        return qpb.DeleteSessionResponse(status=SUCCESS)
+
+    def handle_begin_transaction(self, request: Any) -> Any:
+        tx = self.begin(request.session_id, request.tx_settings)
+        return qpb.BeginTransactionResponse(status=SUCCESS, tx_meta=qpb.TransactionMeta(id=tx.tx_id))
+
+    def handle_commit_transaction(self, request: Any) -> Any:
+        self.commit(request.session_id, request.tx_id)
+        response = qpb.CommitTransactionResponse(status=SUCCESS)
+        now_ms = time.time_ns() // 1_000_000
+        response.commit_timestamp.plan_step = now_ms
+        response.commit_timestamp.tx_id = self.committed_transactions
+        return response
+
+    def handle_rollback_transaction(self, request: Any) -> Any:
+        self.rollback(request.session_id, request.tx_id)
+        return qpb.RollbackTransactionResponse(status=SUCCESS)
+
+    def _admit(self, method: str, context: grpc.aio.ServicerContext[Any, Any]) -> tuple[int, str] | None:
+        """The gate's refusal or an injected failure, as ``(status, message)``; None to proceed."""
+        refusal = self.server.gate.admit(metadata(context))
+        if refusal is not None:
+            return status_code(refusal[0]), refusal[1]
+        injected = self.server.faults.take_status(method)
+        if injected is not None:
+            return injected, "injected failure"
+        return None
+
+    def unary(self, name: str, handler: Callable[[Any], Any], response_cls: Any) -> Callable[..., Awaitable[Any]]:
+        """A gRPC handler for a QueryService unary method: its responses carry status and issues directly."""
+
+        async def call(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+            refusal = self._admit(name, context)
+            if refusal is not None:
+                return _reply(response_cls, *refusal)
+            try:
+                return handler(request)
+            except StorageError as exc:
+                return _reply(response_cls, status_code(exc.status), exc.message)
+
+        return call
+
+    # --- stream handlers --------------------------------------------------------------------
+
+    async def attach_session(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
+        """SUCCESS first, then nothing until the session ends; closing the stream ends the session."""
+        refusal = self._admit("AttachSession", context)
+        if refusal is not None:
+            yield _reply(qpb.SessionState, *refusal)
+            return
+        session = self.sessions.get(request.session_id)
+        if session is None:
+            yield _reply(qpb.SessionState, _BAD_SESSION, f"session not found: {request.session_id!r}")
+            return
+        try:
+            yield _reply(qpb.SessionState, SUCCESS)
+            await session.ended.wait()
+            yield _reply(qpb.SessionState, _BAD_SESSION, session.end_reason)
+        finally:
+            # The client closed the stream (or the server is going away): YDB ends the session with it.
+            self.end_session(session.session_id, "the AttachSession stream was closed")
+
+    async def execute_query(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
+        refusal = self._admit("ExecuteQuery", context)
+        if refusal is not None:
+            yield _reply(qpb.ExecuteQueryResponsePart, *refusal)
+        elif request.session_id not in self.sessions:
+            yield _reply(qpb.ExecuteQueryResponsePart, _BAD_SESSION, f"session not found: {request.session_id!r}")
+        else:
+            yield _reply(qpb.ExecuteQueryResponsePart, status_code("UNSUPPORTED"), _EXECUTE_UNSUPPORTED)
+
+    def handlers(self) -> grpc.GenericRpcHandler:
+        def unary(name: str, handler: Callable[[Any], Any], request_cls: Any, response_cls: Any) -> Any:
+            return grpc.unary_unary_rpc_method_handler(
+                self.unary(name, handler, response_cls),
+                request_deserializer=request_cls.FromString,
+                response_serializer=response_cls.SerializeToString,
+            )
+
+        def server_stream(handler: Any, request_cls: Any, response_cls: Any) -> Any:
+            return grpc.unary_stream_rpc_method_handler(
+                handler,
+                request_deserializer=request_cls.FromString,
+                response_serializer=response_cls.SerializeToString,
+            )
+
+        methods = {
+            "CreateSession": unary(
+                "CreateSession", self.handle_create_session, qpb.CreateSessionRequest, qpb.CreateSessionResponse
+            ),
+            "DeleteSession": unary(
+                "DeleteSession", self.handle_delete_session, qpb.DeleteSessionRequest, qpb.DeleteSessionResponse
+            ),
+            "AttachSession": server_stream(self.attach_session, qpb.AttachSessionRequest, qpb.SessionState),
+            "BeginTransaction": unary(
+                "BeginTransaction",
+                self.handle_begin_transaction,
+                qpb.BeginTransactionRequest,
+                qpb.BeginTransactionResponse,
+            ),
+            "CommitTransaction": unary(
+                "CommitTransaction",
+                self.handle_commit_transaction,
+                qpb.CommitTransactionRequest,
+                qpb.CommitTransactionResponse,
+            ),
+            "RollbackTransaction": unary(
+                "RollbackTransaction",
+                self.handle_rollback_transaction,
+                qpb.RollbackTransactionRequest,
+                qpb.RollbackTransactionResponse,
+            ),
+            "ExecuteQuery": server_stream(self.execute_query, qpb.ExecuteQueryRequest, qpb.ExecuteQueryResponsePart),
+        }
+        return grpc.method_handlers_generic_handler("Ydb.Query.V1.QueryService", methods)
+
+    # --- topic operations inside transactions -----------------------------------------------
+
+    def update_offsets(self, request: Any) -> None:
+        """``TopicService.UpdateOffsetsInTransaction``: record consumer offset ranges in a transaction."""
+        tx = self.transaction(request.tx.session, request.tx.id)
+        try:
+            tx.require_read_write("UpdateOffsetsInTransaction")
+            if not request.consumer:
+                raise StorageError("BAD_REQUEST", "consumer must not be empty")
+            storage = self.server.storage
+            recorded = []
+            for topic_offsets in request.topics:
+                topic = storage.topic(topic_offsets.path)
+                topic.consumer(request.consumer)
+                for partition_offsets in topic_offsets.partitions:
+                    partition = topic.partition(partition_offsets.partition_id)
+                    for r in partition_offsets.partition_offsets:
+                        if not 0 <= r.start < r.end:
+                            raise StorageError(
+                                "BAD_REQUEST",
+                                f"offset range [{r.start}, {r.end}) of partition {partition.partition_id} is empty "
+                                "or negative",
+                            )
+                        recorded.append((topic.path, partition.partition_id, r.start, r.end))
+        except StorageError:
+            self.abort(tx)
+            raise
+        for path, partition_id, start, end in recorded:
+            tx.offsets.add(path, request.consumer, partition_id, start, end)
+
+    def shutdown(self) -> None:
+        """End every session: the server is stopping."""
+        self.kill(None, "the server is shutting down")
