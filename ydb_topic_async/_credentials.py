@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 import anyio
 
 from ._errors import InvalidArgumentError
+from .observability.logging import register_secret
 
 if TYPE_CHECKING:
     from ._driver import Driver
@@ -34,6 +35,7 @@ class AnonymousCredentials:
     """No token at all (a local server, or a cluster without authentication)."""
 
     async def auth_token(self) -> str | None:
+        """Always ``None``: no token is sent."""
         return None
 
     def __repr__(self) -> str:
@@ -47,8 +49,10 @@ class AccessTokenCredentials:
         if not isinstance(token, str) or not token:
             raise InvalidArgumentError("token must be a non-empty string")
         self._token = token
+        register_secret(token)
 
     async def auth_token(self) -> str | None:
+        """The token given at construction."""
         return self._token
 
     def __repr__(self) -> str:  # never print the secret
@@ -68,6 +72,7 @@ class TokenProviderCredentials:
         self._lock = anyio.Lock()
 
     async def auth_token(self) -> str | None:
+        """The provider's token, fetched again once the cached one is older than the cache time."""
         async with self._lock:
             if self._token is None or time.monotonic() - self._fetched_at >= self._cache_seconds:
                 self._token = await self._provider()
@@ -113,6 +118,7 @@ class StaticCredentials:
             raise InvalidArgumentError("refresh_fraction must be in (0, 1]")
         self.user = user
         self._password = password
+        register_secret(password)
         self._refresh_interval = refresh_interval
         self._refresh_fraction = refresh_fraction
         self._driver: Driver | None = None
@@ -124,6 +130,7 @@ class StaticCredentials:
         self._driver = driver
 
     async def auth_token(self) -> str | None:
+        """A token from ``AuthService.Login``, logged in again before the current one expires."""
         async with self._lock:
             if self._token is None or time.time() >= self._refresh_at:
                 await self._login()

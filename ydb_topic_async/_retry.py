@@ -11,7 +11,7 @@ from typing import TypeVar
 import anyio
 import grpc
 
-from ._errors import YdbTopicError, error_from_grpc
+from ._errors import InvalidArgumentError, YdbTopicError, error_from_grpc
 
 T = TypeVar("T")
 
@@ -49,10 +49,13 @@ class RetryPolicy:
     slow: BackoffSchedule = field(default=SLOW_BACKOFF)
 
     def __post_init__(self) -> None:
-        if self.max_attempts is not None and self.max_attempts < 1:
-            raise ValueError("max_attempts must be at least 1")
-        if self.max_elapsed is not None and self.max_elapsed < 0:
-            raise ValueError("max_elapsed must not be negative")
+        attempts, elapsed = self.max_attempts, self.max_elapsed
+        if attempts is not None and (not isinstance(attempts, int) or isinstance(attempts, bool) or attempts < 1):
+            raise InvalidArgumentError(f"max_attempts must be an int of at least 1 or None, got {attempts!r}")
+        if elapsed is not None and (
+            not isinstance(elapsed, (int, float)) or isinstance(elapsed, bool) or not elapsed >= 0
+        ):
+            raise InvalidArgumentError(f"max_elapsed must be a number >= 0 or None, got {elapsed!r}")
 
     @classmethod
     def no_retries(cls) -> RetryPolicy:
@@ -89,9 +92,16 @@ def as_ydb_error(error: BaseException) -> YdbTopicError | None:
 
 
 async def retry_call(
-    fn: Callable[[], Awaitable[T]], policy: RetryPolicy, *, idempotent: bool
+    fn: Callable[[], Awaitable[T]],
+    policy: RetryPolicy,
+    *,
+    idempotent: bool,
+    on_retry: Callable[[BaseException, float], None] | None = None,
 ) -> T:
-    """Await ``fn()`` until it succeeds or ``policy`` gives up; the last error is raised."""
+    """Await ``fn()`` until it succeeds or ``policy`` gives up; the last error is raised.
+
+    ``on_retry(error, delay)`` is told about each failure that is going to be retried.
+    """
     started = time.monotonic()
     attempt = 0
     while True:
@@ -102,4 +112,6 @@ async def retry_call(
             delay = policy.next_delay(exc, attempt, started, idempotent=idempotent)
             if delay is None:
                 raise
+            if on_retry is not None:
+                on_retry(exc, delay)
         await anyio.sleep(delay)

@@ -209,22 +209,27 @@ class TopicMessage:
 
     @property
     def created_at(self) -> dt.datetime:
+        """When the producer created the message (UTC), as the writer set it."""
         return timestamp_to_datetime(self._proto.created_at)
 
     @property
     def written_at(self) -> dt.datetime:
+        """When the server stored the message (UTC)."""
         return self._info.written_at
 
     @property
     def producer_id(self) -> str:
+        """The writer's producer id (empty when it wrote without one)."""
         return self._info.producer_id
 
     @property
     def message_group_id(self) -> str:
+        """The message group the writer set (empty if none)."""
         return str(self._proto.message_group_id)
 
     @property
     def metadata_items(self) -> dict[str, bytes]:
+        """The message's metadata, key to value."""
         return {item.key: item.value for item in self._proto.metadata_items}
 
     @property
@@ -239,10 +244,12 @@ class TopicMessage:
 
     @property
     def topic_path(self) -> str:
+        """The topic's full path."""
         return self.partition_session.topic_path
 
     @property
     def partition_id(self) -> int:
+        """The partition the message was read from."""
         return self.partition_session.partition_id
 
     @property
@@ -268,10 +275,12 @@ class MessageBatch:
 
     @property
     def topic_path(self) -> str:
+        """The topic's full path."""
         return self.partition_session.topic_path
 
     @property
     def partition_id(self) -> int:
+        """The partition the message was read from."""
         return self.partition_session.partition_id
 
     @property
@@ -286,6 +295,7 @@ class MessageBatch:
 
     @property
     def commit_range(self) -> tuple[int, int]:
+        """The offsets ``[start, end)`` committing this batch marks processed."""
         return self.start_offset, self.end_offset
 
     def __len__(self) -> int:

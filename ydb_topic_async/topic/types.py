@@ -159,6 +159,7 @@ class ConsumerDescription:
 
     @property
     def total_lag(self) -> int:
+        """Messages not yet committed, over all partitions."""
         return sum(p.lag for p in self.partitions)
 
 

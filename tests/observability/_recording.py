@@ -1,0 +1,55 @@
+"""A metrics recorder that keeps every call, for asserting exact counts."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class RecordingMetrics:
+    """Implements every ``MetricsRecorder`` method (structurally, without subclassing)."""
+
+    calls: list[tuple[str, tuple[Any, ...]]] = field(default_factory=list)
+
+    def of(self, name: str) -> list[tuple[Any, ...]]:
+        return [args for method, args in self.calls if method == name]
+
+    def writer_acks(self, topic: str, partition_id: int, written: int, skipped: int, written_bytes: int) -> None:
+        self.calls.append(("writer_acks", (topic, partition_id, written, skipped, written_bytes)))
+
+    def writer_ack_latency(self, topic: str, seconds: float, messages: int) -> None:
+        self.calls.append(("writer_ack_latency", (topic, seconds, messages)))
+
+    def writer_buffer(self, topic: str, messages: int, nbytes: int) -> None:
+        self.calls.append(("writer_buffer", (topic, messages, nbytes)))
+
+    def writer_reconnect(self, topic: str, error: BaseException) -> None:
+        self.calls.append(("writer_reconnect", (topic, error)))
+
+    def reader_messages(self, topic: str, partition_id: int, messages: int, nbytes: int) -> None:
+        self.calls.append(("reader_messages", (topic, partition_id, messages, nbytes)))
+
+    def reader_buffer(self, consumer: str, messages: int, nbytes: int) -> None:
+        self.calls.append(("reader_buffer", (consumer, messages, nbytes)))
+
+    def reader_commit_ack(self, topic: str, partition_id: int, committed_offset: int, lag: int) -> None:
+        self.calls.append(("reader_commit_ack", (topic, partition_id, committed_offset, lag)))
+
+    def reader_reconnect(self, consumer: str, error: BaseException) -> None:
+        self.calls.append(("reader_reconnect", (consumer, error)))
+
+    def retry(self, operation: str, error: BaseException) -> None:
+        self.calls.append(("retry", (operation, error)))
+
+
+async def eventually(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Poll ``predicate`` on the loop until it holds; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.01)

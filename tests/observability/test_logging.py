@@ -1,0 +1,119 @@
+"""Structured logging: session ids and context fields in the records, credentials never."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+import ydb_topic_async as yta
+from ydb_topic_async.observability.logging import REDACTED, register_secret, sdk_logger
+from ydb_topic_async.testing import LocalTopicServer
+
+pytestmark = pytest.mark.timeout(30)
+
+USER = "alice"
+PASSWORD = "wonderland-rabbit-hole"
+
+
+def _record_texts(records: list[logging.LogRecord]) -> str:
+    """Everything a handler could print of the records: messages, tracebacks and every attribute."""
+    formatter = logging.Formatter()
+    parts = []
+    for record in records:
+        parts.append(formatter.format(record))
+        parts.extend(repr(value) for value in vars(record).values())
+    return "\n".join(parts)
+
+
+async def _write_and_read(driver: yta.Driver, server: LocalTopicServer, topic: str) -> tuple[str, str]:
+    """Write and read a few messages through a broken stream each; return the last session ids."""
+    await driver.topic.create_topic(topic, consumers=["c"])
+    async with driver.topic.writer(topic, producer_id="log-producer", partition_id=0) as writer:
+        await writer.write_with_ack(b"one")
+        server.faults.drop_write_streams()
+        await writer.write_with_ack(b"two")
+        async with driver.topic.reader(topic, consumer="c") as reader:
+            batch = await reader.receive_batch(max_messages=1, timeout=10)
+            assert [m.data for m in batch] == [b"one"]
+            second = await reader.receive_message(timeout=10)
+            assert second.data == b"two"
+            reader.commit(batch)
+            await reader.commit_with_ack(second, timeout=10)
+            assert server.faults.drop_read_streams() == 1
+            await writer.write_with_ack(b"three")
+            assert (await reader.receive_message(timeout=10)).data == b"three"
+            reader_session = reader.read_session_id
+        writer_session = writer.session_id
+    return writer_session, reader_session
+
+
+@pytest.mark.parametrize("kind", ["static", "token"])
+async def test_records_carry_session_ids_and_never_credentials(kind: str, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger="ydb_topic_async")
+    async with LocalTopicServer(users={USER: PASSWORD}) as server:
+        token = server.auth.login(USER, PASSWORD)
+        assert token
+        credentials: yta.Credentials = (
+            yta.StaticCredentials(USER, PASSWORD) if kind == "static" else yta.AccessTokenCredentials(token)
+        )
+        async with yta.Driver(server.endpoint, server.database, credentials, discovery=False) as driver:
+            writer_session, reader_session = await _write_and_read(driver, server, f"logged-{kind}")
+            used_token = await driver.credentials.auth_token()
+    assert used_token
+
+    records = [r for r in caplog.records if r.name.startswith("ydb_topic_async")]
+    writer_records = [r for r in records if getattr(r, "ydb_producer_id", None) == "log-producer"]
+    reader_records = [r for r in records if getattr(r, "ydb_consumer", None) == "c"]
+
+    # The writer logged its sessions (the first, the broken one, the new one) with full context.
+    started = [r for r in writer_records if "started" in r.getMessage()]
+    assert len(started) == 2
+    assert writer_session in started[-1].getMessage()
+    assert started[-1].ydb_session_id == writer_session  # type: ignore[attr-defined]
+    assert started[-1].ydb_topic == "/local/logged-" + kind  # type: ignore[attr-defined]
+    assert started[-1].ydb_partition_id == 0  # type: ignore[attr-defined]
+    broke = [r for r in writer_records if "reconnecting" in r.getMessage()]
+    assert len(broke) == 1
+    assert broke[0].ydb_session_id == started[0].ydb_session_id  # type: ignore[attr-defined]
+    assert started[0].ydb_session_id in broke[0].getMessage()  # type: ignore[attr-defined]
+
+    reader_started = [r for r in reader_records if "started" in r.getMessage()]
+    assert len(reader_started) == 2
+    assert reader_session in reader_started[-1].getMessage()
+    assert reader_started[-1].ydb_session_id == reader_session  # type: ignore[attr-defined]
+    assert any("reconnecting" in r.getMessage() for r in reader_records)
+
+    text = _record_texts(records)
+    assert writer_session in text and reader_session in text
+    assert used_token not in text
+    assert token not in text
+    assert PASSWORD not in text
+
+
+async def test_registered_secrets_are_masked_in_messages_and_tracebacks(caplog: pytest.LogCaptureFixture) -> None:
+    secret = "t0ken-that-must-not-leak"
+    register_secret(secret)
+    caplog.set_level(logging.DEBUG, logger="ydb_topic_async")
+    logger = sdk_logger("observability-test")
+    try:
+        raise RuntimeError(f"server refused {secret}")
+    except RuntimeError:
+        logger.warning("call with %s failed", secret, exc_info=True)
+    # A module that made its logger directly is covered as well.
+    logging.getLogger("ydb_topic_async.observability-test-plain").error("header %s", secret)
+    register_secret("another-secret-value")  # registration installs the filter on every SDK logger
+    logging.getLogger("ydb_topic_async.observability-test-plain").error("header %s", secret)
+
+    masked = [r for r in caplog.records if r.name.startswith("ydb_topic_async.observability-test")]
+    assert masked[0].getMessage() == f"call with {REDACTED} failed"
+    assert masked[0].exc_text is not None and "RuntimeError: server refused ***" in masked[0].exc_text
+    assert masked[-1].getMessage() == f"header {REDACTED}"
+    assert secret not in logging.Formatter().format(masked[0])
+
+
+def test_short_strings_are_not_treated_as_secrets(caplog: pytest.LogCaptureFixture) -> None:
+    register_secret("pw")
+    caplog.set_level(logging.DEBUG, logger="ydb_topic_async")
+    sdk_logger("observability-test").info("upload complete: pw")
+    assert caplog.records[-1].getMessage() == "upload complete: pw"

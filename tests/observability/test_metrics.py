@@ -1,0 +1,136 @@
+"""The metrics hook: exact counts from a recording implementation against the local server."""
+
+from __future__ import annotations
+
+import pytest
+
+import ydb_topic_async as yta
+from ydb_topic_async.testing import LocalTopicServer
+
+from ._recording import RecordingMetrics, eventually
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def _totals(rows: list[tuple[object, ...]], *columns: int) -> tuple[int, ...]:
+    return tuple(sum(int(row[c]) for row in rows) for c in columns)  # type: ignore[call-overload]
+
+
+async def test_writer_reports_acks_latency_buffer_and_a_reconnect(server: LocalTopicServer) -> None:
+    metrics = RecordingMetrics()
+    async with yta.Driver(server.endpoint, server.database, discovery=False, metrics=metrics) as driver:
+        await driver.topic.create_topic("metrics-writer")
+        path = driver.topic.full_path("metrics-writer")
+        async with driver.topic.writer("metrics-writer", producer_id="p", partition_id=0) as writer:
+            for _ in range(3):
+                assert isinstance(await writer.write_with_ack(b"x" * 10), yta.Written)
+            # The server stores the next message but the stream breaks before its ack: the writer
+            # reconnects, resends it, and the server answers that it is already written.
+            server.faults.drop_write_stream_after(1)
+            assert isinstance(await writer.write_with_ack(b"y" * 20), yta.Skipped)
+            results = await writer.write_with_ack([yta.Message(b"z" * 7, metadata={"k": b"v"}), b"w" * 5])
+            assert all(isinstance(r, yta.Written) for r in results)
+
+    acks = metrics.of("writer_acks")
+    assert {(row[0], row[1]) for row in acks} == {(path, 0)}
+    assert _totals(acks, 2, 3, 4) == (5, 1, 3 * 10 + 7 + 5)  # written, skipped, payload bytes written
+
+    reconnects = metrics.of("writer_reconnect")
+    assert len(reconnects) == 1
+    assert reconnects[0][0] == path
+    assert isinstance(reconnects[0][1], yta.TransportError)  # the stream broke under the writer
+
+    latencies = metrics.of("writer_ack_latency")
+    assert sum(row[2] for row in latencies) == 6  # every acknowledged message, the resent one once
+    assert all(row[0] == path and 0 <= row[1] < 10 for row in latencies)
+
+    gauge = metrics.of("writer_buffer")
+    assert max(row[1] for row in gauge) >= 1  # seen while messages awaited acks
+    assert gauge[-1] == (path, 0, 0)  # everything acknowledged at the end
+    assert metrics.of("retry") == []
+
+
+async def test_reader_reports_messages_buffer_commits_and_a_reconnect(server: LocalTopicServer) -> None:
+    metrics = RecordingMetrics()
+    async with yta.Driver(server.endpoint, server.database, discovery=False, metrics=metrics) as driver:
+        await driver.topic.create_topic("metrics-reader", consumers=["c"])
+        path = driver.topic.full_path("metrics-reader")
+        first = [b"a" * n for n in (1, 2, 3, 4, 5)]
+        second = [b"b" * n for n in (10, 20, 30)]
+        async with driver.topic.writer("metrics-reader", producer_id="p", partition_id=0) as writer:
+            await writer.write_with_ack(list(first))
+            async with driver.topic.reader("metrics-reader", consumer="c") as reader:
+                received = [await reader.receive_message(timeout=10) for _ in first]
+                assert [m.data for m in received] == first
+                for message in received[:-1]:
+                    reader.commit(message)  # commits are contiguous: every message is committed
+                await reader.commit_with_ack(received[-1], timeout=10)
+                assert server.faults.drop_read_streams() == 1
+                await writer.write_with_ack(list(second))
+                received = [await reader.receive_message(timeout=10) for _ in second]
+                assert [m.data for m in received] == second  # committed ones are not delivered again
+                for message in received[:-1]:
+                    reader.commit(message)  # commits are contiguous: every message is committed
+                await reader.commit_with_ack(received[-1], timeout=10)
+                await eventually(lambda: metrics.of("reader_buffer")[-1] == ("c", 0, 0))
+
+    messages = metrics.of("reader_messages")
+    assert {(row[0], row[1]) for row in messages} == {(path, 0)}
+    assert _totals(messages, 2, 3) == (8, sum(map(len, first + second)))
+
+    reconnects = metrics.of("reader_reconnect")
+    assert [row[0] for row in reconnects] == ["c"]
+    assert isinstance(reconnects[0][1], yta.TransportError)  # the stream broke under the reader
+
+    commits = metrics.of("reader_commit_ack")
+    assert {(row[0], row[1]) for row in commits} == {(path, 0)}
+    assert (path, 0, 5, 0) in commits  # the first stream's commit, nothing received past it
+    assert commits[-1] == (path, 0, 8, 0)
+
+    gauge = metrics.of("reader_buffer")
+    assert max(row[1] for row in gauge) >= 1
+    assert max(row[2] for row in gauge) > 0
+
+
+async def test_retries_of_unary_calls_are_counted(server: LocalTopicServer) -> None:
+    metrics = RecordingMetrics()
+    async with yta.Driver(server.endpoint, server.database, discovery=False, metrics=metrics) as driver:
+        await driver.topic.create_topic("metrics-retry")
+        server.faults.fail_next("DescribeTopic", "UNAVAILABLE", times=2)
+        description = await driver.topic.describe_topic("metrics-retry")
+        assert description.path.endswith("metrics-retry")
+    retries = metrics.of("retry")
+    assert [row[0] for row in retries] == ["DescribeTopic", "DescribeTopic"]
+    assert all(isinstance(row[1], yta.UnavailableError) for row in retries)
+
+
+async def test_partial_recorder_subclasses_noop_metrics(server: LocalTopicServer) -> None:
+    class AckCounter(yta.NoopMetrics):
+        def __init__(self) -> None:
+            self.written = 0
+
+        def writer_acks(self, topic: str, partition_id: int, written: int, skipped: int, written_bytes: int) -> None:
+            self.written += written
+
+    counter = AckCounter()
+    async with yta.Driver(server.endpoint, server.database, discovery=False, metrics=counter) as driver:
+        await driver.topic.create_topic("metrics-partial")
+        async with driver.topic.writer("metrics-partial") as writer:
+            for i in range(4):
+                await writer.write(f"m{i}")
+    assert counter.written == 4
+
+
+def test_driver_refuses_an_incomplete_recorder() -> None:
+    class OnlyAcks:
+        def writer_acks(self, topic: str, partition_id: int, written: int, skipped: int, written_bytes: int) -> None:
+            pass
+
+    with pytest.raises(yta.InvalidArgumentError, match="subclass NoopMetrics"):
+        yta.Driver("grpc://127.0.0.1:2136", "/local", metrics=OnlyAcks())  # type: ignore[arg-type]
+
+
+def test_the_default_recorder_is_a_noop() -> None:
+    driver = yta.Driver("grpc://127.0.0.1:2136", "/local")
+    assert type(driver.metrics) is yta.NoopMetrics
+    assert driver._metrics is None  # the hot paths skip metric work entirely

@@ -1,0 +1,179 @@
+"""OpenTelemetry tracing end to end on the local server, with the SDK's in-memory span exporter."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, StatusCode
+
+import ydb_topic_async as yta
+from ydb_topic_async.testing import LocalTopicServer
+
+pytestmark = pytest.mark.timeout(30)
+
+
+@pytest.fixture
+def exporter() -> InMemorySpanExporter:
+    return InMemorySpanExporter()
+
+
+@pytest.fixture
+def tracing(exporter: InMemorySpanExporter) -> yta.OpenTelemetryTracing:
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return yta.OpenTelemetryTracing(tracer_provider=provider)
+
+
+def _ids(context: object) -> tuple[int, int]:
+    return context.trace_id, context.span_id  # type: ignore[attr-defined]
+
+
+def _spans(exporter: InMemorySpanExporter, kind: SpanKind) -> list[ReadableSpan]:
+    return [s for s in exporter.get_finished_spans() if s.kind is kind]
+
+
+async def test_consumer_spans_link_to_producer_spans(
+    server: LocalTopicServer, exporter: InMemorySpanExporter, tracing: yta.OpenTelemetryTracing
+) -> None:
+    async with yta.Driver(server.endpoint, server.database, discovery=False, tracing=tracing) as driver:
+        await driver.topic.create_topic("traced", consumers=["c"])
+        path = driver.topic.full_path("traced")
+        async with driver.topic.writer("traced", producer_id="tracer", partition_id=0) as writer:
+            await writer.write(b"plain")
+            await writer.write_with_ack(yta.Message(b"with-meta", metadata={"k": b"v"}))
+        producers = _spans(exporter, SpanKind.PRODUCER)
+        assert len(producers) == 2
+        for offset, span in enumerate(producers):
+            assert span.name == f"write {path}"
+            attributes = dict(span.attributes or {})
+            assert attributes["messaging.system"] == "ydb"
+            assert attributes["messaging.destination.name"] == path
+            assert attributes["messaging.destination.partition.id"] == "0"
+            assert attributes["messaging.message.id"] == str(offset + 1)  # the seq_no
+            assert attributes["messaging.ydb.offset"] == offset
+            assert span.status.status_code is StatusCode.UNSET
+
+        # The context travels in the stored messages' metadata, next to the user's own items.
+        stored = list(server.storage.read(path, 0))
+        for message, span in zip(stored, producers, strict=True):
+            items = dict(message.metadata)
+            trace_id = format(span.context.trace_id, "032x")
+            span_id = format(span.context.span_id, "016x")
+            flags = format(span.context.trace_flags, "02x")
+            assert items["traceparent"] == f"00-{trace_id}-{span_id}-{flags}".encode()
+        assert dict(stored[1].metadata)["k"] == b"v"
+
+        async with driver.topic.reader("traced", consumer="c") as reader:
+            first = await reader.receive_message(timeout=10)
+            assert first.data == b"plain"
+            assert first.metadata_items.keys() == {"traceparent"}
+            batch = await reader.receive_batch(timeout=10)
+            assert [m.data for m in batch] == [b"with-meta"]
+            parent = tracing.extract_context(batch[0])
+
+    consumers = _spans(exporter, SpanKind.CONSUMER)
+    assert len(consumers) == 2
+    for consumer, producer in zip(consumers, producers, strict=True):
+        assert consumer.name == f"receive {path}"
+        assert [_ids(link.context) for link in consumer.links] == [_ids(producer.context)]
+        assert consumer.links[0].context.is_remote
+        attributes = dict(consumer.attributes or {})
+        assert attributes["messaging.system"] == "ydb"
+        assert attributes["messaging.consumer.group.name"] == "c"
+        assert attributes["messaging.destination.partition.id"] == "0"
+    assert _ids(trace.get_current_span(parent).get_span_context()) == _ids(producers[1].context)
+
+
+async def test_a_failed_write_ends_its_span_with_the_error(
+    server: LocalTopicServer, exporter: InMemorySpanExporter, tracing: yta.OpenTelemetryTracing
+) -> None:
+    async with yta.Driver(server.endpoint, server.database, discovery=False, tracing=tracing) as driver:
+        writer = driver.topic.writer("no-such-topic", retry=yta.RetryPolicy.no_retries())
+        with pytest.raises(yta.SchemeError):
+            await writer.write_with_ack(b"lost")
+        with pytest.raises(yta.SchemeError):
+            await writer.close()
+    (span,) = _spans(exporter, SpanKind.PRODUCER)
+    assert span.status.status_code is StatusCode.ERROR
+    assert [event.name for event in span.events] == ["exception"]
+
+
+async def test_a_context_set_by_the_caller_is_kept(
+    server: LocalTopicServer, exporter: InMemorySpanExporter, tracing: yta.OpenTelemetryTracing
+) -> None:
+    own = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    async with yta.Driver(server.endpoint, server.database, discovery=False, tracing=tracing) as driver:
+        await driver.topic.create_topic("traced-own")
+        async with driver.topic.writer("traced-own", partition_id=0) as writer:
+            await writer.write([yta.Message("mine", metadata=[("traceparent", own)])])
+        (stored,) = server.storage.read(driver.topic.full_path("traced-own"), 0)
+    assert dict(stored.metadata) == {"traceparent": own.encode()}
+    assert len(_spans(exporter, SpanKind.PRODUCER)) == 1
+
+
+def test_tracing_without_opentelemetry_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "opentelemetry", None)
+    with pytest.raises(yta.MissingDependencyError, match=r"pip install 'ydb-topic-async\[otel\]'"):
+        yta.Driver("grpc://127.0.0.1:2136", "/local", tracing=True)
+    with pytest.raises(ImportError):  # also an ImportError, for code that guards imports that way
+        yta.OpenTelemetryTracing()
+
+
+def test_the_package_imports_without_opentelemetry() -> None:
+    script = textwrap.dedent(
+        """
+        import sys
+        sys.modules["opentelemetry"] = None  # as if it were not installed
+        import ydb_topic_async
+        driver = ydb_topic_async.Driver("grpc://127.0.0.1:2136", "/local")
+        assert driver.tracing is None
+        assert not any(name.startswith("opentelemetry.") for name in sys.modules)
+        print("ok")
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"
+
+
+def test_bad_tracing_argument() -> None:
+    with pytest.raises(yta.InvalidArgumentError, match="tracing must be"):
+        yta.Driver("grpc://127.0.0.1:2136", "/local", tracing="yes")  # type: ignore[arg-type]
+
+
+async def test_bad_input_is_refused_as_without_tracing(
+    server: LocalTopicServer, exporter: InMemorySpanExporter, tracing: yta.OpenTelemetryTracing
+) -> None:
+    async with yta.Driver(server.endpoint, server.database, discovery=False, tracing=tracing) as driver:
+        await driver.topic.create_topic("traced-bad")
+        async with driver.topic.writer("traced-bad", partition_id=0) as writer:
+            with pytest.raises(yta.InvalidArgumentError, match="write takes bytes, str, Message or a list"):
+                await writer.write(42)  # type: ignore[arg-type]
+            with pytest.raises(yta.InvalidArgumentError, match="a message must be bytes, str or Message, not int"):
+                await writer.write([b"ok", 42])  # type: ignore[list-item]
+            await writer.write(b"fine")
+        assert [m.data for m in server.storage.read(driver.topic.full_path("traced-bad"), 0)] == [b"fine"]
+    producers = _spans(exporter, SpanKind.PRODUCER)
+    assert [s.status.status_code for s in producers] == [StatusCode.ERROR, StatusCode.ERROR, StatusCode.UNSET]
+
+
+async def test_a_skipped_duplicate_is_marked_on_its_span(
+    server: LocalTopicServer, exporter: InMemorySpanExporter, tracing: yta.OpenTelemetryTracing
+) -> None:
+    async with yta.Driver(server.endpoint, server.database, discovery=False, tracing=tracing) as driver:
+        await driver.topic.create_topic("traced-dup")
+        for _ in range(2):
+            async with driver.topic.writer("traced-dup", producer_id="dup", partition_id=0, auto_seqno=False) as writer:
+                await writer.write_with_ack(yta.Message(b"once", seq_no=1))
+    first, second = _spans(exporter, SpanKind.PRODUCER)
+    assert "messaging.ydb.write_status" not in (first.attributes or {})
+    assert (second.attributes or {})["messaging.ydb.write_status"] == "skipped"
+    assert (second.attributes or {})["messaging.message.id"] == "1"
+    assert "messaging.ydb.offset" not in (second.attributes or {})

@@ -1,0 +1,114 @@
+"""The metrics hook: what the writers and readers of a driver report, for any metrics system.
+
+Implement ``MetricsRecorder`` (most simply by subclassing ``NoopMetrics`` and overriding what
+you need) and pass it as ``Driver(..., metrics=recorder)``. The SDK calls it from the event loop
+thread, once per server response or per reconnect, never per message, so a recorder must be
+cheap and must not block: increment counters and observe histograms, do no I/O.
+
+Labels are plain arguments: ``topic`` is the full topic path, ``partition_id`` the partition,
+``consumer`` the reader's consumer ("" for a reader without one). Producer ids and session ids
+are deliberately not passed: they are unbounded and would explode a metric's cardinality.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+
+@runtime_checkable
+class MetricsRecorder(Protocol):
+    """Receives the SDK's counters, gauges and latencies."""
+
+    def writer_acks(self, topic: str, partition_id: int, written: int, skipped: int, written_bytes: int) -> None:
+        """The server acknowledged ``written`` messages as stored (``written_bytes`` of payload) and
+        ``skipped`` as duplicates already stored earlier. Once per WriteResponse."""
+        ...
+
+    def writer_ack_latency(self, topic: str, seconds: float, messages: int) -> None:
+        """``messages`` sent in one request were acknowledged ``seconds`` after they were sent."""
+        ...
+
+    def writer_buffer(self, topic: str, messages: int, nbytes: int) -> None:
+        """Gauge: messages (and their bytes) accepted by a writer and not yet acknowledged.
+
+        Reported whenever the writer sends a batch or receives acknowledgements.
+        """
+        ...
+
+    def writer_reconnect(self, topic: str, error: BaseException) -> None:
+        """A write stream broke with ``error`` and the writer is about to open a new one."""
+        ...
+
+    def reader_messages(self, topic: str, partition_id: int, messages: int, nbytes: int) -> None:
+        """``messages`` arrived for one partition (``nbytes`` of decoded payload). Once per partition
+        per ReadResponse."""
+        ...
+
+    def reader_buffer(self, consumer: str, messages: int, nbytes: int) -> None:
+        """Gauge: messages received and not yet handed to the user, and the bytes they hold (as the
+        server counts them, the unit of the reader's ``buffer_size_bytes``).
+
+        Reported whenever a response arrives and whenever freed buffer space is granted back.
+        """
+        ...
+
+    def reader_commit_ack(self, topic: str, partition_id: int, committed_offset: int, lag: int) -> None:
+        """The server confirmed ``committed_offset`` for a partition; ``lag`` is how many offsets the
+        reader has received past it (received but not yet committed)."""
+        ...
+
+    def reader_reconnect(self, consumer: str, error: BaseException) -> None:
+        """A read stream broke with ``error`` and the reader is about to open a new one."""
+        ...
+
+    def retry(self, operation: str, error: BaseException) -> None:
+        """A unary call (``operation`` is its method name, e.g. ``DescribeTopic``) failed with a
+        retriable ``error`` and is about to be tried again."""
+        ...
+
+
+class NoopMetrics:
+    """A recorder that records nothing: the default, and a base class for partial recorders.
+
+    Subclass it and override only the methods you need; new methods added to the protocol in
+    later versions then keep working as no-ops. With this recorder (exactly this class) the SDK
+    skips the work of computing metrics altogether.
+    """
+
+    def writer_acks(self, topic: str, partition_id: int, written: int, skipped: int, written_bytes: int) -> None:
+        pass
+
+    def writer_ack_latency(self, topic: str, seconds: float, messages: int) -> None:
+        pass
+
+    def writer_buffer(self, topic: str, messages: int, nbytes: int) -> None:
+        pass
+
+    def writer_reconnect(self, topic: str, error: BaseException) -> None:
+        pass
+
+    def reader_messages(self, topic: str, partition_id: int, messages: int, nbytes: int) -> None:
+        pass
+
+    def reader_buffer(self, consumer: str, messages: int, nbytes: int) -> None:
+        pass
+
+    def reader_commit_ack(self, topic: str, partition_id: int, committed_offset: int, lag: int) -> None:
+        pass
+
+    def reader_reconnect(self, consumer: str, error: BaseException) -> None:
+        pass
+
+    def retry(self, operation: str, error: BaseException) -> None:
+        pass
+
+
+def active_recorder(recorder: MetricsRecorder | None) -> MetricsRecorder | None:
+    """The recorder the SDK should call, or None when nothing would be recorded (so the hot paths
+    can skip computing the values)."""
+    if recorder is None or type(recorder) is NoopMetrics:
+        return None
+    return recorder
+
+
+__all__ = ["MetricsRecorder", "NoopMetrics"]
