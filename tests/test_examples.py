@@ -26,6 +26,11 @@ SCRIPTS = {
         "dropped streams: 1, stored: 100, distinct seq_nos: 100\n"
         "replayed 5, skipped as duplicates: 5, stored: 100\n"
     ),
+    "exactly_once_transform.py": (
+        "some transactions failed and were retried: True\n"
+        "results: 100, distinct: 100, committed offset: 100\n"
+        "in order: True\n"
+    ),
 }
 """Script -> its exact standard output."""
 

@@ -17,6 +17,8 @@ from ._errors import *  # noqa: F403 - the exception tree is public as a whole
 from ._errors import __all__ as _error_names
 from ._retry import BackoffSchedule, RetryPolicy
 from ._version import __version__
+from .observability import MetricsRecorder, NoopMetrics, OpenTelemetryTracing
+from .query import QueryClient, Transaction, TransactionState
 from .reader import (
     MessageBatch,
     PartitionSession,
@@ -39,7 +41,17 @@ from .topic import (
     TopicDescription,
 )
 from .topic.types import AlterConsumerSettings, PartitionLocation
-from .writer import InitInfo, Message, Skipped, TopicWriter, WriteResult, WriteStatistics, Written, WrittenInTx
+from .writer import (
+    InitInfo,
+    Message,
+    Skipped,
+    TopicWriter,
+    TxWriter,
+    WriteResult,
+    WriteStatistics,
+    Written,
+    WrittenInTx,
+)
 
 __all__ = [
     "LZ4_CODEC",
@@ -56,9 +68,13 @@ __all__ = [
     "Credentials",
     "Driver",
     "MeteringMode",
+    "MetricsRecorder",
+    "NoopMetrics",
+    "OpenTelemetryTracing",
     "PartitionInfo",
     "PartitionLocation",
     "PartitionStats",
+    "QueryClient",
     "RetryPolicy",
     "StaticCredentials",
     "TokenProviderCredentials",
@@ -75,6 +91,9 @@ __all__ = [
     "Message",
     "Skipped",
     "TopicWriter",
+    "Transaction",
+    "TransactionState",
+    "TxWriter",
     "WriteResult",
     "WriteStatistics",
     "Written",

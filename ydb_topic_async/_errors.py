@@ -7,10 +7,12 @@ The tree::
     │   ├── InvalidArgumentError      (also a ValueError)
     │   ├── ClosedError               the writer/reader/driver is closed
     │   │   ├── WriterClosedError
-    │   │   └── ReaderClosedError
+    │   │   ├── ReaderClosedError
+    │   │   └── TransactionEndedError the transaction was committed, rolled back or failed
     │   ├── UnsupportedCodecError     codec not registered or not allowed by the topic
     │   ├── CommitNotAllowedError     commit on a reader without a consumer
-    │   └── MessageTooLargeError      one message exceeds the request size limit
+    │   ├── MessageTooLargeError      one message exceeds the request size limit
+    │   └── MissingDependencyError    an optional feature's package is not installed (also an ImportError)
     ├── BufferFullTimeoutError        write() waited for buffer space longer than allowed (also TimeoutError)
     ├── OperationTimeoutError         a client-side deadline passed (also TimeoutError)
     ├── PartitionSessionClosedError   a commit for a partition session that has ended
@@ -121,6 +123,10 @@ class ReaderClosedError(ClosedError):
     """The reader is closed (or failed); it delivers no more messages."""
 
 
+class TransactionEndedError(ClosedError):
+    """The transaction has ended (committed, rolled back or failed) or is ending: nothing more can join it."""
+
+
 class UnsupportedCodecError(UsageError):
     """A codec that is not registered, or that the topic does not allow."""
 
@@ -131,6 +137,10 @@ class CommitNotAllowedError(UsageError):
 
 class MessageTooLargeError(InvalidArgumentError):
     """A single message cannot fit in any request under the configured size limit."""
+
+
+class MissingDependencyError(UsageError, ImportError):
+    """An optional feature was asked for, but the package it needs is not installed."""
 
 
 # --- client-side waiting ----------------------------------------------------------------
@@ -398,6 +408,7 @@ __all__ = [
     "InvalidRequestError",
     "Issue",
     "MessageTooLargeError",
+    "MissingDependencyError",
     "NotFoundError",
     "OperationTimeoutError",
     "OverloadedError",
@@ -412,6 +423,7 @@ __all__ = [
     "ServerTimeoutError",
     "SessionBusyError",
     "SessionExpiredError",
+    "TransactionEndedError",
     "TransportAbortedError",
     "TransportCancelledError",
     "TransportError",

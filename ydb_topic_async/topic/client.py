@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import datetime as dt
-import logging
 import weakref
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .._errors import InvalidArgumentError
 from .._proto import ydb_topic_pb2 as pb
+from ..observability.logging import sdk_logger
 from . import types as t
 
 if TYPE_CHECKING:
@@ -17,10 +17,11 @@ if TYPE_CHECKING:
 
     from .._driver import Driver
     from ..reader.reader import ReaderOptions, TopicReader, TopicsArg
+    from ..writer.tx_writer import TxWriter
     from ..writer.writer import TopicWriter, WriterOptions
 
 _SERVICE = "/Ydb.Topic.V1.TopicService/"
-logger = logging.getLogger("ydb_topic_async.topic")
+logger = sdk_logger("topic")
 
 
 class _Closable(Protocol):
@@ -86,6 +87,19 @@ class TopicClient:
         from ..writer import TopicWriter
 
         writer = TopicWriter(self._driver, path, **options)
+        self._own(writer)
+        return writer
+
+    def tx_writer(self, tx: object, path: str, **options: Unpack[WriterOptions]) -> TxWriter:
+        """A ``TxWriter`` for ``path`` whose messages are published when ``tx`` commits.
+
+        ``tx`` comes from ``driver.query.transaction()`` or from the official ``ydb`` package's
+        asyncio query client. Options as for ``TopicWriter``, but by default without a producer id
+        and without retries: any error fails the transaction.
+        """
+        from ..writer import TxWriter
+
+        writer = TxWriter(self._driver, tx, path, **options)
         self._own(writer)
         return writer
 

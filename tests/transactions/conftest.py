@@ -1,0 +1,42 @@
+"""Fixtures for transactions: topics with a consumer, and the official SDK's query session pool."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from ydb_topic_async import Driver
+from ydb_topic_async.testing import LocalTopicServer
+
+
+@pytest.fixture
+async def source(driver: Driver, topic_name: str) -> str:
+    """A topic with the consumer ``consumer`` (one partition)."""
+    name = f"{topic_name}-source"
+    await driver.topic.create_topic(name, consumers=["consumer"])
+    return name
+
+
+@pytest.fixture
+async def target(driver: Driver, topic_name: str) -> str:
+    """A topic with one partition and the consumer ``consumer``."""
+    name = f"{topic_name}-target"
+    await driver.topic.create_topic(name, consumers=["consumer"])
+    return name
+
+
+@pytest.fixture
+async def official_pool(server: LocalTopicServer) -> AsyncIterator[Any]:
+    """The official ``ydb`` SDK's asyncio query session pool, on the local server."""
+    import ydb.aio
+
+    official = ydb.aio.Driver(endpoint=server.endpoint, database=server.database)
+    await official.wait(timeout=5)
+    pool = ydb.aio.QuerySessionPool(official, size=2)
+    try:
+        yield pool
+    finally:
+        await pool.stop()
+        await official.stop()

@@ -1,0 +1,182 @@
+"""Query sessions and transactions: lazy begin, commit, rollback, hooks, session death, cleanup."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from ydb_topic_async import (
+    BadSessionError,
+    ClosedError,
+    Driver,
+    InvalidArgumentError,
+    TransactionEndedError,
+    TransactionState,
+)
+from ydb_topic_async.testing import LocalTopicServer
+
+pytestmark = pytest.mark.timeout(60)
+
+
+async def test_transaction_begins_on_first_use_and_commits_on_clean_exit(
+    driver: Driver, server: LocalTopicServer
+) -> None:
+    async with driver.query.transaction() as tx:
+        assert tx.state is TransactionState.NOT_STARTED
+        assert tx.tx_id is None and tx.session_id is None
+        assert server.query.sessions == {}
+        await tx.begin()
+        assert tx.state is TransactionState.ACTIVE
+        assert tx.session_id in server.query.sessions
+        assert tx.tx_id in server.query.sessions[tx.session_id].transactions
+    assert tx.state is TransactionState.COMMITTED
+    assert server.query.committed_transactions == 1
+    assert server.query.sessions[tx.session_id].transactions == {}
+
+
+async def test_sessions_are_attached_kept_in_the_pool_and_reused(driver: Driver, server: LocalTopicServer) -> None:
+    first = await driver.query.transaction().begin()
+    await first.commit()
+    assert driver.query.pool.idle == 1
+    second = await driver.query.transaction().begin()
+    assert second.session_id == first.session_id
+    assert second.tx_id != first.tx_id
+    # While one transaction holds the session, another gets a new one.
+    third = await driver.query.transaction().begin()
+    assert third.session_id != first.session_id
+    await second.rollback()
+    await third.commit()
+    assert driver.query.pool.open_sessions == 2
+    assert set(server.query.sessions) == {first.session_id, third.session_id}
+
+
+async def test_exception_in_block_rolls_back(driver: Driver, server: LocalTopicServer) -> None:
+    with pytest.raises(RuntimeError, match="boom"):
+        async with driver.query.transaction() as tx:
+            await tx.begin()
+            raise RuntimeError("boom")
+    assert tx.state is TransactionState.ROLLED_BACK
+    assert server.query.committed_transactions == 0
+    assert server.query.sessions[tx.session_id].transactions == {}
+
+
+async def test_hooks_run_in_order_with_the_outcome(driver: Driver) -> None:
+    events: list[tuple[str, object]] = []
+    tx = driver.query.transaction()
+
+    @tx.before_commit
+    async def first(t: object) -> None:
+        assert t is tx
+        events.append(("before_commit", tx.state))
+
+    tx.after_commit(lambda t, error: events.append(("after_commit", error)))
+    tx.before_rollback(lambda t: events.append(("before_rollback", None)))
+    await tx.begin()
+    await tx.commit()
+    await tx.commit()  # a second commit does nothing
+    assert events == [("before_commit", TransactionState.COMMITTING), ("after_commit", None)]
+    with pytest.raises(TransactionEndedError):
+        await tx.rollback()
+    with pytest.raises(TransactionEndedError):
+        tx.before_commit(first)
+
+    rolled: list[tuple[str, object]] = []
+    tx2 = driver.query.transaction()
+    tx2.before_rollback(lambda t: rolled.append(("before_rollback", t.state)))
+    tx2.after_rollback(lambda t, error: rolled.append(("after_rollback", error)))
+    tx2.after_commit(lambda t, error: rolled.append(("after_commit", error)))
+    await tx2.begin()
+    await tx2.rollback()
+    await tx2.rollback()
+    assert rolled == [("before_rollback", TransactionState.ROLLING_BACK), ("after_rollback", None)]
+    with pytest.raises(TransactionEndedError, match="rolled back"):
+        await tx2.commit()
+    with pytest.raises(InvalidArgumentError):
+        driver.query.transaction().before_commit("not callable")  # type: ignore[arg-type]
+
+
+async def test_failing_before_commit_hook_aborts_and_rolls_back(driver: Driver, server: LocalTopicServer) -> None:
+    outcome: list[BaseException | None] = []
+    tx = driver.query.transaction()
+
+    async def refuse(t: object) -> None:
+        raise ValueError("not today")
+
+    tx.before_commit(refuse)
+    tx.after_commit(lambda t, error: outcome.append(error))
+    await tx.begin()
+    with pytest.raises(ValueError, match="not today"):
+        await tx.commit()
+    assert tx.state is TransactionState.FAILED
+    assert isinstance(outcome[0], ValueError)
+    assert server.query.committed_transactions == 0
+    assert server.query.sessions[tx.session_id].transactions == {}  # rolled back on the server
+    assert driver.query.pool.idle == 1  # the session is still good
+
+
+async def test_session_death_aborts_the_transaction(driver: Driver, server: LocalTopicServer) -> None:
+    tx = await driver.query.transaction().begin()
+    session_id = tx.session_id
+    assert session_id is not None
+    assert server.faults.kill_query_session(session_id)
+    session = driver.query.pool._all.copy().pop()
+    await asyncio.wait_for(session.died.wait(), 5)
+    with pytest.raises(BadSessionError):
+        await tx.commit()
+    assert tx.state is TransactionState.FAILED
+    assert server.query.committed_transactions == 0
+    # The dead session is dropped; the next transaction gets a fresh one.
+    assert driver.query.pool.open_sessions == 0
+    tx2 = await driver.query.transaction().begin()
+    assert tx2.session_id != session_id
+    await tx2.commit()
+
+
+async def test_commit_failure_from_the_server_is_raised(driver: Driver, server: LocalTopicServer) -> None:
+    tx = await driver.query.transaction().begin()
+    server.faults.fail_next("CommitTransaction", "ABORTED")
+    with pytest.raises(Exception, match="ABORTED"):
+        await tx.commit()
+    assert tx.state is TransactionState.FAILED
+    assert not tx.outcome_unknown
+
+
+async def test_retry_tx_repeats_an_aborted_transaction(driver: Driver, server: LocalTopicServer) -> None:
+    attempts: list[str] = []
+
+    async def body(tx: object) -> str:
+        from ydb_topic_async import Transaction
+
+        assert isinstance(tx, Transaction)
+        await tx.begin()
+        attempts.append(str(tx.tx_id))
+        return "done"
+
+    server.faults.fail_next("CommitTransaction", "ABORTED")
+    assert await driver.query.retry_tx(body) == "done"
+    assert len(attempts) == 2 and attempts[0] != attempts[1]
+    assert server.query.committed_transactions == 1
+
+
+async def test_driver_close_rolls_back_and_deletes_sessions(server: LocalTopicServer) -> None:
+    driver = Driver(server.endpoint, server.database)
+    await driver.open()
+    try:
+        idle = await driver.query.transaction().begin()
+        open_tx = await driver.query.transaction().begin()
+        await driver.topic.tx_writer(open_tx, "never-written").write(b"x")
+        await idle.commit()
+        ended: list[BaseException | None] = []
+        open_tx.after_rollback(lambda t, error: ended.append(error))
+        assert len(server.query.sessions) == 2
+    finally:
+        await driver.close()
+    assert open_tx.state is TransactionState.ROLLED_BACK
+    assert ended == [None]
+    # The attach watchers ended with their sessions (the autouse fixture checks every other task).
+    assert not [t for t in asyncio.all_tasks() if t.get_name().startswith("query session") and not t.done()]
+    assert server.query.sessions == {}
+    assert server.query.committed_transactions == 1
+    with pytest.raises(ClosedError):
+        driver.query.transaction()

@@ -1,0 +1,151 @@
+"""The transactional writer: visibility on commit, nothing on rollback, failures fail the commit."""
+
+from __future__ import annotations
+
+import pytest
+
+from ydb_topic_async import (
+    Driver,
+    InvalidArgumentError,
+    TransactionEndedError,
+    TransactionState,
+    TransportError,
+    WrittenInTx,
+)
+from ydb_topic_async.testing import LocalTopicServer
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def stored(server: LocalTopicServer, topic: str) -> list[tuple[int, bytes]]:
+    return [(m.offset, m.data) for m in server.storage.read(topic, 0)]
+
+
+async def test_commit_makes_writes_visible_at_consecutive_offsets(
+    driver: Driver, server: LocalTopicServer, target: str
+) -> None:
+    async with driver.topic.writer(target) as plain:
+        await plain.write(b"before")
+    async with driver.query.transaction() as tx:
+        writer = driver.topic.tx_writer(tx, target)
+        await writer.write([b"a", b"b"])
+        result = await writer.write_with_ack(b"c")
+        assert isinstance(result, WrittenInTx)
+        # Interleaved plain writes land first: transactional ones appear only at the commit.
+        async with driver.topic.writer(target) as plain:
+            await plain.write(b"during")
+        assert stored(server, target) == [(0, b"before"), (1, b"during")]
+        assert tx.tx_id is not None  # the first write began the transaction
+    assert tx.state is TransactionState.COMMITTED
+    assert stored(server, target) == [(0, b"before"), (1, b"during"), (2, b"a"), (3, b"b"), (4, b"c")]
+    assert server.storage.read(target, 0)[2].producer_id == ""  # no producer id by default
+    assert writer.closed
+
+
+async def test_rollback_leaves_no_trace(driver: Driver, server: LocalTopicServer, target: str) -> None:
+    tx = driver.query.transaction()
+    writer = driver.topic.tx_writer(tx, target)
+    await writer.write([b"x", b"y"])
+    await writer.flush()
+    await tx.rollback()
+    assert stored(server, target) == []
+    assert server.query.committed_transactions == 0
+    async with driver.topic.writer(target) as plain:
+        await plain.write(b"after")
+    assert stored(server, target) == [(0, b"after")]
+
+
+async def test_an_exception_in_the_block_discards_the_writes(
+    driver: Driver, server: LocalTopicServer, target: str
+) -> None:
+    with pytest.raises(RuntimeError):
+        async with driver.query.transaction() as tx:
+            writer = driver.topic.tx_writer(tx, target)
+            await writer.write(b"lost on purpose")
+            raise RuntimeError("abandon")
+    assert tx.state is TransactionState.ROLLED_BACK
+    assert stored(server, target) == []
+
+
+async def test_an_error_in_a_hook_fails_the_commit(driver: Driver, server: LocalTopicServer, target: str) -> None:
+    tx = driver.query.transaction()
+    writer = driver.topic.tx_writer(tx, target)
+    await writer.write(b"never published")
+
+    async def veto(t: object) -> None:
+        raise PermissionError("vetoed")
+
+    tx.before_commit(veto)
+    with pytest.raises(PermissionError, match="vetoed"):
+        await tx.commit()
+    assert tx.state is TransactionState.FAILED
+    assert stored(server, target) == []
+    with pytest.raises(TransactionEndedError):
+        await writer.write(b"more")
+
+
+async def test_a_broken_write_stream_fails_the_commit(driver: Driver, server: LocalTopicServer, target: str) -> None:
+    tx = driver.query.transaction()
+    writer = driver.topic.tx_writer(tx, target)
+    await writer.write_with_ack(b"first")
+    server.faults.drop_write_streams()
+    await writer.write(b"second")
+    # No retries inside a transaction: the stream error fails the commit.
+    with pytest.raises(TransportError):
+        await tx.commit()
+    assert tx.state is TransactionState.FAILED
+    assert stored(server, target) == []
+    assert server.query.committed_transactions == 0
+
+
+async def test_a_write_after_the_transaction_ended_raises(driver: Driver, target: str) -> None:
+    async with driver.query.transaction() as tx:
+        committed = driver.topic.tx_writer(tx, target)
+        await committed.write(b"one")
+    with pytest.raises(TransactionEndedError, match="committed"):
+        await committed.write(b"two")
+    with pytest.raises(TransactionEndedError):
+        await committed.flush()
+    with pytest.raises(TransactionEndedError):
+        driver.topic.tx_writer(tx, target)
+
+    tx2 = driver.query.transaction()
+    rolled = driver.topic.tx_writer(tx2, target)
+    await rolled.write(b"one")
+    await tx2.rollback()
+    with pytest.raises(TransactionEndedError, match="rolled back"):
+        await rolled.write(b"two")
+
+
+async def test_writes_during_the_commit_are_refused(driver: Driver, server: LocalTopicServer, target: str) -> None:
+    tx = driver.query.transaction()
+    writer = driver.topic.tx_writer(tx, target)
+    await writer.write(b"in time")
+    refused: list[BaseException] = []
+
+    async def late_write(t: object) -> None:
+        try:
+            await writer.write(b"too late")
+        except TransactionEndedError as exc:
+            refused.append(exc)
+
+    tx.before_commit(late_write)
+    await tx.commit()
+    assert len(refused) == 1 and "committing" in str(refused[0])
+    assert stored(server, target) == [(0, b"in time")]
+
+
+async def test_several_writers_and_topics_in_one_transaction(
+    driver: Driver, server: LocalTopicServer, source: str, target: str
+) -> None:
+    async with driver.query.transaction() as tx:
+        await driver.topic.tx_writer(tx, source).write([b"s1", b"s2"])
+        await driver.topic.tx_writer(tx, target).write(b"t1")
+        await driver.topic.tx_writer(tx, target).write(b"t2")
+    assert [d for _, d in stored(server, source)] == [b"s1", b"s2"]
+    assert sorted(d for _, d in stored(server, target)) == [b"t1", b"t2"]
+
+
+async def test_tx_writer_rejects_a_foreign_object(driver: Driver, target: str) -> None:
+    with pytest.raises(InvalidArgumentError, match="tx must be a transaction"):
+        driver.topic.tx_writer(object(), target)

@@ -1,0 +1,207 @@
+"""One view of a transaction for transactional writers and readers, whichever SDK made it.
+
+Two kinds of transaction objects are accepted: ours (``Transaction``) and the official ``ydb``
+package's asyncio query transactions (``session.transaction()`` of ``ydb.aio.QuerySessionPool``).
+The official ones take hooks through their callback registry (``_add_callback`` with the event
+names ``BEFORE_COMMIT``, ``AFTER_COMMIT``, ``BEFORE_ROLLBACK``, ``AFTER_ROLLBACK``), run the
+before-commit callbacks only for a transaction that began, and refuse to commit once an external
+error was set on them. The ``ydb`` package is never imported here: the objects are recognised
+by shape.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import weakref
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from .._errors import InvalidArgumentError, TransactionEndedError
+from .._proto import ydb_topic_pb2 as tpb
+from .transaction import Transaction
+
+BeforeFn = Callable[[], Awaitable[None]]
+AfterFn = Callable[[BaseException | None], Awaitable[None]]
+
+
+class TxBinding:
+    """What a transactional writer or reader needs from a transaction."""
+
+    tx: Any
+
+    def describe(self) -> str:
+        return repr(self.tx)
+
+    async def identity(self) -> tpb.TransactionIdentity:
+        """The identity for topic requests; begins the transaction if needed."""
+        raise NotImplementedError
+
+    def current_identity(self) -> tpb.TransactionIdentity | None:
+        """The identity if the transaction began (no checks; for hooks)."""
+        raise NotImplementedError
+
+    def check_accepting(self) -> None:
+        """Raise ``TransactionEndedError`` unless work may still join the transaction."""
+        raise NotImplementedError
+
+    def on_before_commit(self, fn: BeforeFn) -> None:
+        raise NotImplementedError
+
+    def on_after_commit(self, fn: AfterFn) -> None:
+        raise NotImplementedError
+
+    def on_before_rollback(self, fn: BeforeFn) -> None:
+        raise NotImplementedError
+
+    def on_after_rollback(self, fn: AfterFn) -> None:
+        raise NotImplementedError
+
+    def fail(self, error: BaseException) -> None:
+        """Make sure the transaction can never commit any more."""
+        raise NotImplementedError
+
+
+class _OwnBinding(TxBinding):
+    def __init__(self, tx: Transaction) -> None:
+        self.tx = tx
+
+    async def identity(self) -> tpb.TransactionIdentity:
+        identity: tpb.TransactionIdentity = await self.tx._identity()
+        return identity
+
+    def current_identity(self) -> tpb.TransactionIdentity | None:
+        if self.tx.tx_id is None or self.tx.session_id is None:
+            return None
+        return tpb.TransactionIdentity(id=self.tx.tx_id, session=self.tx.session_id)
+
+    def check_accepting(self) -> None:
+        self.tx._check_accepting()
+
+    def on_before_commit(self, fn: BeforeFn) -> None:
+        async def hook(tx: Transaction) -> None:
+            await fn()
+
+        self.tx.before_commit(hook)
+
+    def on_after_commit(self, fn: AfterFn) -> None:
+        async def hook(tx: Transaction, error: BaseException | None) -> None:
+            await fn(error)
+
+        self.tx.after_commit(hook)
+
+    def on_before_rollback(self, fn: BeforeFn) -> None:
+        async def hook(tx: Transaction) -> None:
+            await fn()
+
+        self.tx.before_rollback(hook)
+
+    def on_after_rollback(self, fn: AfterFn) -> None:
+        async def hook(tx: Transaction, error: BaseException | None) -> None:
+            await fn(error)
+
+        self.tx.after_rollback(hook)
+
+    def fail(self, error: BaseException) -> None:
+        self.tx._fail(error)
+
+
+_OPEN_STATES = ("NOT_INITIALIZED", "BEGINED")
+
+
+class _OfficialBinding(TxBinding):
+    """An official ``ydb`` asyncio query transaction (``ydb.aio.query.transaction.QueryTxContext``)."""
+
+    def __init__(self, tx: Any) -> None:
+        self.tx = tx
+        self._begin_lock = asyncio.Lock()
+        self._ending = False
+
+        async def mark_ending(*_: Any, **__: Any) -> None:
+            self._ending = True
+
+        # Once the transaction starts to end, nothing more may join it.
+        tx._add_callback("BEFORE_COMMIT", mark_ending, None)
+        tx._add_callback("BEFORE_ROLLBACK", mark_ending, None)
+
+    def check_accepting(self) -> None:
+        tx = self.tx
+        state = getattr(getattr(tx, "_tx_state", None), "_state", None)
+        name = getattr(state, "name", str(state))
+        if self._ending or name not in _OPEN_STATES:
+            raise TransactionEndedError(f"the ydb transaction {tx.tx_id!r} is {name}: nothing more can join it")
+        if getattr(tx, "_external_error", None) is not None:
+            raise TransactionEndedError(f"the ydb transaction {tx.tx_id!r} already failed: {tx._external_error}")
+
+    async def identity(self) -> tpb.TransactionIdentity:
+        self.check_accepting()
+        if self.tx.tx_id is None:
+            async with self._begin_lock:
+                self.check_accepting()
+                if self.tx.tx_id is None:
+                    await self.tx.begin()
+        identity = self.current_identity()
+        assert identity is not None
+        return identity
+
+    def current_identity(self) -> tpb.TransactionIdentity | None:
+        tx_id, session_id = self.tx.tx_id, self.tx.session_id
+        if not tx_id or not session_id:
+            return None
+        return tpb.TransactionIdentity(id=tx_id, session=session_id)
+
+    def on_before_commit(self, fn: BeforeFn) -> None:
+        async def callback(tx: Any) -> None:
+            await fn()
+
+        self.tx._add_callback("BEFORE_COMMIT", callback, None)
+
+    def on_after_commit(self, fn: AfterFn) -> None:
+        async def callback(tx: Any, exc: BaseException | None = None) -> None:
+            await fn(exc)
+
+        self.tx._add_callback("AFTER_COMMIT", callback, None)
+
+    def on_before_rollback(self, fn: BeforeFn) -> None:
+        async def callback(tx: Any) -> None:
+            await fn()
+
+        self.tx._add_callback("BEFORE_ROLLBACK", callback, None)
+
+    def on_after_rollback(self, fn: AfterFn) -> None:
+        async def callback(tx: Any, exc: BaseException | None = None) -> None:
+            await fn(exc)
+
+        self.tx._add_callback("AFTER_ROLLBACK", callback, None)
+
+    def fail(self, error: BaseException) -> None:
+        self.tx._set_external_error(error)
+
+
+_official: weakref.WeakKeyDictionary[Any, _OfficialBinding] = weakref.WeakKeyDictionary()
+
+
+def _is_official_async_tx(tx: Any) -> bool:
+    module = type(tx).__module__
+    return (
+        module.startswith("ydb.")
+        and callable(getattr(tx, "_add_callback", None))
+        and callable(getattr(tx, "_set_external_error", None))
+        and inspect.iscoroutinefunction(getattr(tx, "begin", None))
+        and inspect.iscoroutinefunction(getattr(tx, "commit", None))
+    )
+
+
+def bind(tx: object) -> TxBinding:
+    """The binding for ``tx``; one per official transaction, so its state is shared."""
+    if isinstance(tx, Transaction):
+        return _OwnBinding(tx)
+    if _is_official_async_tx(tx):
+        binding = _official.get(tx)
+        if binding is None:
+            binding = _official[tx] = _OfficialBinding(tx)
+        return binding
+    raise InvalidArgumentError(
+        "tx must be a transaction from driver.query.transaction() or from the ydb package's asyncio"
+        f" query client (session.transaction()), not {type(tx).__name__}"
+    )

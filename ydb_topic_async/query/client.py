@@ -1,0 +1,130 @@
+"""``driver.query``: query sessions and transactions (no YQL execution)."""
+
+from __future__ import annotations
+
+import logging
+import time
+import weakref
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, TypeVar
+
+import anyio
+
+from .._errors import ClosedError, InvalidArgumentError, PartitionSessionClosedError, YdbTopicError
+from .._retry import RetryPolicy
+from .session_pool import DEFAULT_POOL_SIZE, SessionPool
+from .transaction import Transaction, TransactionState
+
+if TYPE_CHECKING:
+    from .._driver import Driver
+
+logger = logging.getLogger("ydb_topic_async.query")
+
+T = TypeVar("T")
+
+
+class QueryClient:
+    """Transactions over a small pool of query sessions; reached as ``driver.query``.
+
+    ``pool_size`` bounds the sessions held at once (a transaction holds one from its first use
+    to its end); ``create_session_timeout`` bounds creating and attaching one. Closing the
+    driver rolls back the transactions still open and deletes every session.
+    """
+
+    def __init__(self, driver: Driver, *, pool_size: int = DEFAULT_POOL_SIZE, create_session_timeout: float = 10.0):
+        self._driver = driver
+        self._pool = SessionPool(driver, pool_size, create_session_timeout)
+        self._open: weakref.WeakSet[Transaction] = weakref.WeakSet()
+        self._closed = False
+
+    def transaction(self) -> Transaction:
+        """A new serializable read-write transaction; it begins on first use.
+
+        Use it as ``async with driver.query.transaction() as tx``: the block's normal end
+        commits, an exception rolls back.
+        """
+        self._check_open()
+        return Transaction(self)
+
+    async def retry_tx(
+        self,
+        fn: Callable[[Transaction], Awaitable[T]],
+        *,
+        retry: RetryPolicy | None = None,
+    ) -> T:
+        """Run ``await fn(tx)`` in a fresh transaction and commit; repeat it while that fails retriably.
+
+        A retry is attempted when the failure guarantees nothing was committed and a repeat may
+        succeed: the server aborted the transaction (e.g. a conflicting offset update), the
+        session died, the connection broke before the commit was sent, or a transactional read
+        became stale. ``retry`` defaults to the driver's policy. ``fn`` must be safe to repeat.
+        """
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise InvalidArgumentError("retry must be a RetryPolicy")
+        if not callable(fn):
+            raise InvalidArgumentError("retry_tx takes an async function of the transaction")
+        policy = retry or self._driver.retry
+        started = time.monotonic()
+        attempt = 0
+        while True:
+            attempt += 1
+            tx = self.transaction()
+            try:
+                async with tx:
+                    result = await fn(tx)
+                return result
+            except Exception as exc:
+                if tx.outcome_unknown:
+                    raise  # the commit may have been applied: repeating could apply it twice
+                delay = _retry_delay(policy, exc, attempt, started)
+                if delay is None:
+                    raise
+                logger.info("transaction attempt %d failed (%s); retrying in %.3fs", attempt, exc, delay)
+            await anyio.sleep(delay)
+
+    @property
+    def pool(self) -> SessionPool:
+        """The session pool (for inspection: ``idle``, ``open_sessions``)."""
+        return self._pool
+
+    def _track(self, tx: Transaction) -> None:
+        self._open.add(tx)
+
+    def _untrack(self, tx: Transaction) -> None:
+        self._open.discard(tx)
+
+    def _check_open(self) -> None:
+        self._driver._check_open()
+        if self._closed:
+            raise ClosedError("the query client is closed")
+
+    async def _close(self) -> None:
+        """Roll back what is still open, then delete every session."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            for tx in list(self._open):
+                if tx.state in (TransactionState.NOT_STARTED, TransactionState.ACTIVE):
+                    try:
+                        await tx.rollback(timeout=5.0)
+                    except Exception as exc:
+                        logger.warning("rolling back %r at close failed: %s", tx, exc)
+        finally:
+            await self._pool.close()
+
+
+def _retry_delay(policy: RetryPolicy, error: BaseException, attempt: int, started: float) -> float | None:
+    if isinstance(error, PartitionSessionClosedError):
+        # The read the transaction was built on is stale; the reader reads it again.
+        probe: BaseException = _StaleRead()
+    elif isinstance(error, YdbTopicError):
+        probe = error
+    else:
+        return None
+    return policy.next_delay(probe, attempt, started, idempotent=False)
+
+
+class _StaleRead(YdbTopicError):
+    retriable = True
+    backoff = "fast"

@@ -1,0 +1,369 @@
+"""``Transaction``: a serializable read-write transaction of one query session, with hooks.
+
+The transaction begins lazily: the first thing that needs its id (``begin``, a transactional
+writer's first write, ``receive_batch_with_tx``) borrows a session from the pool and sends
+``BeginTransaction``. ``commit`` runs the before-commit hooks in registration order (any failure
+aborts: the transaction is rolled back on the server and ``commit`` raises that error), then
+``CommitTransaction``, then the after-commit hooks with the outcome. ``rollback`` runs the
+before-rollback hooks, ``RollbackTransaction`` and the after-rollback hooks. Every transaction
+that began ends with either the after-commit or the after-rollback hooks, which is what
+transactional writers and readers rely on to stop (and, for readers, to re-read).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import inspect
+import logging
+from collections.abc import Awaitable, Callable
+from types import TracebackType
+from typing import TYPE_CHECKING, TypeVar
+
+import anyio
+
+from .._errors import (
+    BadSessionError,
+    InvalidArgumentError,
+    OperationTimeoutError,
+    ServerError,
+    SessionExpiredError,
+    TransactionEndedError,
+    TransportError,
+)
+from .._proto import ydb_query_pb2 as qpb
+from .._proto import ydb_topic_pb2 as tpb
+from . import _rpc
+
+if TYPE_CHECKING:
+    from .client import QueryClient
+    from .session_pool import QuerySession
+
+logger = logging.getLogger("ydb_topic_async.query")
+
+BeforeHook = Callable[["Transaction"], Awaitable[None] | None]
+"""``hook(tx)``; may be a coroutine function."""
+AfterHook = Callable[["Transaction", BaseException | None], Awaitable[None] | None]
+"""``hook(tx, error)``: ``error`` is None on success; may be a coroutine function."""
+H = TypeVar("H", BeforeHook, AfterHook)
+
+_CLEANUP_TIMEOUT = 5.0
+"""Bounds the rollback and session hand-back done after a failure or a cancellation."""
+
+
+class TransactionState(enum.Enum):
+    NOT_STARTED = "not started"
+    ACTIVE = "active"
+    COMMITTING = "committing"
+    COMMITTED = "committed"
+    ROLLING_BACK = "rolling back"
+    ROLLED_BACK = "rolled back"
+    FAILED = "failed"
+    """A commit failed: the server rolled the transaction back (or it died with its session)."""
+
+
+_ENDED = (TransactionState.COMMITTED, TransactionState.ROLLED_BACK, TransactionState.FAILED)
+
+
+class Transaction:
+    """A serializable read-write transaction; get one from ``driver.query.transaction()``.
+
+    ``async with driver.query.transaction() as tx`` commits when the block ends normally and
+    rolls back when it raises. ``commit``/``rollback`` may also be called explicitly (after
+    which the block's end does nothing). Hooks: ``before_commit(fn)`` (``await fn(tx)``; an
+    exception aborts the commit, rolls back and is raised by ``commit``), ``after_commit(fn)``
+    (``fn(tx, error)``, ``error`` None when committed), ``before_rollback(fn)`` and
+    ``after_rollback(fn)``. Errors of the other hooks are logged, not raised. Each registration
+    method returns ``fn``, so it also works as a decorator.
+    """
+
+    def __init__(self, client: QueryClient) -> None:
+        self._client = client
+        self._state = TransactionState.NOT_STARTED
+        self._session: QuerySession | None = None
+        self._tx_id: str | None = None
+        self._begin_lock = asyncio.Lock()
+        self._before_commit: list[BeforeHook] = []
+        self._after_commit: list[AfterHook] = []
+        self._before_rollback: list[BeforeHook] = []
+        self._after_rollback: list[AfterHook] = []
+        self._doomed: BaseException | None = None
+        self._released = False
+        self._outcome_unknown = False
+
+    # --- identity ----------------------------------------------------------------------------
+
+    @property
+    def tx_id(self) -> str | None:
+        """The server's transaction id; None until the transaction began."""
+        return self._tx_id
+
+    @property
+    def session_id(self) -> str | None:
+        """The id of the query session the transaction runs in; None until it began."""
+        return self._session.id if self._session is not None else None
+
+    @property
+    def state(self) -> TransactionState:
+        return self._state
+
+    @property
+    def ended(self) -> bool:
+        """True once committed, rolled back or failed."""
+        return self._state in _ENDED
+
+    @property
+    def outcome_unknown(self) -> bool:
+        """True when the commit request was sent but its answer was lost: it may have committed."""
+        return self._outcome_unknown
+
+    @property
+    def accepting(self) -> bool:
+        """Whether work may still join the transaction (it has not started to end)."""
+        return self._state in (TransactionState.NOT_STARTED, TransactionState.ACTIVE) and self._doomed is None
+
+    def _check_accepting(self) -> None:
+        if self._doomed is not None:
+            raise TransactionEndedError(f"{self!r} can no longer commit: {self._doomed}") from self._doomed
+        if not self.accepting:
+            raise TransactionEndedError(f"{self!r} is {self._state.value}: nothing more can join it")
+
+    # --- hooks -------------------------------------------------------------------------------
+
+    def _register(self, hooks: list[H], fn: H) -> H:
+        if not callable(fn):
+            raise InvalidArgumentError(f"a transaction hook must be callable, got {fn!r}")
+        if self.ended:
+            raise TransactionEndedError(f"{self!r} is {self._state.value}: its hooks have already run")
+        hooks.append(fn)
+        return fn
+
+    def before_commit(self, fn: BeforeHook) -> BeforeHook:
+        """Run ``await fn(tx)`` before the commit; an exception aborts and rolls back."""
+        return self._register(self._before_commit, fn)
+
+    def after_commit(self, fn: AfterHook) -> AfterHook:
+        """Run ``fn(tx, error)`` after a commit attempt (``error`` None when it committed)."""
+        return self._register(self._after_commit, fn)
+
+    def before_rollback(self, fn: BeforeHook) -> BeforeHook:
+        """Run ``fn(tx)`` before an explicit rollback (or the rollback of a failed block)."""
+        return self._register(self._before_rollback, fn)
+
+    def after_rollback(self, fn: AfterHook) -> AfterHook:
+        """Run ``fn(tx, error)`` after a rollback (``error`` is the rollback call's failure, if any)."""
+        return self._register(self._after_rollback, fn)
+
+    def _fail(self, error: BaseException) -> None:
+        """Doom the transaction: it can no longer commit, whatever happens next."""
+        if self._doomed is None:
+            self._doomed = error
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Transaction:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if exc is None:
+            await self.commit()
+            return
+        if self._state in (TransactionState.NOT_STARTED, TransactionState.ACTIVE):
+            try:
+                await self.rollback()
+            except Exception:
+                # The block's own error is the one to see; the rollback's is only logged.
+                logger.warning("rolling back %r after an error also failed", self, exc_info=True)
+
+    async def begin(self, timeout: float | None = None) -> Transaction:
+        """Begin on the server now (otherwise the first use does); returns the transaction."""
+        await self._identity(timeout)
+        return self
+
+    async def _identity(self, timeout: float | None = None) -> tpb.TransactionIdentity:
+        """The (tx id, session id) pair topic requests carry; begins the transaction if needed."""
+        self._check_accepting()
+        if self._tx_id is None:
+            async with self._begin_lock:
+                self._check_accepting()
+                if self._tx_id is None:
+                    try:
+                        with anyio.fail_after(timeout):
+                            await self._begin()
+                    except TimeoutError:
+                        raise OperationTimeoutError(f"the transaction did not begin within {timeout}s") from None
+        assert self._session is not None and self._tx_id is not None
+        return tpb.TransactionIdentity(id=self._tx_id, session=self._session.id)
+
+    async def _begin(self) -> None:
+        session = await self._client._pool.acquire()
+        try:
+            request = qpb.BeginTransactionRequest(session_id=session.id)
+            request.tx_settings.serializable_read_write.SetInParent()
+            response = await _rpc.call(
+                self._client._driver, "BeginTransaction", request, qpb.BeginTransactionResponse, timeout=None
+            )
+        except BaseException as exc:
+            with anyio.CancelScope(shield=True):
+                if _session_suspect(exc):
+                    session.invalidate(exc)
+                await self._client._pool.release(session)
+            raise
+        self._session = session
+        self._tx_id = response.tx_meta.id
+        self._state = TransactionState.ACTIVE
+        self._client._track(self)
+
+    async def commit(self, timeout: float | None = None) -> None:
+        """Run the before-commit hooks, commit, run the after-commit hooks.
+
+        Committing twice does nothing; committing after a rollback or failure raises
+        ``TransactionEndedError``. When a hook or the commit fails, the transaction is rolled
+        back and the error is raised. ``timeout`` bounds the hooks and the commit together
+        (``OperationTimeoutError``).
+        """
+        if self._state is TransactionState.COMMITTED:
+            return
+        if self._state not in (TransactionState.NOT_STARTED, TransactionState.ACTIVE):
+            raise TransactionEndedError(f"{self!r} is {self._state.value}: it cannot be committed")
+        self._state = TransactionState.COMMITTING
+        error: BaseException | None = None
+        sent = False
+        try:
+            with anyio.fail_after(timeout):
+                if self._session is not None:
+                    self._session.check_alive()  # no point waiting for the hooks of a dead transaction
+                if self._doomed is None:
+                    await self._run_before(self._before_commit)
+                if self._doomed is not None:
+                    raise self._doomed.with_traceback(None)
+                if self._tx_id is not None:
+                    assert self._session is not None
+                    self._session.check_alive()
+                    sent = True
+                    await _rpc.call(
+                        self._client._driver,
+                        "CommitTransaction",
+                        qpb.CommitTransactionRequest(session_id=self._session.id, tx_id=self._tx_id),
+                        qpb.CommitTransactionResponse,
+                        timeout=None,
+                    )
+        except TimeoutError:
+            error = OperationTimeoutError(f"the commit did not finish within {timeout}s")
+        except BaseException as exc:
+            error = exc
+        with anyio.CancelScope(shield=True):
+            if error is None:
+                self._state = TransactionState.COMMITTED
+                await self._release()
+            else:
+                self._state = TransactionState.FAILED
+                if sent and _session_suspect(error):
+                    # The outcome is unknown or the session is gone: never reuse the session.
+                    self._outcome_unknown = not isinstance(error, BadSessionError | SessionExpiredError)
+                    self._invalidate_session(error)
+                elif not sent:
+                    await self._rollback_call(quiet=True)
+                await self._release()
+            await self._run_after(self._after_commit, error)
+        if error is not None:
+            raise error
+
+    async def rollback(self, timeout: float | None = None) -> None:
+        """Run the before-rollback hooks, roll back, run the after-rollback hooks.
+
+        Does nothing after a rollback or a failed commit; raises ``TransactionEndedError`` after
+        a commit. A failing rollback call (e.g. the session died, which also ends the
+        transaction) is raised after the hooks ran.
+        """
+        if self._state in (TransactionState.ROLLED_BACK, TransactionState.FAILED):
+            return
+        if self._state not in (TransactionState.NOT_STARTED, TransactionState.ACTIVE):
+            raise TransactionEndedError(f"{self!r} is {self._state.value}: it cannot be rolled back")
+        self._state = TransactionState.ROLLING_BACK
+        error: BaseException | None = None
+        try:
+            with anyio.fail_after(timeout):
+                await self._run_before(self._before_rollback, quiet=True)
+                await self._rollback_call(quiet=False)
+        except TimeoutError:
+            error = OperationTimeoutError(f"the rollback did not finish within {timeout}s")
+        except BaseException as exc:
+            error = exc
+        with anyio.CancelScope(shield=True):
+            self._state = TransactionState.ROLLED_BACK
+            if error is not None and _session_suspect(error):
+                self._invalidate_session(error)
+            await self._release()
+            await self._run_after(self._after_rollback, error)
+        if error is not None:
+            raise error
+
+    async def _rollback_call(self, *, quiet: bool) -> None:
+        session = self._session
+        if self._tx_id is None or session is None or not session.alive:
+            return
+        try:
+            with anyio.fail_after(_CLEANUP_TIMEOUT):
+                await _rpc.call(
+                    self._client._driver,
+                    "RollbackTransaction",
+                    qpb.RollbackTransactionRequest(session_id=session.id, tx_id=self._tx_id),
+                    qpb.RollbackTransactionResponse,
+                    timeout=_CLEANUP_TIMEOUT,
+                )
+        except Exception as exc:
+            if isinstance(exc, TimeoutError):
+                exc = OperationTimeoutError(f"the rollback did not finish within {_CLEANUP_TIMEOUT}s")
+            self._invalidate_session(exc)
+            if not quiet:
+                raise
+            logger.warning("rolling back %r failed: %s", self, exc)
+
+    def _invalidate_session(self, error: BaseException) -> None:
+        if self._session is not None:
+            self._session.invalidate(error)
+
+    async def _release(self) -> None:
+        self._client._untrack(self)
+        if self._session is not None and not self._released:
+            self._released = True
+            with anyio.move_on_after(_CLEANUP_TIMEOUT):
+                await self._client._pool.release(self._session)
+
+    async def _run_before(self, hooks: list[BeforeHook], *, quiet: bool = False) -> None:
+        index = 0
+        while index < len(hooks):  # a hook may register more hooks
+            hook = hooks[index]
+            index += 1
+            try:
+                result = hook(self)
+                if inspect.isawaitable(result):
+                    await result
+            except Exception:
+                if not quiet:
+                    raise
+                logger.warning("a before-rollback hook of %r failed", self, exc_info=True)
+
+    async def _run_after(self, hooks: list[AfterHook], error: BaseException | None) -> None:
+        for hook in list(hooks):
+            try:
+                result = hook(self, error)
+                if inspect.isawaitable(result):
+                    await result
+            except Exception:
+                logger.warning("an after-hook of %r failed", self, exc_info=True)
+
+    def __repr__(self) -> str:
+        return f"Transaction(tx_id={self._tx_id!r}, session_id={self.session_id!r}, {self._state.value})"
+
+
+def _session_suspect(error: BaseException) -> bool:
+    """Whether ``error`` leaves the session in an unknown or broken state."""
+    if isinstance(error, BadSessionError | SessionExpiredError | TransportError):
+        return True
+    # Any other server status leaves the session usable; cancellation or a timeout may leave a
+    # call still running on it.
+    return not isinstance(error, ServerError)

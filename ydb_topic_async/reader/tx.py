@@ -1,0 +1,129 @@
+"""Transactional reading: batches whose offsets are committed by a transaction.
+
+``receive_batch_with_tx`` records each batch under its transaction. The transaction's
+before-commit hook sends ``UpdateOffsetsInTransaction`` with the batches' offset ranges for the
+reader's consumer, so the committed offsets move only if the transaction commits. After a
+commit, the partition sessions learn the new committed offsets (graceful stops and ``close``
+wait for them). If the transaction fails or is rolled back, the reader ends its read stream and
+opens a new one: the server then delivers again everything not committed, so nothing read in
+the failed transaction is lost. A batch whose partition session ended before the commit cannot
+have its offsets committed (another reader may own the partition by now): the commit fails.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import TYPE_CHECKING
+
+from .._errors import PartitionSessionClosedError, TransactionEndedError
+from .._proto import ydb_topic_pb2 as pb
+from .._retry import RetryPolicy
+from ..query._binding import TxBinding, bind
+from .commits import merge_ranges
+
+if TYPE_CHECKING:
+    from .._driver import Driver
+    from .messages import MessageBatch
+    from .session import ReaderConnection
+
+_UPDATE_OFFSETS = "/Ydb.Topic.V1.TopicService/UpdateOffsetsInTransaction"
+
+
+class TxReads:
+    """The batches handed out per open transaction, and the hooks that commit or re-read them."""
+
+    def __init__(self, driver: Driver, conn: ReaderConnection, consumer: str) -> None:
+        self._driver = driver
+        self._conn = conn
+        self._consumer = consumer
+        self._open: dict[int, tuple[TxBinding, list[MessageBatch]]] = {}
+
+    async def join(self, tx: object) -> TxBinding:
+        """Begin ``tx`` if needed; raise ``TransactionEndedError`` when nothing can join it."""
+        binding = bind(tx)
+        await binding.identity()
+        return binding
+
+    def record(self, binding: TxBinding, batch: MessageBatch) -> None:
+        """Record a batch just taken from the buffer under its transaction."""
+        try:
+            binding.check_accepting()
+        except TransactionEndedError:
+            # It ended while the batch was awaited: have the batch delivered again, not lost.
+            self._conn.restart("a batch was received for a transaction that had already ended")
+            raise
+        key = id(binding.tx)
+        entry = self._open.get(key)
+        if entry is None:
+            entry = self._open[key] = (binding, [])
+            binding.on_before_commit(lambda: self._before_commit(key))
+            binding.on_after_commit(lambda error: self._after_commit(key, error))
+            binding.on_after_rollback(lambda error: self._after_rollback(key))
+        entry[1].append(batch)
+
+    async def _before_commit(self, key: int) -> None:
+        entry = self._open.get(key)
+        if entry is None:
+            return
+        binding, batches = entry
+        for batch in batches:
+            if batch.partition_session.closed:
+                error = PartitionSessionClosedError(
+                    f"{batch.partition_session!r} ended after {batch!r} was received: its offsets cannot be"
+                    " committed (the messages will be read again)"
+                )
+                binding.fail(error)
+                raise error
+        identity = binding.current_identity()
+        assert identity is not None
+        request = pb.UpdateOffsetsInTransactionRequest(tx=identity, consumer=self._consumer)
+        ranges: dict[str, dict[int, list[tuple[int, int]]]] = defaultdict(lambda: defaultdict(list))
+        for batch in batches:
+            ranges[batch.topic_path][batch.partition_id].append(batch.commit_range)
+        for path, partitions in ranges.items():
+            topic = request.topics.add(path=path)
+            for partition_id, spans in partitions.items():
+                item = topic.partitions.add(partition_id=partition_id)
+                for start, end in merge_ranges(spans):
+                    item.partition_offsets.add(start=start, end=end)
+        try:
+            # No retries of its own: a failure fails the transaction, which is what gets repeated.
+            await self._driver._unary(
+                _UPDATE_OFFSETS,
+                request,
+                pb.UpdateOffsetsInTransactionResponse,
+                None,
+                idempotent=False,
+                retry=RetryPolicy.no_retries(),
+            )
+        except Exception as exc:
+            binding.fail(exc)
+            raise
+
+    async def _after_commit(self, key: int, error: BaseException | None) -> None:
+        entry = self._open.pop(key, None)
+        if entry is None:
+            return
+        batches = entry[1]
+        if error is not None:
+            self._reread(batches, f"a transaction with reads from it failed ({error!r})")
+            return
+        for batch in batches:
+            session = batch.partition_session
+            if not session.closed:
+                self._conn.commits.on_ack(session, batch.end_offset)
+        self._conn.wake.set()  # a graceful stop may have waited for these offsets
+
+    async def _after_rollback(self, key: int) -> None:
+        entry = self._open.pop(key, None)
+        if entry is not None:
+            self._reread(entry[1], "a transaction with reads from it was rolled back")
+
+    def _reread(self, batches: list[MessageBatch], reason: str) -> None:
+        # The server delivers uncommitted data again only on a new stream. If every session of
+        # these batches has already ended, the stream was replaced and that happened already.
+        if any(not batch.partition_session.closed for batch in batches):
+            self._conn.restart(reason)
+
+    def clear(self) -> None:
+        self._open.clear()

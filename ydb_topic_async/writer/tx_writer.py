@@ -1,0 +1,217 @@
+"""``TxWriter``: a topic writer bound to one transaction.
+
+Each transactional writer wraps a fresh ``TopicWriter`` whose WriteRequests carry the
+transaction's identity. The user holds only the wrapper, and the wrapper lets go of its writer
+when the transaction ends, so a writer can never serve a second transaction. Its before-commit
+hook waits for the server's acknowledgement of every message written through it and fails the
+commit on any error; once the transaction ends (either way) the writer is stopped and every
+further call raises ``TransactionEndedError``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, overload
+
+from .._errors import InternalError, TransactionEndedError, WriterClosedError
+from .._retry import RetryPolicy
+from ..query._binding import bind
+from .messages import InitInfo, WriteResult, WrittenInTx
+from .writer import ManyMessages, Messages, OneMessage, TopicWriter
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from .._driver import Driver
+    from .writer import WriterOptions
+
+
+class TxWriter:
+    """Writes messages that become visible when the transaction ``tx`` commits.
+
+    Made by ``driver.topic.tx_writer(tx, path, ...)``; ``tx`` is a transaction from
+    ``driver.query.transaction()`` or from the official ``ydb`` package's asyncio query client.
+    Writing begins the transaction if it has not begun. The options are those of
+    ``TopicWriter``, with other defaults: no producer id (``producer_id=""``) and no internal
+    retries (``retry=RetryPolicy.no_retries()``), so any stream error fails the transaction.
+    """
+
+    def __init__(self, driver: Driver, tx: object, path: str, **options: Unpack[WriterOptions]) -> None:
+        binding = bind(tx)
+        binding.check_accepting()
+        options.setdefault("producer_id", "")
+        options.setdefault("retry", RetryPolicy.no_retries())
+        self._writer: TopicWriter | None = TopicWriter(driver, path, **options)
+        self.path = self._writer.path
+        self._binding = binding
+        self._futures: list[asyncio.Future[WriteResult]] = []
+        self._bound = False
+        self._sealed = False
+        self._ended: str | None = None
+        binding.on_before_commit(self._before_commit)
+        binding.on_after_commit(self._after_commit)
+        binding.on_before_rollback(self._before_rollback)
+        binding.on_after_rollback(self._after_rollback)
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    async def __aenter__(self) -> TxWriter:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._ended is None and self._writer is not None:
+            await self._writer.__aexit__(exc_type, exc, tb)
+
+    async def close(self, timeout: float | None = None) -> None:
+        """Wait for the acknowledgement of everything written, then stop writing (early, before the
+        commit). The transaction's end does this by itself."""
+        if self._ended is None and self._writer is not None:
+            await self._writer.close(timeout)
+
+    @property
+    def closed(self) -> bool:
+        """True once closed, or once the transaction ended."""
+        return self._writer is None or self._writer.closed
+
+    def _check_usable(self) -> None:
+        if self._ended is not None:
+            raise self._ended_error()
+        if self._sealed:
+            raise TransactionEndedError(
+                f"the transaction of the writer for {self.path} is committing: nothing more can be written to it"
+            )
+        self._binding.check_accepting()
+        if self._writer is None or self._writer.closed:
+            raise WriterClosedError(f"the transactional writer for {self.path} is closed")
+
+    def _ended_error(self) -> TransactionEndedError:
+        return TransactionEndedError(f"the transactional writer for {self.path} stopped: its transaction {self._ended}")
+
+    async def _bind(self) -> TopicWriter:
+        self._check_usable()
+        if not self._bound:
+            identity = await self._binding.identity()
+            self._check_usable()
+            assert self._writer is not None
+            self._writer._sender.tx_identity = identity
+            self._bound = True
+        assert self._writer is not None
+        return self._writer
+
+    # --- writing -----------------------------------------------------------------------------
+
+    async def write(self, messages: Messages) -> None:
+        """Buffer one message or a list of them (as ``TopicWriter.write``); the commit waits for them."""
+        writer = await self._bind()
+        result = await writer.write_with_ack_future(messages)
+        if isinstance(result, list):
+            self._futures.extend(result)
+        else:
+            self._futures.append(result)
+
+    @overload
+    async def write_with_ack(self, messages: OneMessage) -> WriteResult: ...
+
+    @overload
+    async def write_with_ack(self, messages: ManyMessages) -> list[WriteResult]: ...
+
+    async def write_with_ack(self, messages: Messages) -> WriteResult | list[WriteResult]:
+        """Write and wait until the server holds the message(s) in the transaction (``WrittenInTx``)."""
+        writer = await self._bind()
+        result = await writer.write_with_ack_future(messages)
+        futures = result if isinstance(result, list) else [result]
+        self._futures.extend(futures)
+        if not futures:
+            return []
+        await asyncio.wait(futures)
+        if isinstance(result, list):
+            return [f.result() for f in futures]
+        return result.result()
+
+    async def flush(self, timeout: float | None = None) -> None:
+        """Wait until everything written so far is held by the server in the transaction."""
+        self._check_usable()
+        assert self._writer is not None
+        await self._writer.flush(timeout)
+
+    async def wait_init(self, timeout: float | None = None) -> InitInfo:
+        """Connect (beginning the transaction if needed) and return the server's handshake answer."""
+        writer = await self._bind()
+        return await writer.wait_init(timeout)
+
+    @property
+    def init_info(self) -> InitInfo | None:
+        return self._writer.init_info if self._writer is not None else None
+
+    @property
+    def buffered_messages(self) -> int:
+        """Messages written and not yet acknowledged."""
+        return self._writer.buffered_messages if self._writer is not None else 0
+
+    # --- transaction hooks -------------------------------------------------------------------
+
+    async def _before_commit(self) -> None:
+        self._sealed = True
+        try:
+            await self._await_acks()
+        except BaseException as exc:
+            # However the caller reacts, this transaction must never commit without these messages.
+            self._binding.fail(exc)
+            raise
+
+    async def _await_acks(self) -> None:
+        if self._ended is not None:
+            if self._ended == "committed":
+                return
+            raise self._ended_error()
+        writer = self._writer
+        if writer is None:
+            return
+        futures = self._futures
+        if futures:
+            await asyncio.wait(futures)
+            for future in futures:
+                error = future.exception()
+                if error is not None:
+                    raise error.with_traceback(None)
+                result = future.result()
+                if not isinstance(result, WrittenInTx):
+                    raise InternalError(
+                        f"the server acknowledged a transactional write to {self.path} as {result!r},"
+                        " outside the transaction"
+                    )
+        # Everything is acknowledged: close the stream before the commit.
+        await writer.close()
+
+    async def _after_commit(self, error: BaseException | None) -> None:
+        await self._end("committed" if error is None else f"failed to commit ({error!r})")
+
+    async def _before_rollback(self) -> None:
+        await self._end("was rolled back")
+
+    async def _after_rollback(self, error: BaseException | None) -> None:
+        await self._end("was rolled back")
+
+    async def _end(self, how: str) -> None:
+        if self._ended is None:
+            self._ended = how
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            await writer._shutdown(TransactionEndedError(f"the transaction {how} before these were acknowledged"))
+        futures, self._futures = self._futures, []
+        _mark_retrieved(futures)
+
+    def __repr__(self) -> str:
+        state = f"transaction {self._ended}" if self._ended else "open"
+        return f"TxWriter({self.path!r}, {state})"
+
+
+def _mark_retrieved(futures: list[asyncio.Future[Any]]) -> None:
+    for future in futures:
+        if future.done() and not future.cancelled():
+            with contextlib.suppress(BaseException):
+                future.exception()
