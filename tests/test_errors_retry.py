@@ -110,10 +110,10 @@ def test_policy_picks_schedule_by_error_and_respects_limits() -> None:
 
 
 def test_policy_rejects_nonsense() -> None:
-    with pytest.raises(ValueError):
-        RetryPolicy(max_attempts=0)
-    with pytest.raises(ValueError):
-        RetryPolicy(max_elapsed=-1)
+    for bad in ({"max_attempts": 0}, {"max_attempts": 2.5}, {"max_elapsed": -1}, {"max_elapsed": "60"}):
+        with pytest.raises(yta.InvalidArgumentError, match=next(iter(bad))) as raised:
+            RetryPolicy(**bad)  # type: ignore[arg-type]
+        assert isinstance(raised.value, ValueError)  # still caught by code written for ValueError
 
 
 async def test_retry_call_retries_then_succeeds_and_gives_up_on_permanent_errors() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
@@ -29,6 +31,7 @@ from ydb_topic_async.integrations.fastapi import (  # noqa: E402 - after the opt
 # Module-level aliases: FastAPI resolves route annotations in the module's globals.
 DepsWriter = Annotated[yta.TopicWriter, fastapi.Depends(writer_dependency("deps"))]
 MissingWriter = Annotated[yta.TopicWriter, fastapi.Depends(writer_dependency("missing"))]
+RecoveringWriter = Annotated[yta.TopicWriter, fastapi.Depends(writer_dependency("recovering"))]
 
 
 @asynccontextmanager
@@ -120,6 +123,41 @@ async def test_dependencies_and_inner_lifespan(server: LocalTopicServer, driver:
             await client.post("/missing")
     assert order == ["inner start, driver open: True", "inner end, writer open: True"]
     assert [m.data for m in server.storage.read("deps", 0)] == [b"via dependency"]
+
+
+async def test_requests_get_a_new_writer_after_the_old_one_failed(
+    server: LocalTopicServer, driver: yta.Driver, caplog: pytest.LogCaptureFixture
+) -> None:
+    await driver.topic.create_topic("recovering")
+    runtime = TopicRuntime(
+        server.endpoint, server.database, writers={"recovering": WriterSpec("recovering", producer_id="api")}
+    )
+    app = fastapi.FastAPI(lifespan=topic_lifespan(runtime))
+    served_by: list[yta.TopicWriter] = []
+
+    @app.post("/write")
+    async def write(writer: RecoveringWriter, body: Annotated[bytes, fastapi.Body()]) -> Any:
+        served_by.append(writer)
+        result = await writer.write_with_ack(body)
+        assert isinstance(result, yta.Written)
+        return {"offset": result.offset}
+
+    async with serving(app) as client:
+        assert (await client.post("/write", content=b"one")).json() == {"offset": 0}
+        failed = served_by[0]
+        # A non-retriable failure ends the writer for good.
+        server.faults.fail_next("StreamWrite", "SCHEME_ERROR")
+        server.faults.drop_write_streams()
+        await eventually(lambda: _true(failed.failure is not None))
+        with caplog.at_level(logging.WARNING, logger="ydb_topic_async.integrations"):
+            responses = await asyncio.gather(*(client.post("/write", content=f"r{i}".encode()) for i in range(4)))
+        assert sorted(r.json()["offset"] for r in responses) == [1, 2, 3, 4]
+        assert len({id(w) for w in served_by[1:]}) == 1 and served_by[1] is not failed
+        assert [r.levelno for r in caplog.records if "replaced it with a new writer" in r.getMessage()] == [
+            logging.WARNING
+        ]
+    assert failed.closed
+    assert len(server.storage.read("recovering", 0)) == 5
 
 
 async def test_dependency_without_lifespan_is_a_clear_error() -> None:

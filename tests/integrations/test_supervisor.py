@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from typing import Any
 
 import pytest
 
@@ -129,9 +130,65 @@ def test_configuration_mistakes_are_rejected_early() -> None:
     async def handler(message: yta.TopicMessage) -> None:
         pass
 
-    with pytest.raises(ValueError, match="initial_backoff"):
+    def rejected(match: str) -> Any:
+        # The project's error for bad input, still a ValueError for code written before it.
+        return pytest.raises(yta.InvalidArgumentError, match=match)
+
+    assert issubclass(yta.InvalidArgumentError, ValueError)
+    with rejected("initial_backoff"):
         Consumer("t", "c", handler, initial_backoff=0)
-    with pytest.raises(TypeError, match="WriterSpec"):
+    with rejected("initial_backoff <= max_backoff"):
+        Consumer("t", "c", handler, initial_backoff=5, max_backoff=1)
+    with rejected("max_backoff must be a number"):
+        Consumer("t", "c", handler, max_backoff="30")  # type: ignore[arg-type]
+    with rejected("WriterSpec"):
         TopicRuntime("grpc://localhost:1", writers={"w": {"path": "t"}})  # type: ignore[dict-item]
-    with pytest.raises(ValueError, match="unique"):
+    with rejected("unique"):
         TopicRuntime("grpc://localhost:1", consumers=[Consumer("t", "c", handler), Consumer("t", "c", handler)])
+    with rejected("Consumer objects"):
+        TopicRuntime("grpc://localhost:1", consumers=[handler])  # type: ignore[list-item]
+    with rejected("wait_ready"):
+        TopicRuntime("grpc://localhost:1", wait_ready=-1)
+    with rejected("shutdown_timeout"):
+        TopicRuntime("grpc://localhost:1", shutdown_timeout=0)
+
+
+async def test_a_failed_writer_is_replaced_once_on_the_next_access(
+    server: LocalTopicServer, driver: yta.Driver, topic: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    runtime = TopicRuntime(server.endpoint, server.database, writers={"w": WriterSpec(topic, producer_id="api")})
+    async with runtime:
+        first = runtime.writer("w")
+        assert await first.write_with_ack(b"before") == yta.Written(0, 0, 1)
+        # The stream breaks and the reconnect is refused with a status no retry can fix.
+        server.faults.fail_next("StreamWrite", "BAD_REQUEST")
+        server.faults.drop_write_streams()
+
+        async def failed() -> bool:
+            return first.failure is not None
+
+        await eventually(failed)
+        with pytest.raises(yta.BadRequestError):
+            await first.write_with_ack(b"lost")
+
+        async def publish(i: int) -> tuple[yta.TopicWriter, yta.WriteResult]:
+            writer = runtime.writers["w"]  # the aiohttp integration's live view goes through writer()
+            return writer, await writer.write_with_ack(f"after-{i}".encode())
+
+        with caplog.at_level(logging.WARNING, logger="ydb_topic_async.integrations"):
+            outcomes = await asyncio.gather(*(publish(i) for i in range(5)))
+        writers = {id(writer) for writer, _ in outcomes}
+        assert len(writers) == 1 and runtime.writer("w") is outcomes[0][0] is not first
+        # The new writer continues the producer's numbering after what the server stored.
+        assert sorted(r.seq_no for _, r in outcomes if isinstance(r, yta.Written)) == [2, 3, 4, 5, 6]
+        replaced = [r for r in caplog.records if "replaced it with a new writer" in r.getMessage()]
+        assert len(replaced) == 1 and replaced[0].levelno == logging.WARNING
+        assert "BadRequestError" in replaced[0].getMessage()
+
+        async def retired() -> bool:
+            return first.closed
+
+        await eventually(retired)
+        assert "w" in runtime.writers and len(runtime.writers) == 1
+    # The replaced failure was reported when it was replaced: a healthy shutdown does not raise it.
+    assert [m.data for m in server.storage.read(topic, 0)] == [b"before"] + [f"after-{i}".encode() for i in range(5)]

@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import random
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from .._credentials import Credentials
 from .._driver import Driver
-from .._errors import ClosedError, ReaderClosedError
+from .._errors import ClosedError, InvalidArgumentError, ReaderClosedError
+from ..observability.logging import sdk_logger
 from ..reader import TopicMessage, TopicReader
 from ..writer import TopicWriter
 
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from ..reader.reader import ReaderOptions, TopicsArg
     from ..writer.writer import WriterOptions
 
-logger = logging.getLogger("ydb_topic_async.integrations")
+logger = sdk_logger("integrations")
 
 Handler = Callable[[TopicMessage], Awaitable[None]]
 """An async function called once per message; the message is committed after it returns."""
@@ -70,8 +70,13 @@ class Consumer:
         name: str | None = None,
         **reader_options: Unpack[ReaderOptions],
     ) -> None:
+        for value, what in ((initial_backoff, "initial_backoff"), (max_backoff, "max_backoff")):
+            if not isinstance(value, (int, float)) or isinstance(value, bool):
+                raise InvalidArgumentError(f"{what} must be a number of seconds, got {value!r}")
         if not 0 < initial_backoff <= max_backoff:
-            raise ValueError("need 0 < initial_backoff <= max_backoff")
+            raise InvalidArgumentError(
+                f"need 0 < initial_backoff <= max_backoff, got {initial_backoff!r} and {max_backoff!r}"
+            )
         self.topics = topics
         self.consumer = consumer
         self.handler = handler
@@ -172,7 +177,8 @@ class TopicRuntime:
     consumers=[Consumer("events", "audit", handle)]) as runtime`` opens everything in order;
     leaving the block closes it in reverse (see the module docstring). ``shutdown_timeout``
     bounds each step of the shutdown. ``wait_ready`` (seconds) makes start-up fail fast when the
-    database does not answer; ``None`` skips the check.
+    database does not answer; ``None`` skips the check. A writer that fails for good is replaced
+    on its next access (see ``writer``).
     """
 
     def __init__(
@@ -190,11 +196,20 @@ class TopicRuntime:
         self._writer_specs = dict(writers or {})
         for name, spec in self._writer_specs.items():
             if not isinstance(spec, WriterSpec):
-                raise TypeError(f"writer {name!r} must be a WriterSpec, got {type(spec).__name__}")
+                raise InvalidArgumentError(f"writer {name!r} must be a WriterSpec, got {type(spec).__name__}")
         self.consumers = tuple(consumers)
+        for consumer in self.consumers:
+            if not isinstance(consumer, Consumer):
+                raise InvalidArgumentError(f"consumers must be Consumer objects, got {type(consumer).__name__}")
         names = [c.name for c in self.consumers]
         if len(set(names)) != len(names):
-            raise ValueError(f"consumer names must be unique, got {names}")
+            raise InvalidArgumentError(f"consumer names must be unique, got {names}")
+        if wait_ready is not None and not (isinstance(wait_ready, (int, float)) and wait_ready > 0):
+            raise InvalidArgumentError(f"wait_ready must be a positive number of seconds or None, got {wait_ready!r}")
+        if not (isinstance(shutdown_timeout, (int, float)) and shutdown_timeout > 0):
+            raise InvalidArgumentError(
+                f"shutdown_timeout must be a positive number of seconds, got {shutdown_timeout!r}"
+            )
         self._endpoint = endpoint
         self._database = database
         self._credentials = credentials
@@ -203,6 +218,8 @@ class TopicRuntime:
         self.shutdown_timeout = shutdown_timeout
         self._driver: Driver | None = None
         self._writers: dict[str, TopicWriter] = {}
+        self._retiring: set[asyncio.Task[None]] = set()
+        """Closing writers that failed and were replaced; awaited by ``close``."""
         self._tasks: dict[Consumer, asyncio.Task[None]] = {}
 
     @property
@@ -214,16 +231,49 @@ class TopicRuntime:
 
     @property
     def writers(self) -> Mapping[str, TopicWriter]:
-        """The open writers by name."""
-        return dict(self._writers)
+        """The writers by name: a live view whose lookups go through ``writer`` (and so recover)."""
+        return _WriterView(self)
 
     def writer(self, name: str) -> TopicWriter:
-        """The open writer called ``name``."""
-        self.driver  # noqa: B018 - raises a clear error when not running
+        """The writer called ``name``; one that has failed for good is replaced first.
+
+        A writer fails for good on a non-retriable error or when its retry policy gives up
+        (a long outage). The next access then opens a new writer with the same ``WriterSpec``,
+        logs the replacement at WARNING with the cause and closes the failed writer in the
+        background. Messages the failed writer had accepted but not acknowledged are lost: their
+        futures failed with the cause, so ``write_with_ack`` (and ``flush``) raised it, while a
+        fire-and-forget ``write`` that already returned cannot tell. Use ``write_with_ack``
+        where a message must not be lost silently. Every caller gets the same new writer.
+        """
+        driver = self.driver
         try:
-            return self._writers[name]
+            writer = self._writers[name]
         except KeyError:
             raise KeyError(f"no writer named {name!r}; configured: {sorted(self._writer_specs)}") from None
+        failure = writer.failure
+        if failure is None:
+            return writer
+        # No await between the check and the swap: concurrent callers all see the one new writer.
+        spec = self._writer_specs[name]
+        replacement = driver.topic.writer(spec.path, **spec.options)
+        self._writers[name] = replacement
+        logger.warning(
+            "writer %r for %s failed (%s: %s); replaced it with a new writer (its unacknowledged messages are lost)",
+            name, spec.path, type(failure).__name__, failure,
+        )
+        task = asyncio.get_running_loop().create_task(
+            self._close_failed(name, writer), name=f"ydb-topic close failed writer {name}"
+        )
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
+        return replacement
+
+    async def _close_failed(self, name: str, writer: TopicWriter) -> None:
+        try:
+            await writer.close(self.shutdown_timeout)
+        except Exception as exc:
+            if exc is not writer.failure:
+                logger.warning("closing the failed writer %r also failed: %r", name, exc)
 
     async def __aenter__(self) -> TopicRuntime:
         await self.start()
@@ -262,6 +312,8 @@ class TopicRuntime:
         first: BaseException | None = None
         tasks, self._tasks = self._tasks, {}
         await asyncio.gather(*(c.stop(t, self.shutdown_timeout) for c, t in tasks.items()))
+        if self._retiring:
+            await asyncio.wait(list(self._retiring))
         writers, self._writers = self._writers, {}
         for name, writer in writers.items():
             try:
@@ -278,3 +330,25 @@ class TopicRuntime:
                 first = first or exc
         if first is not None:
             raise first
+
+
+class _WriterView(Mapping[str, TopicWriter]):
+    """The runtime's writers by name; a lookup replaces a failed writer (``TopicRuntime.writer``)."""
+
+    def __init__(self, runtime: TopicRuntime) -> None:
+        self._runtime = runtime
+
+    def __getitem__(self, name: str) -> TopicWriter:
+        return self._runtime.writer(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._runtime._writers
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._runtime._writers))
+
+    def __len__(self) -> int:
+        return len(self._runtime._writers)
+
+    def __repr__(self) -> str:
+        return f"<writers {sorted(self._runtime._writers)}>"

@@ -17,7 +17,15 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Mapping
 
-from aiohttp import web
+try:
+    from aiohttp import web
+except ImportError as exc:
+    if exc.name is not None and exc.name.split(".")[0] == "aiohttp":
+        raise ImportError(
+            f"ydb_topic_async.integrations.aiohttp needs aiohttp ({exc.name} is missing): "
+            "pip install 'ydb-topic-async[aiohttp]'"
+        ) from exc
+    raise
 
 from .._driver import Driver
 from ..writer import TopicWriter
@@ -30,7 +38,7 @@ RUNTIME = web.AppKey("ydb_topic_async.runtime", TopicRuntime)
 DRIVER = web.AppKey("ydb_topic_async.driver", Driver)
 """The runtime's open ``Driver``."""
 WRITERS = web.AppKey("ydb_topic_async.writers", Mapping[str, TopicWriter])
-"""The runtime's open writers by name."""
+"""The runtime's writers by name; a lookup replaces a failed writer (see ``TopicRuntime.writer``)."""
 
 
 def topic_context(runtime: TopicRuntime) -> Callable[[web.Application], AsyncIterator[None]]:

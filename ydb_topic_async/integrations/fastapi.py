@@ -15,11 +15,19 @@ consumers finish and wait for their commits, writers flush, the driver closes la
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Annotated
 
-from fastapi import Depends, FastAPI, Request
+try:
+    from fastapi import Depends, FastAPI, Request
+except ImportError as exc:
+    if exc.name is not None and exc.name.split(".")[0] in ("fastapi", "starlette", "pydantic"):
+        raise ImportError(
+            f"ydb_topic_async.integrations.fastapi needs FastAPI ({exc.name} is missing): "
+            "pip install 'ydb-topic-async[fastapi]'"
+        ) from exc
+    raise
 
 from .._driver import Driver
 from ..writer import TopicWriter
@@ -79,13 +87,16 @@ def get_driver(request: Request) -> Driver:
     return get_runtime(request).driver
 
 
-def writer_dependency(name: str) -> Callable[[Request], TopicWriter]:
+def writer_dependency(name: str) -> Callable[[Request], Awaitable[TopicWriter]]:
     """A dependency that hands the runtime's writer ``name`` to a route.
 
     Use it through an alias: ``EventsWriter = Annotated[TopicWriter, Depends(writer_dependency("events"))]``.
+    A writer that failed for good is replaced by a new one first (see ``TopicRuntime.writer``).
     """
 
-    def dependency(request: Request) -> TopicWriter:
+    # A coroutine, so FastAPI runs it on the event loop rather than in its thread pool: the
+    # runtime's writers belong to the loop, and a failed writer is replaced without a race.
+    async def dependency(request: Request) -> TopicWriter:
         return get_runtime(request).writer(name)
 
     dependency.__name__ = f"topic_writer_{name}"

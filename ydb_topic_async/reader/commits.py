@@ -17,6 +17,9 @@ from typing import Any
 from .._proto import ydb_topic_pb2 as pb
 from .messages import PartitionSession
 
+GAP_ADVICE = "commits are contiguous from the committed offset; commit every message or whole batches"
+"""Why a commit behind a gap waits, and what to do about it (for log messages)."""
+
 
 def merge_ranges(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """Sort and merge touching or overlapping ``[start, end)`` ranges."""
@@ -110,6 +113,19 @@ class CommitTracker:
             if not future.done():
                 future.set_exception(error)
                 future.exception()  # a caller that used commit() never looks: keep asyncio quiet
+
+    @staticmethod
+    def gap(session: PartitionSession) -> tuple[int, int] | None:
+        """The first uncommitted offsets ``[start, end)`` that hold back ranges requested past them.
+
+        None when every requested range can be acknowledged as it is.
+        """
+        reach = session.committed_offset
+        for start, end in merge_ranges(session._recorded):
+            if start > reach:
+                return reach, start
+            reach = max(reach, end)
+        return None
 
     @staticmethod
     def reachable(session: PartitionSession) -> int:

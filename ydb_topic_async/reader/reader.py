@@ -8,7 +8,6 @@ failure is raised by every later call.
 from __future__ import annotations
 
 import asyncio
-import logging
 import uuid
 from collections.abc import Mapping, Sequence
 from types import TracebackType
@@ -25,8 +24,11 @@ from .._errors import (
     ReaderClosedError,
 )
 from .._retry import RetryPolicy
+from ..observability.logging import sdk_logger
+from .commits import GAP_ADVICE, CommitTracker
 from .messages import MessageBatch, PartitionSession, PartitionStatus, TopicMessage, TopicSelector
 from .session import OnPartitionStart, OnPartitionStop, ReaderConnection, ReaderSettings, suppress_future_errors
+from .tx import TxReads
 
 if TYPE_CHECKING:
     from typing_extensions import TypedDict
@@ -48,9 +50,11 @@ if TYPE_CHECKING:
         token_refresh_interval: float
         init_timeout: float
 
-logger = logging.getLogger("ydb_topic_async.reader")
+logger = sdk_logger("reader")
 
 DEFAULT_BUFFER_SIZE = 50 * 1024 * 1024
+GAP_WARNING_DELAY = 2.0
+"""Seconds a ``commit_with_ack`` may wait behind uncommitted earlier offsets before it warns."""
 TopicsArg = str | TopicSelector | Sequence[str | TopicSelector]
 Committable = TopicMessage | MessageBatch
 
@@ -136,7 +140,9 @@ class TopicReader:
             int(buffer_size_bytes * credit_release_fraction),
         )
         self._buffer = self._conn.buffer
+        self._tracing = driver.tracing
         self._task: asyncio.Task[None] | None = None
+        self._tx_reads: TxReads | None = None
         self._failure: BaseException | None = None
         self._failure_reported = False
         self._closed = False
@@ -175,7 +181,10 @@ class TopicReader:
         except Exception:
             if exc is None:
                 raise
-            logger.warning("closing topic reader after an error also failed", exc_info=True)
+            logger.warning(
+                "closing topic reader (session %s) after an error also failed",
+                self.read_session_id, exc_info=True, extra=self._conn.log_fields,
+            )
 
     async def open(self) -> None:
         """Start reading in the background (the first receive does this too); returns at once."""
@@ -193,7 +202,10 @@ class TopicReader:
             raise
         except BaseException as exc:
             self._failure = exc
-            logger.error("topic reader failed: %r", exc)
+            # The caller gets this error from its next call: logging it louder would report it twice.
+            logger.debug(
+                "topic reader: session %s failed: %r", self.read_session_id, exc, extra=self._conn.log_fields
+            )
         finally:
             self._buffer.nonempty.set()  # wake receivers: they raise the failure or see the close
 
@@ -239,6 +251,7 @@ class TopicReader:
 
     @property
     def closed(self) -> bool:
+        """True once ``close`` was called or the reader failed for good."""
         return self._closed
 
     def _check_usable(self) -> None:
@@ -285,14 +298,42 @@ class TopicReader:
             raise InvalidArgumentError(f"max_bytes must be a positive int or None, got {max_bytes!r}")
         await self._wait(timeout)
         session, messages = self._buffer.pop(max_messages, max_bytes)
+        if self._tracing is not None:
+            self._tracing.on_receive(self.consumer, messages)
         return MessageBatch(messages, session)
+
+    async def receive_batch_with_tx(
+        self,
+        tx: object,
+        max_messages: int | None = None,
+        max_bytes: int | None = None,
+        timeout: float | None = None,
+    ) -> MessageBatch:
+        """``receive_batch`` whose offsets are committed by ``tx`` (begun here if it has not begun).
+
+        ``tx`` comes from ``driver.query.transaction()`` or from the official ``ydb`` package's
+        asyncio query client. The consumer's committed offsets advance only if ``tx`` commits;
+        if it fails or is rolled back, the reader reconnects and the messages are delivered again.
+        """
+        if self.consumer is None:
+            raise CommitNotAllowedError("this reader reads without a consumer: there is nothing to commit to")
+        self._check_usable()
+        if self._tx_reads is None:
+            self._tx_reads = TxReads(self._driver, self._conn, self.consumer)
+        binding = await self._tx_reads.join(tx)
+        batch = await self.receive_batch(max_messages, max_bytes, timeout)
+        self._tx_reads.record(binding, batch)
+        return batch
 
     async def receive_message(self, timeout: float | None = None) -> TopicMessage:
         """The next message; waits up to ``timeout`` (then ``OperationTimeoutError``)."""
         buffer = self._buffer
         if not buffer or buffer.credit_ready or self._closed or self._failure is not None:
             await self._wait(timeout)
-        return buffer.pop_one()
+        message = buffer.pop_one()
+        if self._tracing is not None:
+            self._tracing.on_receive(self.consumer, (message,))
+        return message
 
     def __aiter__(self) -> TopicReader:
         return self
@@ -301,7 +342,10 @@ class TopicReader:
         buffer = self._buffer
         if not buffer or buffer.credit_ready or self._closed or self._failure is not None:
             await self._wait(None)
-        return buffer.pop_one()
+        message = buffer.pop_one()
+        if self._tracing is not None:
+            self._tracing.on_receive(self.consumer, (message,))
+        return message
 
     # --- commits -------------------------------------------------------------------------------
 
@@ -328,7 +372,8 @@ class TopicReader:
         session = self._commit_session(item)
         if session is None:
             logger.warning(
-                "topic reader: commit skipped, %r has ended (the messages will be read again)", item.partition_session
+                "topic reader: commit skipped, %r has ended (the messages will be read again)",
+                item.partition_session, extra=self._conn.log_fields,
             )
             return
         start, end = item.commit_range
@@ -349,7 +394,22 @@ class TopicReader:
         start, end = item.commit_range
         future = self._conn.commits.add(session, start, end, True)
         assert future is not None
-        done, _ = await asyncio.wait([future], timeout=timeout)
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        gap = CommitTracker.gap(session) if not future.done() else None
+        if gap is not None and end > gap[0]:
+            # Handlers that finish out of order close such gaps a moment later: say something
+            # only when the wait stalls, since without a timeout it never ends on its own.
+            first_wait = GAP_WARNING_DELAY if timeout is None else min(timeout, GAP_WARNING_DELAY)
+            await asyncio.wait([future], timeout=first_wait)
+            gap = CommitTracker.gap(session) if not future.done() else None
+            if gap is not None and end > gap[0]:
+                logger.warning(
+                    "topic reader: commit_with_ack up to offset %d of %s waits until offsets %d..%d are committed (%s)",
+                    end, session, gap[0], gap[1] - 1, GAP_ADVICE, extra=self._conn.log_fields,
+                )
+        remaining = None if deadline is None else max(0.0, deadline - loop.time())
+        done, _ = await asyncio.wait([future], timeout=remaining)
         if not done:
             raise OperationTimeoutError(f"commit of offsets up to {end} was not acknowledged within {timeout}s")
         future.result()
@@ -390,4 +450,5 @@ class TopicReader:
 
     @property
     def buffer_size_bytes(self) -> int:
+        """The most unread bytes the reader asks the server for."""
         return self._buffer.buffer_size

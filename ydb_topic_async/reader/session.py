@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -40,7 +39,8 @@ from .._errors import (
 from .._proto import ydb_status_codes_pb2
 from .._proto import ydb_topic_pb2 as pb
 from .._retry import RetryPolicy, as_ydb_error
-from .commits import CommitTracker
+from ..observability.logging import reader_fields, sdk_logger
+from .commits import GAP_ADVICE, CommitTracker
 from .flow_control import ReadBuffer
 from .messages import (
     PartitionSession,
@@ -53,7 +53,7 @@ from .messages import (
     timestamp_to_datetime,
 )
 
-logger = logging.getLogger("ydb_topic_async.reader")
+logger = sdk_logger("reader")
 
 _METHOD = "/Ydb.Topic.V1.TopicService/StreamRead"
 _SUCCESS = ydb_status_codes_pb2.StatusIds.SUCCESS
@@ -122,6 +122,12 @@ class ReaderConnection:
         self._token: str | None = None
         self._stream_error: BaseException | None = None
         self._healthy = False
+        self._stream_scope: anyio.CancelScope | None = None
+        self._restart_requested = False
+        self._metrics = driver._metrics
+        self._consumer_label = settings.consumer or ""
+        self.log_fields = reader_fields(settings.selectors[0].path, settings.consumer)
+        """The ``extra`` of this reader's log records (updated by each handshake)."""
 
     # --- reconnect loop ------------------------------------------------------------------
 
@@ -148,6 +154,12 @@ class ReaderConnection:
                 return
             for session in lost:
                 await self._notify_stop(session)
+            if self._restart_requested:
+                self._restart_requested = False
+                attempt = 0
+                started = time.monotonic()
+                logger.info("topic reader: %s; reading again from the committed offsets", error)
+                continue
             if self._healthy or time.monotonic() - stream_started >= _HEALTHY_AFTER:
                 attempt = 0
                 started = time.monotonic()
@@ -155,7 +167,12 @@ class ReaderConnection:
             delay = self._settings.retry.next_delay(error, attempt, started, idempotent=True)
             if delay is None:
                 raise error
-            logger.warning("topic reader: read stream failed (%s); reconnecting in %.3fs", error, delay)
+            logger.warning(
+                "topic reader: session %s failed (%s); reconnecting in %.3fs",
+                self.read_session_id, error, delay, extra=self.log_fields,
+            )
+            if self._metrics is not None:
+                self._metrics.reader_reconnect(self._consumer_label, error)
             await anyio.sleep(delay)
 
     def _init_request(self) -> Any:
@@ -174,7 +191,7 @@ class ReaderConnection:
         return request
 
     async def _run_stream(self) -> None:
-        self._token = await self._driver.credentials.auth_token()
+        self._token = await self._driver._auth_token()
         call = await self._driver._open_stream(
             _METHOD, pb.StreamReadMessage.FromClient, pb.StreamReadMessage.FromServer
         )
@@ -186,7 +203,13 @@ class ReaderConnection:
                 if response.WhichOneof("server_message") != "init_response":
                     raise ConnectionLostError(f"expected an init response, got {response.WhichOneof('server_message')}")
                 self.read_session_id = response.init_response.session_id
-                logger.debug("topic reader: stream %d started, session %s", self.stream_id, self.read_session_id)
+                self.log_fields = reader_fields(
+                    self._settings.selectors[0].path, self._settings.consumer, self.read_session_id
+                )
+                logger.debug(
+                    "topic reader: session %s started (stream %d, consumer %r)",
+                    self.read_session_id, self.stream_id, self._settings.consumer, extra=self.log_fields,
+                )
                 credit = self.buffer.reset()
                 await call.write(pb.StreamReadMessage.FromClient(read_request={"bytes_size": credit}))
             except grpc.aio.AioRpcError as exc:
@@ -197,6 +220,7 @@ class ReaderConnection:
                 ) from None
             self._stream_error = None
             async with anyio.create_task_group() as tg:
+                self._stream_scope = tg.cancel_scope
                 tg.start_soon(self._guard, self._receive_loop, call, tg.cancel_scope)
                 tg.start_soon(self._guard, self._send_loop, call, tg.cancel_scope)
                 if self._settings.token_refresh_interval > 0:
@@ -204,7 +228,18 @@ class ReaderConnection:
             if self._stream_error is not None:
                 raise self._stream_error
         finally:
+            self._stream_scope = None
             call.cancel()
+
+    def restart(self, reason: str) -> None:
+        """End the current stream and open a new one at once, so that the server delivers
+        again everything not committed (after a failed transaction that read from it)."""
+        scope = self._stream_scope
+        if scope is None or self.closing or self._stream_error is not None:
+            return
+        self._stream_error = ConnectionLostError(reason)
+        self._restart_requested = True
+        scope.cancel()
 
     async def _guard(self, fn: Callable[[Any], Awaitable[None]], call: Any, scope: anyio.CancelScope) -> None:
         try:
@@ -263,6 +298,14 @@ class ReaderConnection:
                     session = sessions.get(item.partition_session_id)
                     if session is not None:
                         commits.on_ack(session, item.committed_offset)
+                        if self._metrics is not None:
+                            committed = session.committed_offset
+                            self._metrics.reader_commit_ack(
+                                session.topic_path,
+                                session.partition_id,
+                                committed,
+                                max(0, session._next_commit_start - committed),
+                            )
                         if session.state is PartitionSessionState.STOPPING or session.ended:
                             self.wake.set()
             elif kind == "start_partition_session_request":
@@ -273,13 +316,15 @@ class ReaderConnection:
                 self._on_end(message.end_partition_session)
             elif kind == "update_partition_session":
                 update = message.update_partition_session
-                logger.debug("topic reader: partition session %d updated", update.partition_session_id)
+                logger.debug(
+                    "topic reader: partition session %d updated", update.partition_session_id, extra=self.log_fields
+                )
             elif kind == "partition_session_status_response":
                 self._on_status(message.partition_session_status_response)
             elif kind == "update_token_response":
                 pass
             else:
-                logger.debug("topic reader: ignoring server message %s", kind)
+                logger.debug("topic reader: ignoring server message %s", kind, extra=self.log_fields)
 
     async def _on_read_response(self, response: Any) -> None:
         buffer = self.buffer
@@ -320,8 +365,18 @@ class ReaderConnection:
             session._next_commit_start = start
             if messages:
                 buffer.push(session, messages, nbytes)
+                if self._metrics is not None:
+                    self._metrics.reader_messages(
+                        session.topic_path, session.partition_id, len(messages), sum(len(m.data) for m in messages)
+                    )
             else:
                 buffer.release(nbytes)
+        if self._metrics is not None:
+            self._record_buffer(self._metrics)
+
+    def _record_buffer(self, metrics: Any) -> None:
+        messages = sum(session._buffered for session in self.sessions.values())
+        metrics.reader_buffer(self._consumer_label, messages, self.buffer.buffered_bytes)
 
     async def _decode(self, codec: int, records: Any) -> list[bytes]:
         fn = _codecs.lookup(self._settings.decoders, codec, "decoder")
@@ -348,7 +403,7 @@ class ReaderConnection:
         )
         self.sessions[session.id] = session
         if self._gates.get((session.topic_path, session.partition_id)):
-            logger.debug("topic reader: %r waits for its parent partitions", session)
+            logger.debug("topic reader: %r waits for its parent partitions", session, extra=self.log_fields)
             self._deferred.append(session)
             return
         await self._confirm_start(session)
@@ -412,7 +467,10 @@ class ReaderConnection:
                 self.wake.set()
             return
         dropped = self.buffer.drop_session(session)
-        logger.debug("topic reader: %r stopped by the server, %d buffered messages dropped", session, dropped)
+        logger.debug(
+            "topic reader: %r stopped by the server, %d buffered messages dropped",
+            session, dropped, extra=self.log_fields,
+        )
         self._forget(session)
         self._close_session(
             session, PartitionSessionClosedError(f"{session!r} was stopped by the server"), drop=False
@@ -551,13 +609,15 @@ class ReaderConnection:
                 credit = buffer.take_credit()
                 if credit > 0:
                     self._outbox.append(pb.StreamReadMessage.FromClient(read_request={"bytes_size": credit}))
+                    if self._metrics is not None:
+                        self._record_buffer(self._metrics)
             outbox, self._outbox = self._outbox, []
             for message in outbox:
                 await call.write(message)
             for session in stopped:
                 await self._notify_stop(session)
             for session in freed:
-                logger.debug("topic reader: parents done, starting %r", session)
+                logger.debug("topic reader: parents done, starting %r", session, extra=self.log_fields)
                 await self._confirm_start(session)
 
     def _stop_ready(self, session: PartitionSession) -> bool:
@@ -568,10 +628,20 @@ class ReaderConnection:
         return session._stop_deadline is not None and time.monotonic() >= session._stop_deadline
 
     async def _token_loop(self, call: Any) -> None:
-        credentials = self._driver.credentials
+        driver = self._driver
         while True:
             await anyio.sleep(self._settings.token_refresh_interval)
-            token = await credentials.auth_token()
+            try:
+                token = await driver._auth_token()
+            except Exception:
+                # The current token is still valid for a while: keep the stream and try again at
+                # the next tick (the SDK's log filter masks the tokens it has seen).
+                logger.warning(
+                    "topic reader: session %s could not refresh its token; trying again in %gs",
+                    self.read_session_id, self._settings.token_refresh_interval,
+                    exc_info=True, extra=self.log_fields,
+                )
+                continue
             if token and token != self._token:
                 self._token = token
                 self._send(pb.StreamReadMessage.FromClient(update_token_request={"token": token}))
@@ -584,12 +654,13 @@ class ReaderConnection:
         futures: list[asyncio.Future[None]] = []
         for session in self.sessions.values():
             reach = CommitTracker.reachable(session)
-            if session._commit_requested > reach:
+            gap = CommitTracker.gap(session)
+            if gap is not None:
                 # Nothing will commit the gap any more: waiting for these acks would never end.
                 logger.warning(
-                    "topic reader: commits of %s past offset %d cannot be acknowledged: offsets from %d were"
-                    " never committed (commits are contiguous; commit every message or whole batches)",
-                    session, reach, reach,
+                    "topic reader: commits of %s past offset %d cannot be acknowledged: offsets %d..%d were"
+                    " never committed (%s)",
+                    session, reach, gap[0], gap[1] - 1, GAP_ADVICE, extra=self.log_fields,
                 )
             if reach > session.committed_offset:
                 future: asyncio.Future[None] = loop.create_future()

@@ -9,7 +9,6 @@ the task ends.
 from __future__ import annotations
 
 import datetime as dt
-import logging
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -39,6 +38,7 @@ from pyspark.sql.types import (
 
 from .._driver import Driver
 from .._errors import OperationTimeoutError
+from ..observability.logging import sdk_logger
 from ..reader import TopicMessage, TopicSelector
 from ..writer import Message, TopicWriter
 from . import _offsets
@@ -59,7 +59,7 @@ except ImportError:
     _StreamWriterBase = DataSourceStreamWriter  # type: ignore[misc,assignment,unused-ignore]
 from pyspark.sql.datasource import DataSourceArrowWriter
 
-logger = logging.getLogger("ydb_topic_async.spark")
+logger = sdk_logger("spark")
 
 NAME = "ydb_topic"
 SCHEMA = StructType(

@@ -1,0 +1,114 @@
+"""Reader behaviour around failing credentials, commits behind a gap, and failure reporting."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+import pytest
+
+import ydb_topic_async as yta
+from ydb_topic_async.testing import LocalTopicServer
+
+from .conftest import fill
+
+pytestmark = pytest.mark.timeout(30)
+
+
+async def _until(condition: Callable[[], bool], what: str) -> None:
+    """Wait (bounded) for a state the reader drives; not a timing assertion."""
+    for _ in range(1000):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"never happened: {what}")
+
+
+class TokenServiceError(Exception):
+    """What an HTTP token provider raises when its service answers 503."""
+
+
+async def test_a_failed_token_refresh_is_logged_and_retried(caplog: pytest.LogCaptureFixture) -> None:
+    async with LocalTopicServer(users={"alice": "secret"}) as server:
+        issued: list[str] = []
+        failures = 0
+        fail_once = False
+
+        async def provider() -> str:
+            nonlocal fail_once, failures
+            if fail_once:
+                fail_once = False
+                failures += 1
+                raise TokenServiceError(f"could not renew {issued[-1]}: HTTP 503")
+            token = server.auth.login("alice", "secret")
+            assert token is not None
+            issued.append(token)
+            return token
+
+        credentials = yta.TokenProviderCredentials(provider)
+        async with yta.Driver(server.endpoint, server.database, credentials, discovery=False) as driver:
+            await driver.topic.create_topic("t", consumers=["c"])
+            await fill(driver, "t", [b"before"])
+            async with driver.topic.reader("t", consumer="c", token_refresh_interval=0.02) as reader:
+                before = await reader.receive_message(timeout=10)
+                assert before.data == b"before"
+                reader.commit(before)
+                with caplog.at_level(logging.WARNING, logger="ydb_topic_async.reader"):
+                    fail_once = True  # only the reader's refresher asks for tokens now
+                    await _until(lambda: failures == 1, "the refresh failed")
+                    issued_before = len(issued)
+                    # The next tick asks again and sends the new token in-band.
+                    await _until(lambda: len(issued) > issued_before, "a later refresh")
+                await fill(driver, "t", [b"after"])
+                after = await reader.receive_message(timeout=10)
+                assert after.data == b"after"
+                await reader.commit_with_ack(after, timeout=10)  # the stream is alive and authorised
+    warnings = [r for r in caplog.records if "could not refresh its token" in r.getMessage()]
+    assert len(warnings) == 1 and warnings[0].levelno == logging.WARNING
+    assert "TokenServiceError" in caplog.text and "HTTP 503" in caplog.text
+    assert not any(token in caplog.text for token in issued)  # the SDK masks every token it saw
+
+
+async def test_commit_with_ack_behind_a_gap_warns_with_the_partition_and_the_gap(
+    driver: yta.Driver, topic: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("ydb_topic_async.reader.reader.GAP_WARNING_DELAY", 0.3)
+    await fill(driver, topic, [f"m{i}".encode() for i in range(7)])
+    async with driver.topic.reader(topic, consumer="consumer") as reader:
+        got = [await reader.receive_message(timeout=10) for _ in range(7)]
+        with caplog.at_level(logging.WARNING, logger="ydb_topic_async.reader"):
+            await reader.commit_with_ack(got[0], timeout=10)  # in order: nothing to warn about
+            # Out of order, but the gap closes within the grace delay: nothing to warn about either.
+            late = asyncio.ensure_future(reader.commit_with_ack(got[2], timeout=10))
+            await asyncio.sleep(0.05)
+            reader.commit(got[1])
+            await late
+            assert caplog.records == []
+            # Offsets 3..5 are not committed: the server cannot acknowledge offset 6 yet.
+            waiting = asyncio.ensure_future(reader.commit_with_ack(got[6]))
+            await _until(lambda: bool(caplog.records), "the warning")
+        [record] = caplog.records
+        assert record.levelno == logging.WARNING
+        message = record.getMessage()
+        assert f"partition={got[6].partition_id}" in message and f"topic={got[6].topic_path!r}" in message
+        assert "waits until offsets 3..5 are committed" in message and "contiguous" in message
+        assert not waiting.done()
+        for message_ in got[3:6]:
+            reader.commit(message_)
+        await asyncio.wait_for(waiting, 10)  # the gap is closed: the waiting commit is acknowledged
+    desc = await driver.topic.describe_consumer(topic, "consumer")
+    assert [p.committed_offset for p in desc.partitions] == [7]
+
+
+async def test_a_failed_reader_reports_its_error_once(
+    server: LocalTopicServer, driver: yta.Driver, topic: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    server.faults.fail_next("StreamRead", "SCHEME_ERROR")
+    with caplog.at_level(logging.DEBUG, logger="ydb_topic_async.reader"):
+        async with driver.topic.reader(topic, consumer="consumer") as reader:
+            with pytest.raises(yta.SchemeError):  # the caller gets the error...
+                await reader.receive_message(timeout=10)
+    failed = [r for r in caplog.records if "failed" in r.getMessage()]
+    assert failed and all(r.levelno == logging.DEBUG for r in failed)  # ...and the log does not repeat it
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
