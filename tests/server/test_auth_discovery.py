@@ -90,7 +90,7 @@ async def test_streams_need_a_valid_ticket(secured: tuple[LocalTopicServer, grpc
     reader = RawReader(ch)
     reply = await reader.init("t", consumer="c")
     assert reply.status == StatusIds.UNAUTHORIZED
-    assert await reader.call.read() == grpc.aio.EOF
+    assert await reader.read() == grpc.aio.EOF  # the pump task owns the call's iterator
     token = srv.auth.login("alice", "secret")
     assert token is not None
     srv.storage.create("t", TopicSettings())
