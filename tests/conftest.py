@@ -7,7 +7,9 @@ owned and must end when its owner closes.
 from __future__ import annotations
 
 import asyncio
+import gc
 import itertools
+import logging
 from collections.abc import AsyncIterator
 
 import pytest
@@ -18,11 +20,36 @@ from ydb_topic_async.testing import LocalTopicServer
 _names = itertools.count()
 
 
+class _AsyncioComplaints(logging.Handler):
+    """Collects what asyncio logs about destroyed pending tasks and exceptions nobody retrieved."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
 @pytest.fixture(autouse=True)
 async def no_leaked_tasks() -> AsyncIterator[None]:
-    """Fail a test that leaves tasks behind (after everything else was torn down)."""
-    before = set(asyncio.all_tasks())
-    yield
+    """Fail a test that leaves tasks behind (after everything else was torn down), or whose
+    tasks asyncio reports as destroyed while pending or as failing with nobody to see it."""
+    complaints = _AsyncioComplaints()
+    asyncio_logger = logging.getLogger("asyncio")
+    asyncio_logger.addHandler(complaints)
+    try:
+        before = set(asyncio.all_tasks())
+        yield
+        await _no_pending_tasks(before)
+        gc.collect()  # destroyed-while-pending tasks are reported when they are collected
+        if complaints.messages:
+            pytest.fail("asyncio reported: " + "; ".join(complaints.messages))
+    finally:
+        asyncio_logger.removeHandler(complaints)
+
+
+async def _no_pending_tasks(before: set[asyncio.Task[object]]) -> None:
     current = asyncio.current_task()
     leaked: set[asyncio.Task[object]] = set()
     for _ in range(50):

@@ -10,6 +10,7 @@ several messages compress in parallel.
 from __future__ import annotations
 
 import gzip
+import threading
 from collections.abc import Callable, Mapping
 from enum import IntEnum
 
@@ -37,16 +38,28 @@ LZ4_CODEC = 10001
 """The custom codec id this SDK uses for lz4 frames."""
 
 OFF_LOOP_THRESHOLD = 16 * 1024
-"""Payloads at least this large are (de)compressed in a worker thread."""
+"""Payloads (or, on the writer, batches of payloads) at least this large are (de)compressed in
+worker threads."""
+
+
+class _PerThread(threading.local):
+    # zstandard's (de)compressor objects must not be shared between threads, and building one
+    # per message costs as much as compressing a small message: each thread keeps its own.
+    def __init__(self) -> None:
+        self.compressor = zstandard.ZstdCompressor()
+        self.decompressor = zstandard.ZstdDecompressor()
+
+
+_per_thread = _PerThread()
 
 
 def _zstd_compress(data: bytes) -> bytes:
-    return zstandard.ZstdCompressor().compress(data)
+    return _per_thread.compressor.compress(data)
 
 
 def _zstd_decompress(data: bytes) -> bytes:
     # Frames written without a content size need the streaming reader.
-    with zstandard.ZstdDecompressor().stream_reader(data) as reader:
+    with _per_thread.decompressor.stream_reader(data) as reader:
         return reader.read()
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import TracebackType
@@ -28,20 +27,45 @@ from ._errors import (
 from ._proto import ydb_auth_pb2, ydb_discovery_pb2
 from ._retry import DEFAULT_RETRY, RetryPolicy, retry_call
 from ._version import __version__
+from .observability.logging import register_secret, sdk_logger
+from .observability.metrics import MetricsRecorder, NoopMetrics, active_recorder
+from .observability.tracing import OpenTelemetryTracing, resolve_tracing
 
 if TYPE_CHECKING:
     from google.protobuf.message import Message
 
+    from .query import QueryClient
     from .topic import TopicClient
 
-logger = logging.getLogger("ydb_topic_async.driver")
+logger = sdk_logger("driver")
 
 M = TypeVar("M", bound="Message")
 
 DEFAULT_MAX_MESSAGE_SIZE = 64 * 1024 * 1024
 """gRPC send/receive limit set on every channel; topic write requests stay below it."""
 
+DEFAULT_KEEPALIVE_INTERVAL = 10.0
+"""Seconds between HTTP/2 keepalive pings on a connection with open calls."""
+DEFAULT_KEEPALIVE_TIMEOUT = 10.0
+"""Seconds a keepalive ping may go unanswered before the connection counts as dead."""
+
 _SDK_BUILD_INFO = f"ydb-topic-async/{__version__}"
+
+
+def _keepalive_options(interval: float | None, timeout: float) -> dict[str, int]:
+    if interval is None:
+        return {}  # gRPC clients send no keepalive pings unless asked to
+    return {
+        "grpc.keepalive_time_ms": max(1, round(interval * 1000)),
+        "grpc.keepalive_timeout_ms": max(1, round(timeout * 1000)),
+        # A keepalive ping due while another ping (gRPC's bandwidth probe) is unanswered is not
+        # sent; that ping's own timeout (a minute by default) then decides, so it gets the same.
+        "grpc.http2.ping_timeout_ms": max(1, round(timeout * 1000)),
+        # A stream waiting for acks or data sends nothing for long stretches: ping regardless.
+        "grpc.http2.max_pings_without_data": 0,
+        # Idle connections need no liveness check: the next call finds out.
+        "grpc.keepalive_permit_without_calls": 0,
+    }
 
 
 @dataclass(frozen=True)
@@ -98,9 +122,17 @@ class Driver:
     system trust store for TLS. With ``discovery`` on, the driver asks the endpoint for the
     cluster's nodes (``ListEndpoints``) and spreads new streams across them; when discovery
     fails it keeps using the given endpoint. Unary idempotent calls are retried by ``retry``.
-    ``channel_options`` are extra gRPC channel arguments; HTTP/2 keepalive pings are off by
-    default, as servers may answer pings more frequent than they allow by closing the
-    connection; enable them with e.g. ``[("grpc.keepalive_time_ms", 60_000)]``.
+    ``channel_options`` are extra gRPC channel arguments; they override the driver's own.
+
+    ``keepalive_interval`` (seconds, ``None`` to switch it off) is how often each connection
+    sends an HTTP/2 ping while calls are open; a ping unanswered for ``keepalive_timeout``
+    seconds fails the connection, so a server that vanished without closing the socket (a
+    half-open TCP connection) breaks the streams with a retriable ``ConnectionLostError`` and
+    writers and readers reconnect, instead of waiting forever for acks or data.
+
+    Observability: ``metrics`` (a ``MetricsRecorder``) receives the counters and latencies of
+    every writer and reader made from this driver; ``tracing`` (``True`` or an
+    ``OpenTelemetryTracing``) traces their writes and reads with OpenTelemetry.
     """
 
     def __init__(
@@ -116,6 +148,10 @@ class Driver:
         retry: RetryPolicy = DEFAULT_RETRY,
         max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
         channel_options: Sequence[tuple[str, Any]] = (),
+        keepalive_interval: float | None = DEFAULT_KEEPALIVE_INTERVAL,
+        keepalive_timeout: float = DEFAULT_KEEPALIVE_TIMEOUT,
+        metrics: MetricsRecorder | None = None,
+        tracing: bool | OpenTelemetryTracing | None = None,
     ) -> None:
         self._endpoint, parsed_db = parse_connection_string(endpoint)
         database = database or parsed_db
@@ -129,6 +165,22 @@ class Driver:
             raise InvalidArgumentError("credentials must have an async auth_token() method")
         if max_message_size < 1024:
             raise InvalidArgumentError("max_message_size is too small")
+        if keepalive_interval is not None and not keepalive_interval > 0:
+            raise InvalidArgumentError(
+                f"keepalive_interval must be positive seconds or None, got {keepalive_interval!r}"
+            )
+        if not keepalive_timeout > 0:
+            raise InvalidArgumentError(f"keepalive_timeout must be positive seconds, got {keepalive_timeout!r}")
+        if metrics is not None and not isinstance(metrics, MetricsRecorder):
+            raise InvalidArgumentError(
+                "metrics must implement every MetricsRecorder method (subclass NoopMetrics to override only some)"
+            )
+        self.metrics: MetricsRecorder = metrics or NoopMetrics()
+        """The metrics recorder given at construction (a ``NoopMetrics`` when none was)."""
+        self._metrics = active_recorder(metrics)
+        self.tracing = resolve_tracing(tracing)
+        """The OpenTelemetry tracing of this driver's writers and readers, or None when off."""
+        self._last_token: str | None = None
         self.database = database.rstrip("/") or "/"
         self.credentials: Credentials = credentials or AnonymousCredentials()
         if isinstance(self.credentials, StaticCredentials):
@@ -139,22 +191,27 @@ class Driver:
         self._application_name = application_name
         self._discovery = discovery
         self._discovery_interval = discovery_interval
-        self._channel_options = [
-            ("grpc.max_send_message_length", max_message_size),
-            ("grpc.max_receive_message_length", max_message_size),
+        options: dict[str, Any] = {
+            "grpc.max_send_message_length": max_message_size,
+            "grpc.max_receive_message_length": max_message_size,
             # Connections belong to this driver alone: gRPC would otherwise share them process-wide,
             # and closing one driver could break, or keep alive, another's calls.
-            ("grpc.use_local_subchannel_pool", 1),
-            *channel_options,
-        ]
+            "grpc.use_local_subchannel_pool": 1,
+            **_keepalive_options(keepalive_interval, keepalive_timeout),
+        }
+        options.update(channel_options)
+        self._channel_options = list(options.items())
         self._channels: dict[Endpoint, grpc.aio.Channel] = {}
         self._active: list[Endpoint] = [self._endpoint]
+        self._node_endpoints: dict[int, Endpoint] = {}
+        """Discovered endpoints by YDB node id, for calls that must reach one node."""
         self._round_robin = itertools.count()
         self._discovery_task: asyncio.Task[None] | None = None
         self._opened = False
         self._closing = False
         self._closed = False
         self._topic: TopicClient | None = None
+        self._query: QueryClient | None = None
 
     # --- lifecycle ------------------------------------------------------------------
 
@@ -196,12 +253,16 @@ class Driver:
 
         Writers are closed first, while the channels still work, so that they can flush (and
         reconnect for) what they accepted. If one of them fails, the rest are still closed and
-        every channel is released before the first such error is raised.
+        every channel is released before the first such error is raised. Transactions still
+        open are rolled back and query sessions deleted before that.
         """
         if self._closed or self._closing:
             return
         self._closing = True
         try:
+            # Open transactions are rolled back first: that also stops their transactional writers.
+            if self._query is not None:
+                await self._query._close()
             if self._topic is not None:
                 await self._topic._close()
         finally:
@@ -216,6 +277,7 @@ class Driver:
 
     @property
     def closed(self) -> bool:
+        """True once ``close`` was called."""
         return self._closed
 
     async def wait_ready(self, timeout: float = 10.0) -> None:
@@ -248,6 +310,16 @@ class Driver:
             self._topic = TopicClient(self)
         return self._topic
 
+    @property
+    def query(self) -> QueryClient:
+        """Query sessions and transactions (no YQL execution)."""
+        if self._query is None:
+            from .query import QueryClient
+
+            self._check_open()
+            self._query = QueryClient(self)
+        return self._query
+
     # --- plumbing used by the clients -------------------------------------------------
 
     def _check_open(self) -> None:
@@ -277,10 +349,18 @@ class Driver:
         if self._application_name:
             md.append(("x-ydb-application-name", self._application_name))
         if with_token:
-            token = await self.credentials.auth_token()
+            token = await self._auth_token()
             if token:
                 md.append(("x-ydb-auth-ticket", token))
         return md
+
+    async def _auth_token(self) -> str | None:
+        """The credentials' current token, masked from then on in the SDK's logs."""
+        token = await self.credentials.auth_token()
+        if token != self._last_token:
+            self._last_token = token
+            register_secret(token)
+        return token
 
     async def _unary(
         self,
@@ -302,6 +382,12 @@ class Driver:
         into ``result_cls`` whatever package its type URL names.
         """
         self._check_open()
+        operation = path.rsplit("/", 1)[-1]
+
+        def on_retry(error: BaseException, delay: float) -> None:
+            logger.debug("retrying %s in %.3fs after %r", operation, delay, error)
+            if self._metrics is not None:
+                self._metrics.retry(operation, error)
 
         async def attempt() -> M | None:
             channel = self._channel_for(endpoint) if endpoint else self._channel()
@@ -323,21 +409,30 @@ class Driver:
             result.ParseFromString(operation.result.value)
             return result
 
-        return await retry_call(attempt, retry or self.retry, idempotent=idempotent)
+        return await retry_call(attempt, retry or self.retry, idempotent=idempotent, on_retry=on_retry)
 
-    def _stream(self, path: str, request_cls: type[Message], response_cls: type[Message]) -> Any:
-        """A stream-stream multicallable for ``path`` on the next channel; call it with metadata."""
-        return self._channel().stream_stream(
+    def _stream(
+        self, path: str, request_cls: type[Message], response_cls: type[Message], node_id: int | None = None
+    ) -> Any:
+        """A stream-stream multicallable for ``path`` on the next channel (on node ``node_id``'s
+        endpoint when discovery knows it); call it with metadata."""
+        endpoint = self._node_endpoints.get(node_id) if node_id is not None else None
+        channel = self._channel_for(endpoint) if endpoint is not None else self._channel()
+        return channel.stream_stream(
             path,
             request_serializer=request_cls.SerializeToString,
             response_deserializer=response_cls.FromString,
         )
 
     async def _open_stream(
-        self, path: str, request_cls: type[Message], response_cls: type[Message]
+        self, path: str, request_cls: type[Message], response_cls: type[Message], *, node_id: int | None = None
     ) -> grpc.aio.StreamStreamCall[Any, Any]:
-        """Start a bidirectional stream with the YDB headers; the caller writes, reads and cancels it."""
-        method = self._stream(path, request_cls, response_cls)
+        """Start a bidirectional stream with the YDB headers; the caller writes, reads and cancels it.
+
+        With ``node_id``, the stream goes to that node's discovered endpoint (any endpoint when
+        the node is unknown: the cluster forwards it, only less efficiently)."""
+        self._check_open()
+        method = self._stream(path, request_cls, response_cls, node_id)
         call: grpc.aio.StreamStreamCall[Any, Any] = method(metadata=await self._metadata())
         return call
 
@@ -354,6 +449,7 @@ class Driver:
             timeout=10.0,
         )
         assert result is not None
+        register_secret(result.token)
         return result.token
 
     # --- discovery ----------------------------------------------------------------------
@@ -374,13 +470,19 @@ class Driver:
 
     async def _discover(self, timeout: float) -> None:
         result = await self._list_endpoints(timeout)
-        found = [
-            Endpoint(e.address, e.port, self._endpoint.secure or e.ssl)
-            for e in result.endpoints
-            if e.address and e.port and (not e.service or "topic_service" in e.service or "topic" in e.service)
-        ]
+        found: list[Endpoint] = []
+        by_node: dict[int, Endpoint] = {}
+        for info in result.endpoints:
+            if info.address and info.port and (
+                not info.service or "topic_service" in info.service or "topic" in info.service
+            ):
+                endpoint = Endpoint(info.address, info.port, self._endpoint.secure or info.ssl)
+                found.append(endpoint)
+                if info.node_id:
+                    by_node[info.node_id] = endpoint
         if found:
             self._active = found
+            self._node_endpoints = by_node
             stale = [e for e in self._channels if e not in found and e != self._endpoint]
             for endpoint in stale:
                 # In-flight calls on a dropped channel fail and are retried elsewhere.

@@ -12,12 +12,13 @@ import contextlib
 import time
 from collections.abc import AsyncIterator
 from typing import Any
-from urllib.parse import urlsplit
 
 import pytest
 
 import ydb_topic_async as yta
 from ydb_topic_async import _codecs
+
+from .._proxy import FlakyProxy, proxy_to
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -27,80 +28,10 @@ def stored(server: Any, topic: str, partition: int = 0) -> list[Any]:
     return list(server.storage.read(topic, partition))
 
 
-class FlakyProxy:
-    """Forwards TCP connections to ``target``; can stall them or cut them all."""
-
-    def __init__(self, target_host: str, target_port: int) -> None:
-        self._target = (target_host, target_port)
-        self._flowing = asyncio.Event()
-        self._flowing.set()
-        self._writers: set[asyncio.StreamWriter] = set()
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._server: asyncio.Server | None = None
-        self.connections = 0
-
-    async def start(self) -> str:
-        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
-        port = self._server.sockets[0].getsockname()[1]
-        return f"grpc://127.0.0.1:{port}"
-
-    def stall(self) -> None:
-        self._flowing.clear()
-
-    def resume(self) -> None:
-        self._flowing.set()
-
-    def cut(self) -> None:
-        """Abort every open connection (both directions)."""
-        for writer in list(self._writers):
-            writer.transport.abort()
-        self._writers.clear()
-
-    async def close(self) -> None:
-        if self._server is not None:
-            self._server.close()
-        self.resume()
-        self.cut()
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self._server is not None:
-            await self._server.wait_closed()
-
-    async def _accept(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
-        self.connections += 1
-        try:
-            upstream_reader, upstream_writer = await asyncio.open_connection(*self._target)
-        except OSError:
-            client_writer.transport.abort()
-            return
-        self._writers.update((client_writer, upstream_writer))
-        for reader, writer in ((client_reader, upstream_writer), (upstream_reader, client_writer)):
-            task = asyncio.get_running_loop().create_task(self._pump(reader, writer))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-
-    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while data := await reader.read(65536):
-                await self._flowing.wait()
-                writer.write(data)
-                await writer.drain()
-        except (ConnectionError, OSError):
-            pass
-        finally:
-            writer.transport.abort()
-            self._writers.discard(writer)
-
-
 @pytest.fixture
 async def proxy(server: Any) -> AsyncIterator[FlakyProxy]:
-    parts = urlsplit(server.endpoint if "://" in server.endpoint else "grpc://" + server.endpoint)
-    assert parts.hostname is not None and parts.port is not None
-    flaky = FlakyProxy(parts.hostname, parts.port)
-    await flaky.start()
-    yield flaky
-    await flaky.close()
+    async with proxy_to(server) as flaky:
+        yield flaky
 
 
 @pytest.fixture
@@ -115,8 +46,7 @@ async def proxied(server: Any, proxy: FlakyProxy) -> AsyncIterator[yta.Driver]:
 
 
 def _endpoint_of(proxy: FlakyProxy) -> str:
-    assert proxy._server is not None
-    return f"grpc://127.0.0.1:{proxy._server.sockets[0].getsockname()[1]}"
+    return proxy.endpoint
 
 
 async def _create(driver: yta.Driver, name: str) -> str:

@@ -56,7 +56,7 @@ def _consumer_to_proto(c: Consumer) -> pb.Consumer:
 
 
 def _partition_stats(p: Partition) -> pb.PartitionStats:
-    stats = pb.PartitionStats(store_size_bytes=p.bytes_stored, partition_node_id=1)
+    stats = pb.PartitionStats(store_size_bytes=p.bytes_stored, partition_node_id=p.node_id)
     stats.partition_offsets.start = p.start_offset
     stats.partition_offsets.end = p.end_offset
     if p.last_write_ns:
@@ -92,7 +92,7 @@ def _partition_info(p: Partition, include_stats: bool, include_location: bool) -
     if include_stats:
         info.partition_stats.CopyFrom(_partition_stats(p))
     if include_location:
-        info.partition_location.node_id = 1
+        info.partition_location.node_id = p.node_id
         info.partition_location.generation = p.generation
     return info
 
@@ -207,7 +207,7 @@ class ControlPlane:
                 stats.connection_node_id = 1
                 stats.partition_read_session_create_time.CopyFrom(timestamp(owner.assigned_at_ns))
             if req.include_location:
-                info.partition_location.node_id = 1
+                info.partition_location.node_id = p.node_id
                 info.partition_location.generation = p.generation
         return result
 

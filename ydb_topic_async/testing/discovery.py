@@ -119,13 +119,17 @@ class DiscoveryHandlers:
 
     def __init__(self, server: LocalTopicServer) -> None:
         self.server = server
+        self.nodes: list[tuple[str, int, int]] = []
+        """(host, port, node_id) of each node ``ListEndpoints`` names; empty: the server alone, as
+        node 1. Tests point these at proxies of this server to simulate a multi-node cluster."""
 
     def list_endpoints(self, request: Any) -> ydb_discovery_pb2.ListEndpointsResult:
         server = self.server
         if request.database and request.database.rstrip("/") != server.database:
             raise StorageError("SCHEME_ERROR", f"database {request.database} does not exist here ({server.database})")
         result = ydb_discovery_pb2.ListEndpointsResult(self_location="local")
-        result.endpoints.add(address=server.host, port=server.port, location="local", node_id=1, ssl=server.tls)
+        for host, port, node_id in self.nodes or [(server.host, server.port, 1)]:
+            result.endpoints.add(address=host, port=port, location="local", node_id=node_id, ssl=server.tls)
         return result
 
     def who_am_i(self, request: Any, headers: dict[str, str]) -> ydb_discovery_pb2.WhoAmIResult:

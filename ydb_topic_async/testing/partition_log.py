@@ -80,6 +80,8 @@ class Partition:
         self.parent_ids: list[int] = list(parent_ids)
         self.child_ids: list[int] = []
         self.generation = 1
+        self.node_id = 1
+        """The node reported as the partition's location (tests set it to simulate a cluster)."""
         self.start_offset = 0
         self.messages: list[StoredMessage] = []
         self.max_seq_no: dict[str, int] = {}

@@ -119,7 +119,7 @@ class ReadSession:
         request.committed_offset = committed
         request.partition_offsets.start = state.partition.start_offset
         request.partition_offsets.end = state.partition.end_offset
-        request.partition_location.node_id = 1
+        request.partition_location.node_id = state.partition.node_id
         request.partition_location.generation = state.partition.generation
         self.send(message)
 

@@ -80,6 +80,7 @@ class LocalTopicServer:
 
     @property
     def connection_string(self) -> str:
+        """``grpc://host:port/?database=...``: what any YDB client accepts."""
         return f"{self.endpoint}/?database={self.database}"
 
     async def __aenter__(self) -> LocalTopicServer:
@@ -92,6 +93,7 @@ class LocalTopicServer:
         await self.stop()
 
     async def start(self) -> None:
+        """Start listening (``async with`` does this); a second call does nothing."""
         if self._server is not None:
             return
         server = grpc.aio.server(

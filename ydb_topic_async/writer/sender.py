@@ -11,13 +11,15 @@ give up, in which case the error leaves ``run`` and the writer fans it out to ev
 
 from __future__ import annotations
 
-import logging
+import os
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import anyio.to_thread
 import grpc
 
 from .. import _codecs
@@ -35,13 +37,14 @@ from .._errors import (
 from .._proto import ydb_status_codes_pb2
 from .._proto import ydb_topic_pb2 as pb
 from .._retry import RetryPolicy, as_ydb_error
+from ..observability.logging import sdk_logger, writer_fields
 from .messages import InitInfo, Skipped, Written, WrittenInTx
 
 if TYPE_CHECKING:
     from .._driver import Driver
     from .buffer import PendingMessage, WriteBuffer
 
-logger = logging.getLogger("ydb_topic_async.writer")
+logger = sdk_logger("writer")
 
 _METHOD = "/Ydb.Topic.V1.TopicService/StreamWrite"
 _SUCCESS = ydb_status_codes_pb2.StatusIds.SUCCESS
@@ -103,6 +106,7 @@ class WriterSender:
         self._first_init = True
         self._progress = False
         self._generation: int | None = None
+        self._node_id: int | None = None
         self._last_token: str | None = None
         self._pending_token: str | None = None
         self._token_in_flight = False
@@ -112,6 +116,13 @@ class WriterSender:
         self.last_statistics: tuple[int, int, Any] | None = None
         """(partition_id, ack count, WriteStatistics proto) of the latest WriteResponse."""
         self.reconnects = 0
+        self.tx_identity: pb.TransactionIdentity | None = None
+        """Set for a transactional writer: every WriteRequest carries it."""
+        self.log_fields = writer_fields(settings.path, settings.producer_id, settings.partition_id)
+        """The ``extra`` of this writer's log records (updated by each handshake)."""
+        self._metrics = driver._metrics
+        self._sent_marks: deque[list[float]] = deque()
+        """With metrics: [send time, messages not yet acknowledged] per request of the current stream."""
 
     # --- reconnect loop -----------------------------------------------------------------
 
@@ -134,10 +145,18 @@ class WriterSender:
                     # The partition moved: the old location is stale, not the request.
                     delay = self._settings.retry.fast.delay(attempt - 1)
                 if delay is None:
-                    logger.debug("writer %s gives up: %r", self._settings.path, error)
+                    logger.debug(
+                        "topic writer %s: session %s failed for good: %r",
+                        self._settings.path, self.session_id, error, extra=self.log_fields,
+                    )
                     raise error from (exc if exc is not error else None)
-                logger.debug("writer %s reconnects in %.3fs after %r", self._settings.path, delay, error)
+                logger.info(
+                    "topic writer %s: session %s broke (%r); reconnecting in %.3fs",
+                    self._settings.path, self.session_id, error, delay, extra=self.log_fields,
+                )
                 self.reconnects += 1
+                if self._metrics is not None:
+                    self._metrics.writer_reconnect(self._settings.path, error)
                 await anyio.sleep(delay)
 
     async def _generation_changed(self) -> bool:
@@ -156,6 +175,7 @@ class WriterSender:
         if info.location is None:
             raise InternalError(f"partition {self._settings.partition_id} has no location for direct write")
         self._generation = info.location.generation
+        self._node_id = info.location.node_id
 
     # --- one stream ---------------------------------------------------------------------
 
@@ -179,13 +199,16 @@ class WriterSender:
 
     async def _session(self) -> None:
         s = self._settings
+        node_id: int | None = None
         if s.direct_write:
             await self._resolve_location()
+            # The partition's own node takes the stream without an extra hop inside the cluster.
+            node_id = self._node_id
         call = await self._driver._open_stream(
-            _METHOD, pb.StreamWriteMessage.FromClient, pb.StreamWriteMessage.FromServer
+            _METHOD, pb.StreamWriteMessage.FromClient, pb.StreamWriteMessage.FromServer, node_id=node_id
         )
         try:
-            self._last_token = await self._driver.credentials.auth_token()
+            self._last_token = await self._driver._auth_token()
             self._pending_token = None
             self._token_in_flight = False
             await _write(call, self._init_request())
@@ -198,6 +221,7 @@ class WriterSender:
                 raise InternalError(f"expected InitResponse, got {response.WhichOneof('server_message')}")
             self._handle_init(response.init_response)
             self._buffer.rewind()
+            self._sent_marks.clear()
             self._stream_error = None
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._guard, self._send_loop, call, tg.cancel_scope)
@@ -230,6 +254,12 @@ class WriterSender:
             )
         self.session_id = init.session_id
         self.partition_id = init.partition_id
+        settings = self._settings
+        self.log_fields = writer_fields(settings.path, settings.producer_id, init.partition_id, init.session_id)
+        logger.debug(
+            "topic writer %s: session %s started (partition %d, last seq_no %d)",
+            settings.path, init.session_id, init.partition_id, init.last_seq_no, extra=self.log_fields,
+        )
         info = InitInfo(
             last_seq_no=init.last_seq_no,
             partition_id=init.partition_id,
@@ -258,8 +288,13 @@ class WriterSender:
                 has_unsent.clear()
                 await has_unsent.wait()
                 continue
+            metrics = self._metrics
             for request in await self._next_requests():
+                if metrics is not None:
+                    self._sent_marks.append([time.monotonic(), len(request.write_request.messages)])
                 await _write(call, request)
+            if metrics is not None:
+                metrics.writer_buffer(self._settings.path, buffer.messages, buffer.nbytes)
 
     async def _next_requests(self) -> list[pb.StreamWriteMessage.FromClient]:
         """Take a prefix of ``unsent``, encode it, and pack it into as few requests as fit
@@ -291,6 +326,8 @@ class WriterSender:
         request = pb.StreamWriteMessage.FromClient()
         write = request.write_request
         write.codec = codec
+        if self.tx_identity is not None:
+            write.tx.CopyFrom(self.tx_identity)
         add = write.messages.add
         size = 0
         inflight = self._buffer.inflight
@@ -310,6 +347,8 @@ class WriterSender:
                 request = pb.StreamWriteMessage.FromClient()
                 write = request.write_request
                 write.codec = codec
+                if self.tx_identity is not None:
+                    write.tx.CopyFrom(self.tx_identity)
                 add = write.messages.add
                 size = 0
             size += entry_size
@@ -329,33 +368,39 @@ class WriterSender:
         return requests
 
     async def _encode(self, batch: list[PendingMessage]) -> None:
-        """Encode payloads not encoded yet; large ones in worker threads, in parallel."""
+        """Encode payloads not encoded yet: inline when there is little to do, otherwise in
+        worker threads, the batch split into chunks of similar size that encode in parallel.
+
+        The decision is by the batch's total size, not per message: a batch of many small
+        messages costs as much loop time as one large message.
+        """
+        todo = [entry for entry in batch if entry.encoded is None]
+        if not todo:
+            return
         encoder = self._settings.encoder
-        large: list[PendingMessage] = []
-        try:
-            for entry in batch:
-                if entry.encoded is None:
-                    if entry.data_len < _codecs.OFF_LOOP_THRESHOLD:
-                        entry.encoded = encoder(entry.data)
-                        entry.data = b""  # only the encoded form is sent (and resent) from now on
-                    else:
-                        large.append(entry)
-        except Exception as exc:
-            raise self._encoder_error(exc) from exc
-        if not large:
+        total = sum(entry.data_len for entry in todo)
+        if total < _codecs.OFF_LOOP_THRESHOLD:
+            try:
+                encoded = _encode_all(encoder, [entry.data for entry in todo])
+            except Exception as exc:
+                raise self._encoder_error(exc) from exc
+            _store_encoded(todo, encoded)
             return
         failures: list[BaseException] = []
 
-        async def encode_one(entry: PendingMessage) -> None:
+        async def encode_chunk(chunk: list[PendingMessage]) -> None:
+            payloads = [entry.data for entry in chunk]
             try:
-                entry.encoded = await _codecs.apply(encoder, entry.data)
-                entry.data = b""
+                encoded = await anyio.to_thread.run_sync(_encode_all, encoder, payloads)
             except Exception as exc:
                 failures.append(exc)
+                return
+            # Stored by the loop thread: the entries are shared with the rest of the writer.
+            _store_encoded(chunk, encoded)
 
         async with anyio.create_task_group() as tg:
-            for entry in large:
-                tg.start_soon(encode_one, entry)
+            for chunk in _split_by_size(todo, total):
+                tg.start_soon(encode_chunk, chunk)
         if failures:
             raise self._encoder_error(failures[0]) from failures[0]
 
@@ -380,6 +425,9 @@ class WriterSender:
         inflight = self._buffer.inflight
         count = 0
         nbytes = 0
+        metrics = self._metrics
+        skipped = 0
+        written_bytes = 0
         for ack in response.acks:
             seq_no = ack.seq_no
             if not inflight:
@@ -405,27 +453,86 @@ class WriterSender:
                     future.set_result(WrittenInTx(partition_id, seq_no))
                 else:
                     raise InternalError(f"protocol violation: WriteAck for seq_no={seq_no} has no status")
+            if metrics is not None:
+                if ack.HasField("skipped"):
+                    skipped += 1
+                else:
+                    written_bytes += entry.data_len
         if count:
             self._progress = True
             self.last_statistics = (partition_id, count, response.write_statistics)
             self._buffer.acknowledged(count, nbytes)
+            if metrics is not None:
+                self._record_acks(metrics, partition_id, count, skipped, written_bytes)
+
+    def _record_acks(self, metrics: Any, partition_id: int, count: int, skipped: int, written_bytes: int) -> None:
+        topic = self._settings.path
+        metrics.writer_acks(topic, partition_id, count - skipped, skipped, written_bytes)
+        # Acks come in seq_no order, and requests were sent in that order: the oldest marks are theirs.
+        now = time.monotonic()
+        marks = self._sent_marks
+        left = count
+        while left and marks:
+            mark = marks[0]
+            taken = min(left, int(mark[1]))
+            metrics.writer_ack_latency(topic, now - mark[0], taken)
+            left -= taken
+            mark[1] -= taken
+            if not mark[1]:
+                marks.popleft()
+        metrics.writer_buffer(topic, self._buffer.messages, self._buffer.nbytes)
 
     # --- tokens -------------------------------------------------------------------------
 
     async def _token_loop(self, call: Any) -> None:
         del call  # the sender writes the update, so writes to the stream never interleave
-        credentials = self._driver.credentials
+        driver = self._driver
         while True:
             await anyio.sleep(self._settings.token_refresh_interval)
             try:
-                token = await credentials.auth_token()
+                token = await driver._auth_token()
             except Exception:
                 # The current token is still valid for a while; try again at the next tick.
-                logger.warning("writer %s could not refresh its token", self._settings.path, exc_info=True)
+                logger.warning(
+                    "topic writer %s: session %s could not refresh its token",
+                    self._settings.path, self.session_id, exc_info=True, extra=self.log_fields,
+                )
                 continue
             if token and token != self._last_token and token != self._pending_token:
                 self._pending_token = token
                 self._buffer.has_unsent.set()
+
+
+ENCODE_PARALLELISM = min(8, max(2, os.cpu_count() or 1))
+"""How many worker threads one batch's encoding is spread across (the codecs release the GIL)."""
+
+
+def _encode_all(encoder: _codecs.Transform, payloads: list[bytes]) -> list[bytes]:
+    return [encoder(data) for data in payloads]
+
+
+def _store_encoded(entries: list[PendingMessage], encoded: list[bytes]) -> None:
+    for entry, payload in zip(entries, encoded, strict=True):
+        entry.encoded = payload
+        entry.data = b""  # only the encoded form is sent (and resent) from now on
+
+
+def _split_by_size(entries: list[PendingMessage], total: int) -> list[list[PendingMessage]]:
+    """Consecutive chunks of about ``total / ENCODE_PARALLELISM`` bytes (at least the off-loop
+    threshold each, so tiny chunks do not pay a thread hop for nothing)."""
+    target = max(_codecs.OFF_LOOP_THRESHOLD, -(-total // ENCODE_PARALLELISM))
+    chunks: list[list[PendingMessage]] = []
+    chunk: list[PendingMessage] = []
+    size = 0
+    for entry in entries:
+        chunk.append(entry)
+        size += entry.data_len
+        if size >= target:
+            chunks.append(chunk)
+            chunk, size = [], 0
+    if chunk:
+        chunks.append(chunk)
+    return chunks
 
 
 def _take(queue: Any, count: int) -> list[PendingMessage]:

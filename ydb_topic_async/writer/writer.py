@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import logging
 import time
 import uuid
 from collections.abc import Mapping
@@ -26,6 +25,7 @@ from .._errors import (
     WriterClosedError,
 )
 from .._retry import RetryPolicy
+from ..observability.logging import sdk_logger
 from .buffer import PendingMessage, WriteBuffer
 from .messages import InitInfo, Message, MetadataInput, WriteResult, WriteStatistics
 from .sender import MESSAGE_OVERHEAD, METADATA_ITEM_OVERHEAD, REQUEST_OVERHEAD, SenderSettings, WriterSender
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
     from .._driver import Driver
 
-logger = logging.getLogger("ydb_topic_async.writer")
+logger = sdk_logger("writer")
 
 DEFAULT_MAX_BUFFER_MESSAGES = 100_000
 DEFAULT_MAX_BUFFER_BYTES = 64 * 1024 * 1024
@@ -177,6 +177,7 @@ class TopicWriter:
             self._buffer,
             self._on_init,
         )
+        self._tracing = driver.tracing
         self._task: asyncio.Task[None] | None = None
         self._init_info: InitInfo | None = None
         self._init_done = asyncio.Event()
@@ -206,7 +207,10 @@ class TopicWriter:
             if exc is None:
                 raise
             # Do not mask the error that is already propagating out of the block.
-            logger.warning("closing writer %s after an error also failed", self.path, exc_info=True)
+            logger.warning(
+                "closing topic writer %s (session %s) after an error also failed",
+                self.path, self.session_id, exc_info=True, extra=self._sender.log_fields,
+            )
 
     async def open(self) -> None:
         """Start connecting in the background (``write`` does this too); returns at once."""
@@ -231,7 +235,10 @@ class TopicWriter:
         lost = self._buffer.fail(error)
         self._init_done.set()
         if lost:
-            logger.error("topic writer %s failed with %d unacknowledged messages: %r", self.path, lost, error)
+            logger.error(
+                "topic writer %s: session %s failed with %d unacknowledged messages: %r",
+                self.path, self.session_id, lost, error, extra=self._sender.log_fields,
+            )
 
     async def close(self, timeout: float | None = None) -> None:
         """Stop accepting writes, wait for every acknowledgement (reconnecting as needed), stop.
@@ -279,6 +286,11 @@ class TopicWriter:
     def closed(self) -> bool:
         """True once ``close`` was called."""
         return self._closed
+
+    @property
+    def failure(self) -> BaseException | None:
+        """The error that ended this writer for good (every later call raises it), or None."""
+        return self._failure
 
     def _check_usable(self) -> None:
         if self._closed:
@@ -334,7 +346,13 @@ class TopicWriter:
             # A caller writing in a tight loop never suspends; yield (before accepting anything,
             # so a cancellation here loses nothing) to let the sender ship the backlog meanwhile.
             await asyncio.sleep(0)
-        if type(messages) is bytes and self._next_seq_no is not None and self._failure is None and not self._closed:
+        if (
+            type(messages) is bytes
+            and self._next_seq_no is not None
+            and self._failure is None
+            and not self._closed
+            and self._tracing is None
+        ):
             # The hot path: one payload, auto numbering after the handshake, room in the buffer.
             size = len(messages)
             if size <= self._max_message_bytes and buffer.try_reserve(1, size):
@@ -385,7 +403,12 @@ class TopicWriter:
             return futures[0]
         return futures
 
-    async def _accept(self, messages: Messages, with_futures: bool) -> list[asyncio.Future[WriteResult]] | None:
+    async def _accept(
+        self, messages: Messages, with_futures: bool, traced: bool = False
+    ) -> list[asyncio.Future[WriteResult]] | None:
+        if self._tracing is not None and not traced:
+            # Tracing adds the span's context to each message and comes back here with traced=True.
+            return await self._tracing.traced_accept(self._accept, self.path, self.producer_id, messages, with_futures)
         if with_futures and len(self._buffer.unsent) >= _YIELD_BACKLOG:
             await asyncio.sleep(0)  # as in write: let the sender run
         self._check_usable()
@@ -525,6 +548,7 @@ class TopicWriter:
 
     @property
     def buffered_bytes(self) -> int:
+        """Bytes of messages accepted and not yet acknowledged."""
         return self._buffer.nbytes
 
     @property

@@ -1,0 +1,108 @@
+"""Where the writer compresses: batches of many small messages must not stall the event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+import time
+from typing import Any
+
+import pytest
+import zstandard
+
+import ydb_topic_async as yta
+from ydb_topic_async import _codecs
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _payloads(count: int, size: int = 1024) -> list[bytes]:
+    rng = random.Random(7)
+    words = [b"user", b"click", b"amount", b"page", b"session", b"%d"]
+    out = []
+    for i in range(count):
+        text = b" ".join(rng.choice(words) for _ in range(size // 4)) + b"#%d" % i
+        out.append(text[:size])
+    return out
+
+
+class RecordingEncoder:
+    """Wraps an encoder and records the threads it ran in."""
+
+    def __init__(self, encode: _codecs.Transform) -> None:
+        self._encode = encode
+        self._lock = threading.Lock()
+        self.threads: list[int] = []
+
+    def __call__(self, data: bytes) -> bytes:
+        with self._lock:
+            self.threads.append(threading.get_ident())
+        return self._encode(data)
+
+
+@pytest.mark.parametrize("codec", [yta.Codec.ZSTD, yta.Codec.GZIP])
+async def test_a_batch_of_small_messages_is_encoded_off_the_loop(
+    server: Any, driver: yta.Driver, topic: str, codec: int
+) -> None:
+    encoder = RecordingEncoder(_codecs.BUILTIN_ENCODERS[codec])
+    decode = _codecs.BUILTIN_DECODERS[codec]
+    loop_thread = threading.get_ident()
+    payloads = _payloads(4000)
+    async with driver.topic.writer(topic, producer_id="small", codec=codec, encoders={codec: encoder}) as writer:
+        await writer.write(payloads)
+        await writer.flush(timeout=30)
+        batch_threads = set(encoder.threads)
+        encoder.threads.clear()
+        await writer.write_with_ack(b"tiny")  # a few bytes: not worth a thread hop
+    assert len(batch_threads) >= 1 and loop_thread not in batch_threads
+    assert encoder.threads == [loop_thread]
+    messages = list(server.storage.read(topic, 0))
+    assert [decode(m.data) for m in messages] == [*payloads, b"tiny"]
+    assert {m.codec for m in messages} == {codec}
+
+
+async def test_encoding_many_small_messages_does_not_stall_the_loop(
+    server: Any, driver: yta.Driver, topic: str
+) -> None:
+    local = threading.local()
+
+    def costly_zstd(data: bytes) -> bytes:
+        # A high level makes compression dominate the writer's other per-message work, so the
+        # comparison below measures where compression runs and nothing else.
+        compressor = getattr(local, "compressor", None)
+        if compressor is None:
+            compressor = local.compressor = zstandard.ZstdCompressor(level=15)
+        return compressor.compress(data)
+
+    payloads = _payloads(4000)
+    started = time.perf_counter()
+    for data in payloads[:2000]:
+        costly_zstd(data)
+    inline_half = time.perf_counter() - started  # what encoding half of them on the loop would stall it
+    assert inline_half > 0.02
+
+    loop = asyncio.get_running_loop()
+    stalls: list[float] = []
+    done = asyncio.Event()
+    running = asyncio.Event()
+
+    async def probe() -> None:
+        while not done.is_set():
+            running.set()
+            before = loop.time()
+            await asyncio.sleep(0.001)
+            stalls.append(loop.time() - before - 0.001)
+
+    async with driver.topic.writer(topic, codec=yta.Codec.ZSTD, encoders={yta.Codec.ZSTD: costly_zstd}) as writer:
+        await writer.wait_init()
+        probing = asyncio.ensure_future(probe())
+        await running.wait()
+        try:
+            await writer.write(payloads)  # about one 4 MiB request's worth
+            await writer.flush(timeout=30)
+        finally:
+            done.set()
+            await probing
+    assert len(server.storage.read(topic, 0)) == 4000
+    assert max(stalls) < inline_half / 3, (max(stalls), inline_half)
