@@ -11,6 +11,7 @@ import gc
 import itertools
 import logging
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -83,3 +84,15 @@ async def topic(driver: Driver, topic_name: str) -> str:
     """A fresh topic with one partition and the consumer ``consumer``."""
     await driver.topic.create_topic(topic_name, consumers=["consumer"])
     return topic_name
+
+
+@pytest.fixture
+async def official(server: LocalTopicServer) -> AsyncIterator[Any]:
+    """The official ``ydb`` SDK's async driver, connected to the same local server."""
+    ydb_aio = pytest.importorskip("ydb.aio")
+    driver = ydb_aio.Driver(endpoint=server.endpoint, database=server.database)
+    await driver.wait(timeout=10)
+    try:
+        yield driver
+    finally:
+        await driver.stop()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -15,16 +14,6 @@ import ydb_topic_async as yta
 from .conftest import fill
 
 pytestmark = pytest.mark.timeout(40)
-
-
-@pytest.fixture
-async def official(server: Any) -> AsyncIterator[Any]:
-    drv = ydb.aio.Driver(endpoint=server.endpoint, database=server.database)
-    await drv.wait(timeout=5)
-    try:
-        yield drv
-    finally:
-        await drv.stop()
 
 
 async def test_our_reader_reads_what_the_official_writer_wrote(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -14,16 +14,6 @@ import ydb.aio
 from ydb_topic_async.testing import LocalTopicServer
 
 pytestmark = pytest.mark.timeout(40)
-
-
-@pytest.fixture
-async def official(server: LocalTopicServer) -> AsyncIterator[Any]:
-    driver = ydb.aio.Driver(endpoint=server.endpoint, database=server.database)
-    await driver.wait(timeout=5)
-    try:
-        yield driver
-    finally:
-        await driver.stop()
 
 
 async def eventually(predicate: Callable[[], bool], timeout: float = 10) -> None:

@@ -375,16 +375,6 @@ async def test_stopping_the_server_ends_sessions() -> None:
 
 
 @pytest.fixture
-async def official(server: LocalTopicServer) -> AsyncIterator[Any]:
-    driver = ydb.aio.Driver(endpoint=server.endpoint, database=server.database)
-    await driver.wait(timeout=5)
-    try:
-        yield driver
-    finally:
-        await driver.stop()
-
-
-@pytest.fixture
 async def pool(official: Any) -> AsyncIterator[Any]:
     sessions = ydb.aio.QuerySessionPool(official, size=2)
     try:

@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 
 from ydb_topic_async import Driver
-from ydb_topic_async.testing import LocalTopicServer
 
 
 @pytest.fixture
@@ -28,15 +27,12 @@ async def target(driver: Driver, topic_name: str) -> str:
 
 
 @pytest.fixture
-async def official_pool(server: LocalTopicServer) -> AsyncIterator[Any]:
+async def official_pool(official: Any) -> AsyncIterator[Any]:
     """The official ``ydb`` SDK's asyncio query session pool, on the local server."""
     import ydb.aio
 
-    official = ydb.aio.Driver(endpoint=server.endpoint, database=server.database)
-    await official.wait(timeout=5)
     pool = ydb.aio.QuerySessionPool(official, size=2)
     try:
         yield pool
     finally:
         await pool.stop()
-        await official.stop()

@@ -4,7 +4,6 @@ messages (and deduplication) land correctly on the local server."""
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
@@ -21,16 +20,6 @@ pytestmark = pytest.mark.timeout(60)
 def stored(server: Any, topic: str, partition: int = 0) -> list[Any]:
     """The messages (``StoredMessage``) the local server holds in one partition, oldest first."""
     return list(server.storage.read(topic, partition))
-
-
-@pytest.fixture
-async def official(server: Any) -> AsyncIterator[Any]:
-    driver = ydb.aio.Driver(endpoint=server.endpoint, database=server.database)
-    await driver.wait(timeout=10)
-    try:
-        yield driver
-    finally:
-        await driver.stop()
 
 
 @pytest.mark.parametrize("codec", [_codecs.Codec.RAW, _codecs.Codec.GZIP])
