@@ -33,9 +33,15 @@ class _AsyncioComplaints(logging.Handler):
 
 
 @pytest.fixture(autouse=True)
-async def no_leaked_tasks() -> AsyncIterator[None]:
+async def no_leaked_tasks(request: pytest.FixtureRequest) -> AsyncIterator[None]:
     """Fail a test that leaves tasks behind (after everything else was torn down), or whose
-    tasks asyncio reports as destroyed while pending or as failing with nobody to see it."""
+    tasks asyncio reports as destroyed while pending or as failing with nobody to see it.
+
+    ``@pytest.mark.tolerate_asyncio_reports("text", ...)`` lets through reports containing one
+    of the texts: for the official SDK's own futures in interop tests, which this project cannot fix.
+    """
+    marker = request.node.get_closest_marker("tolerate_asyncio_reports")
+    tolerated: tuple[str, ...] = marker.args if marker is not None else ()
     complaints = _AsyncioComplaints()
     asyncio_logger = logging.getLogger("asyncio")
     asyncio_logger.addHandler(complaints)
@@ -44,8 +50,9 @@ async def no_leaked_tasks() -> AsyncIterator[None]:
         yield
         await _no_pending_tasks(before)
         gc.collect()  # destroyed-while-pending tasks are reported when they are collected
-        if complaints.messages:
-            pytest.fail("asyncio reported: " + "; ".join(complaints.messages))
+        reports = [m for m in complaints.messages if not any(text in m for text in tolerated)]
+        if reports:
+            pytest.fail("asyncio reported: " + "; ".join(reports))
     finally:
         asyncio_logger.removeHandler(complaints)
 

@@ -56,6 +56,9 @@ async def test_official_reader_reads_and_commits_on_our_server(
     assert [p.committed_offset for p in desc.partitions] == [30]
 
 
+# When partitions move to our reader, the official reader leaves a future failed with
+# PublicTopicReaderPartitionExpiredError that it never retrieves itself.
+@pytest.mark.tolerate_asyncio_reports("PublicTopicReaderPartitionExpiredError")
 async def test_official_and_our_reader_split_partitions(
     official: Any, driver: yta.Driver, topic_name: str
 ) -> None:
