@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -63,3 +64,12 @@ def duration(seconds: float) -> duration_pb2.Duration:
 
 def metadata(context: grpc.aio.ServicerContext[Any, Any]) -> dict[str, str]:
     return {str(k): str(v) for k, v in (context.invocation_metadata() or ())}
+
+
+def rpc_handler(
+    kind: Callable[..., grpc.RpcMethodHandler], behaviour: Any, request_cls: Any, response_cls: Any
+) -> grpc.RpcMethodHandler:
+    """A method handler of ``kind`` (``grpc.unary_unary_rpc_method_handler``, ...) for our message classes."""
+    return kind(
+        behaviour, request_deserializer=request_cls.FromString, response_serializer=response_cls.SerializeToString
+    )

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from .._proto import ydb_query_pb2 as qpb
-from ._replies import SUCCESS, issues, metadata, status_code
+from ._replies import SUCCESS, issues, metadata, rpc_handler, status_code
 from .partition_log import PendingOffsets, PendingWrites, StorageError
 
 if TYPE_CHECKING:
@@ -263,18 +263,11 @@ class QueryService:
 
     def handlers(self) -> grpc.GenericRpcHandler:
         def unary(name: str, handler: Callable[[Any], Any], request_cls: Any, response_cls: Any) -> Any:
-            return grpc.unary_unary_rpc_method_handler(
-                self.unary(name, handler, response_cls),
-                request_deserializer=request_cls.FromString,
-                response_serializer=response_cls.SerializeToString,
-            )
+            behaviour = self.unary(name, handler, response_cls)
+            return rpc_handler(grpc.unary_unary_rpc_method_handler, behaviour, request_cls, response_cls)
 
         def server_stream(handler: Any, request_cls: Any, response_cls: Any) -> Any:
-            return grpc.unary_stream_rpc_method_handler(
-                handler,
-                request_deserializer=request_cls.FromString,
-                response_serializer=response_cls.SerializeToString,
-            )
+            return rpc_handler(grpc.unary_stream_rpc_method_handler, handler, request_cls, response_cls)
 
         methods = {
             "CreateSession": unary(

@@ -13,7 +13,7 @@ from google.protobuf.message import Message
 
 from .._proto import ydb_auth_pb2, ydb_discovery_pb2
 from .._proto import ydb_topic_pb2 as pb
-from ._replies import metadata, operation, status_code
+from ._replies import metadata, operation, rpc_handler, status_code
 from .control_plane import ControlPlane
 from .discovery import Auth, DiscoveryHandlers, Gate
 from .faults import Faults
@@ -156,18 +156,11 @@ class LocalTopicServer:
             return unary_with_headers(name, lambda request, _headers: handler(request), request_cls, response_cls)
 
         def unary_with_headers(name: str, handler: HeaderHandler, request_cls: Any, response_cls: Any) -> Any:
-            return grpc.unary_unary_rpc_method_handler(
-                self._unary(name, handler, response_cls),
-                request_deserializer=request_cls.FromString,
-                response_serializer=response_cls.SerializeToString,
-            )
+            behaviour = self._unary(name, handler, response_cls)
+            return rpc_handler(grpc.unary_unary_rpc_method_handler, behaviour, request_cls, response_cls)
 
         def stream(handler: Any, request_cls: Any, response_cls: Any) -> Any:
-            return grpc.stream_stream_rpc_method_handler(
-                handler,
-                request_deserializer=request_cls.FromString,
-                response_serializer=response_cls.SerializeToString,
-            )
+            return rpc_handler(grpc.stream_stream_rpc_method_handler, handler, request_cls, response_cls)
 
         control = self.control
         topic = {
