@@ -7,6 +7,10 @@ topic with the async writer, then times ``spark.read.format("ydb_topic")...`` ag
 every row (so each message is read and converted); the write times ``df.write.format("ydb_topic")``
 of the same number of rows (every task waits for all acknowledgements). Each is run
 ``--rounds`` times after a warm-up and the best round is reported.
+
+The reference, in the same run: the async SDK alone doing the same work in this process (a
+reader without a consumer over every partition; one writer per partition), i.e. what the server
+and the client library allow before Spark's task and row handling is added.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ def main() -> None:
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
-    from ydb_topic_async import Driver
+    from ydb_topic_async import Driver, TopicSelector
     from ydb_topic_async.spark import register
 
     server = subprocess.Popen(
@@ -65,6 +69,7 @@ def main() -> None:
                         await writer.write(payload)
             for r in range(args.rounds + 1):
                 await driver.topic.create_topic(f"bench/write-{r}", min_active_partitions=args.partitions)
+                await driver.topic.create_topic(f"bench/sdk-write-{r}", min_active_partitions=args.partitions)
 
     try:
         asyncio.run(fill())
@@ -84,8 +89,30 @@ def main() -> None:
         def write(r: int) -> None:
             source.write.format("ydb_topic").options(**options, topic=f"bench/write-{r}").mode("append").save()
 
+        async def sdk_read() -> None:
+            selector = TopicSelector("bench/read", start_offsets=dict.fromkeys(range(args.partitions), 0))
+            seen = 0
+            async with Driver(endpoint, database) as driver, driver.topic.reader(selector, consumer=None) as reader:
+                while seen < rows:
+                    seen += len(await reader.receive_batch(timeout=30))
+
+        async def sdk_write(r: int) -> None:
+            async def one_partition(driver: Driver, pid: int) -> None:
+                topic = f"bench/sdk-write-{r}"
+                async with driver.topic.writer(topic, producer_id=f"p{pid}", partition_id=pid) as writer:
+                    for _ in range(rows // args.partitions):
+                        await writer.write(payload)
+
+            async with Driver(endpoint, database) as driver:
+                await asyncio.gather(*(one_partition(driver, pid) for pid in range(args.partitions)))
+
         results = []
-        for name, run in (("batch read", lambda r: read()), ("batch write", write)):
+        for name, run in (
+            ("batch read", lambda r: read()),
+            ("batch write", write),
+            ("SDK read", lambda r: asyncio.run(sdk_read())),
+            ("SDK write", lambda r: asyncio.run(sdk_write(r))),
+        ):
             times = []
             for r in range(args.rounds + 1):  # round 0 warms up Python workers and gRPC
                 started = time.perf_counter()
@@ -95,7 +122,7 @@ def main() -> None:
             best = min(times)
             results.append((name, best, rows / best))
         print(f"\n{rows} rows x {args.size} B, {args.partitions} partitions, local[2], best of {args.rounds}")
-        print(f"{'operation':<12}{'seconds':>9}{'rows/s':>10}")
+        print(f"{'operation':<12}{'seconds':>9}{'rows/s':>10}   (SDK rows: the async SDK alone, for reference)")
         for name, seconds, rate in results:
             print(f"{name:<12}{seconds:>9.2f}{rate:>10.0f}")
     finally:

@@ -7,6 +7,7 @@ import base64
 import json
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -255,3 +256,61 @@ async def test_tls_with_given_root_certificates(tls_pair: tuple[bytes, bytes]) -
         ) as untrusting:
             with pytest.raises(yta.ConnectionLostError):
                 await untrusting.topic.describe_topic("secure", timeout=5)
+
+
+_ONE_LOOP_AFTER_ANOTHER = """
+import asyncio, sys
+from ydb_topic_async import Driver, TopicSelector
+
+endpoint, database = sys.argv[1], sys.argv[2]
+
+async def fill() -> None:
+    async with Driver(endpoint, database) as driver:
+        for partition in (0, 1):
+            async with driver.topic.writer("loops", producer_id=f"p{partition}", partition_id=partition) as writer:
+                for _ in range(1000):
+                    await writer.write(b"x" * 100)
+
+async def write_concurrently() -> None:
+    async def one(driver: Driver, partition: int) -> None:
+        async with driver.topic.writer("loops", producer_id=f"q{partition}", partition_id=partition) as writer:
+            for _ in range(1000):
+                await writer.write(b"x" * 100)
+
+    async with Driver(endpoint, database) as driver:
+        await asyncio.gather(one(driver, 0), one(driver, 1))
+        async with driver.query.transaction() as tx:
+            await driver.topic.tx_writer(tx, "loops").write(b"in tx")
+
+async def read() -> None:
+    async with Driver(endpoint, database) as driver:
+        async with driver.topic.reader(TopicSelector("loops", start_offsets={0: 0, 1: 0}), consumer=None) as reader:
+            seen = 0
+            while seen < 2000:
+                seen += len(await reader.receive_batch(timeout=10))
+        async with driver.topic.reader("loops", consumer="c") as reader:
+            await reader.commit_with_ack(await reader.receive_batch(timeout=10))
+
+# What scripts do: one asyncio.run after another, each with its own loop.
+asyncio.run(fill())
+for _ in range(3):
+    asyncio.run(write_concurrently())
+    asyncio.run(read())
+print("ok")
+"""
+
+
+async def test_drivers_on_successive_event_loops_leave_nothing_for_closed_loops(
+    driver: yta.Driver, server: LocalTopicServer
+) -> None:
+    """gRPC hands a call's last events to the loop it ran on; a closed Driver must have freed its
+    calls by then, or they land on a loop that asyncio.run already closed."""
+    await driver.topic.create_topic("loops", min_active_partitions=2, consumers=["c"])
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", _ONE_LOOP_AFTER_ANOTHER, server.endpoint, server.database,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 90)
+    assert (proc.returncode, out) == (0, b"ok\n"), err.decode()[-2000:]
+    assert b"Event loop is closed" not in err, err.decode()[-2000:]
+    assert b"Traceback" not in err, err.decode()[-2000:]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -267,13 +268,24 @@ class Driver:
                 await self._topic._close()
         finally:
             self._closed = True
-            if self._discovery_task is not None:
-                self._discovery_task.cancel()
+            discovery, self._discovery_task = self._discovery_task, None
+            if discovery is not None:
+                discovery.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
-                    await self._discovery_task
+                    await discovery
+            del discovery  # the task keeps its CancelledError, whose traceback holds this frame
+            # Channels must be freed while their event loop runs: one freed later by the garbage
+            # collector (say, after asyncio.run returned) delivers its last gRPC events to a closed
+            # loop. So no reference to them may outlive this call, not even in this frame.
             channels, self._channels = list(self._channels.values()), {}
-            for channel in channels:
-                await channel.close()
+            while channels:
+                await channels.pop().close()
+            # gRPC's completion queue hands each call's last events to the loop the call ran on:
+            # a call freed only later, by the cyclic garbage collector (an exception's traceback
+            # can keep one alive), would hand them to a loop that asyncio.run has closed by then.
+            # Free such calls now, while this loop still runs and can take their events.
+            gc.collect()
+            await asyncio.sleep(0)
 
     @property
     def closed(self) -> bool:
