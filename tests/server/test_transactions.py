@@ -429,3 +429,31 @@ async def test_official_tx_writer_and_tx_reader(official: Any, pool: Any, server
     assert [m.data for m in server.storage.read("sink", 0)] == [b"A", b"B"]
     assert [m.offset for m in server.storage.read("sink", 0)] == [0, 1]
     assert server.storage.committed_offsets("source", "c") == {0: 2}
+
+
+async def test_a_write_stream_breaks_after_holding_transactional_writes(
+    channel: grpc.aio.Channel, server: LocalTopicServer, session: Session
+) -> None:
+    await create_topic(channel, "held")
+    tx_id = await session.begin()
+    writer = RawWriter(channel)
+    assert (await writer.init("held", producer_id="p", partition_id=0)).status == StatusIds.SUCCESS
+    server.faults.drop_write_stream_after(2)
+    reply = await tx_write(writer, session.identity(tx_id), [1])
+    assert acks(reply) == [(1, "written_in_tx", -1)]
+    # The second message exhausts the budget: it is held, but its ack is lost with the stream.
+    with pytest.raises(grpc.aio.AioRpcError) as broken:
+        await tx_write(writer, session.identity(tx_id), [2])
+    assert broken.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert server.faults.dropped_streams == 1
+    held = server.query.sessions[session.session_id].transactions[tx_id].writes.messages
+    assert [m.seq_no for _, m in held] == [1, 2]
+
+    # A resend on a new stream is deduplicated inside the transaction, so the commit holds each once.
+    again = RawWriter(channel)
+    assert (await again.init("held", producer_id="p", partition_id=0)).status == StatusIds.SUCCESS
+    assert acks(await tx_write(again, session.identity(tx_id), [2])) == [(2, "skipped", -1)]
+    assert (await session.commit(tx_id)).status == StatusIds.SUCCESS
+    assert stored(server, "held") == [(0, "p", 1), (1, "p", 2)]
+    await again.close()
+    writer.call.cancel()

@@ -36,3 +36,11 @@ async def official_pool(official: Any) -> AsyncIterator[Any]:
         yield pool
     finally:
         await pool.stop()
+
+
+@pytest.fixture
+async def pair(driver: Driver, topic_name: str) -> str:
+    """A topic with two partitions and the consumer ``consumer``."""
+    name = f"{topic_name}-pair"
+    await driver.topic.create_topic(name, min_active_partitions=2, consumers=["consumer"])
+    return name

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import pytest
 
@@ -11,6 +12,11 @@ from ydb_topic_async import (
     ClosedError,
     Driver,
     InvalidArgumentError,
+    OperationTimeoutError,
+    OverloadedError,
+    ServerError,
+    SessionBusyError,
+    Transaction,
     TransactionEndedError,
     TransactionState,
 )
@@ -165,6 +171,7 @@ async def test_driver_close_rolls_back_and_deletes_sessions(server: LocalTopicSe
     try:
         idle = await driver.query.transaction().begin()
         open_tx = await driver.query.transaction().begin()
+        await driver.topic.create_topic("never-written")
         await driver.topic.tx_writer(open_tx, "never-written").write(b"x")
         await idle.commit()
         ended: list[BaseException | None] = []
@@ -178,5 +185,153 @@ async def test_driver_close_rolls_back_and_deletes_sessions(server: LocalTopicSe
     assert not [t for t in asyncio.all_tasks() if t.get_name().startswith("query session") and not t.done()]
     assert server.query.sessions == {}
     assert server.query.committed_transactions == 1
+    assert server.storage.read("never-written", 0) == []
     with pytest.raises(ClosedError):
         driver.query.transaction()
+
+
+async def until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
+    """Yield to the loop until ``predicate()`` holds (internal state with no event to await)."""
+    async with asyncio.timeout(timeout):
+        while True:
+            if predicate():
+                return
+            await asyncio.sleep(0)
+
+
+async def test_a_commit_waits_for_a_begin_under_way(driver: Driver, server: LocalTopicServer) -> None:
+    await driver.topic.create_topic("racing")
+    tx = driver.query.transaction()
+    writer = driver.topic.tx_writer(tx, "racing")
+    write = asyncio.create_task(writer.write(b"x"))
+    await until(tx._begin_lock.locked)  # the first write is beginning the transaction
+    await tx.commit()
+    await write
+    assert tx.state is TransactionState.COMMITTED
+    assert [m.data for m in server.storage.read("racing", 0)] == [b"x"]
+    assert tx.session_id is not None and server.query.sessions[tx.session_id].transactions == {}
+    assert driver.query.pool.idle == 1  # the session went back, with no transaction left open
+
+
+async def test_a_rollback_waits_for_a_begin_under_way(driver: Driver, server: LocalTopicServer) -> None:
+    tx = driver.query.transaction()
+    begin = asyncio.create_task(tx.begin())
+    await until(tx._begin_lock.locked)
+    await tx.rollback()
+    await begin
+    assert tx.state is TransactionState.ROLLED_BACK
+    assert tx.session_id is not None and server.query.sessions[tx.session_id].transactions == {}
+    assert driver.query.pool.idle == 1
+    with pytest.raises(TransactionEndedError):
+        await tx.begin()
+
+
+@pytest.mark.parametrize("status", ["UNDETERMINED", "TIMEOUT", "CANCELLED"])
+async def test_an_uncertain_commit_is_reported_unknown_and_drops_the_session(
+    driver: Driver, server: LocalTopicServer, status: str
+) -> None:
+    tx = await driver.query.transaction().begin()
+    server.faults.fail_next("CommitTransaction", status)
+    with pytest.raises(ServerError, match=status):
+        await tx.commit()
+    assert tx.state is TransactionState.FAILED
+    assert tx.outcome_unknown
+    assert driver.query.pool.open_sessions == 0  # never reused: the commit may still be running on it
+
+    attempts = 0
+
+    async def body(t: Transaction) -> None:
+        nonlocal attempts
+        attempts += 1
+        await t.begin()
+
+    server.faults.fail_next("CommitTransaction", status)
+    with pytest.raises(ServerError, match=status):
+        await driver.query.retry_tx(body)
+    assert attempts == 1  # repeating could commit twice
+
+
+async def test_a_refused_commit_rolls_back_and_keeps_the_session(driver: Driver, server: LocalTopicServer) -> None:
+    tx = await driver.query.transaction().begin()
+    session_id = tx.session_id
+    assert session_id is not None
+    server.faults.fail_next("CommitTransaction", "OVERLOADED")
+    with pytest.raises(OverloadedError):
+        await tx.commit()
+    assert not tx.outcome_unknown
+    assert server.query.sessions[session_id].transactions == {}  # not left open on the pooled session
+    assert driver.query.pool.idle == 1
+
+
+async def test_rolling_back_a_transaction_the_server_ended_keeps_the_session(
+    driver: Driver, server: LocalTopicServer
+) -> None:
+    tx = await driver.query.transaction().begin()
+    assert tx.session_id is not None and tx.tx_id is not None
+    server.query.abort(server.query.transaction(tx.session_id, tx.tx_id))
+    await tx.rollback()  # NOT_FOUND: it is already rolled back
+    assert tx.state is TransactionState.ROLLED_BACK
+    assert driver.query.pool.idle == 1
+    again = await driver.query.transaction().begin()
+    assert again.session_id == tx.session_id
+    await again.commit()
+
+
+async def test_a_hooks_own_timeout_is_not_reported_as_a_commit_timeout(driver: Driver) -> None:
+    for timeout in (None, 30.0):
+        tx = driver.query.transaction()
+
+        async def slow_dependency(t: object) -> None:
+            raise TimeoutError("the hook's own dependency timed out")
+
+        tx.before_commit(slow_dependency)
+        await tx.begin()
+        with pytest.raises(TimeoutError, match="own dependency") as raised:
+            await tx.commit(timeout=timeout)
+        assert not isinstance(raised.value, OperationTimeoutError)
+        assert tx.state is TransactionState.FAILED
+
+
+async def test_the_commit_timeout_bounds_the_hooks(driver: Driver, server: LocalTopicServer) -> None:
+    tx = driver.query.transaction()
+    never = asyncio.Event()
+
+    async def stuck(t: object) -> None:
+        await never.wait()
+
+    tx.before_commit(stuck)
+    await tx.begin()
+    with pytest.raises(OperationTimeoutError, match=r"within 0\.2s"):
+        await tx.commit(timeout=0.2)
+    assert tx.state is TransactionState.FAILED
+    assert tx.session_id is not None and server.query.sessions[tx.session_id].transactions == {}
+    with pytest.raises(OperationTimeoutError, match="begin within"):
+        await driver.query.transaction().begin(timeout=0)
+
+
+async def test_session_busy_drops_the_session(driver: Driver, server: LocalTopicServer) -> None:
+    server.faults.fail_next("BeginTransaction", "SESSION_BUSY")
+    with pytest.raises(SessionBusyError):
+        await driver.query.transaction().begin()
+    assert driver.query.pool.open_sessions == 0
+    tx = await driver.query.transaction().begin()
+    server.faults.fail_next("CommitTransaction", "SESSION_BUSY")
+    with pytest.raises(SessionBusyError):
+        await tx.commit()
+    assert driver.query.pool.open_sessions == 0
+
+
+async def test_retry_tx_repeats_a_transaction_the_server_no_longer_knows(
+    driver: Driver, server: LocalTopicServer
+) -> None:
+    attempts = 0
+
+    async def body(t: Transaction) -> int:
+        nonlocal attempts
+        attempts += 1
+        await t.begin()
+        return attempts
+
+    server.faults.fail_next("CommitTransaction", "NOT_FOUND")
+    assert await driver.query.retry_tx(body) == 2
+    assert server.query.committed_transactions == 1

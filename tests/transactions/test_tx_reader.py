@@ -146,3 +146,46 @@ async def test_receive_with_an_ended_transaction_or_without_consumer_raises(
     async with driver.topic.reader(selector, consumer=None) as plain:
         with pytest.raises(CommitNotAllowedError):
             await plain.receive_batch_with_tx(driver.query.transaction(), timeout=5)
+
+
+async def test_reading_right_after_a_rollback_gets_the_same_offsets_again(
+    driver: Driver, server: LocalTopicServer, source: str
+) -> None:
+    await fill(driver, source, 4)
+    async with driver.topic.reader(source, consumer="consumer") as reader:
+        tx = driver.query.transaction()
+        tx2 = await driver.query.transaction().begin()  # so that nothing waits between the two reads
+        first = await reader.receive_batch_with_tx(tx, max_messages=2, timeout=5)
+        assert [m.offset for m in first] == [0, 1]
+        await tx.rollback()
+        # At once: offsets 2 and 3 of the replaced stream must not be handed out any more.
+        offsets: list[int] = []
+        while len(offsets) < 4:
+            batch = await reader.receive_batch_with_tx(tx2, timeout=5)
+            offsets.extend(m.offset for m in batch)
+        assert offsets == [0, 1, 2, 3]
+        await tx2.commit()
+    assert server.storage.committed_offsets(source, "consumer") == {0: 4}
+
+
+async def test_several_batches_per_partition_of_two_partitions_in_one_transaction(
+    driver: Driver, server: LocalTopicServer, pair: str, target: str
+) -> None:
+    for partition in (0, 1):
+        async with driver.topic.writer(pair, partition_id=partition) as writer:
+            for n in range(3):
+                await writer.write_with_ack(f"p{partition}-{n}".encode())
+    async with driver.topic.reader(pair, consumer="consumer") as reader, driver.query.transaction() as tx:
+        seen: dict[int, list[int]] = {0: [], 1: []}
+        batches = 0
+        while sum(map(len, seen.values())) < 6:
+            batch = await reader.receive_batch_with_tx(tx, max_messages=1, timeout=5)
+            seen[batch.partition_id].extend(m.offset for m in batch)
+            batches += 1
+            await driver.topic.tx_writer(tx, target).write([m.data.upper() for m in batch])
+        assert seen == {0: [0, 1, 2], 1: [0, 1, 2]} and batches == 6
+        assert server.storage.committed_offsets(pair, "consumer") == {0: 0, 1: 0}
+    assert server.storage.committed_offsets(pair, "consumer") == {0: 3, 1: 3}
+    assert sorted(m.data for m in server.storage.read(target, 0)) == sorted(
+        f"P{p}-{n}".encode() for p in (0, 1) for n in range(3)
+    )

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from ydb_topic_async import (
     Driver,
     InvalidArgumentError,
+    RetryPolicy,
     TransactionEndedError,
     TransactionState,
     TransportError,
     WrittenInTx,
 )
 from ydb_topic_async.testing import LocalTopicServer
+
+from .test_query import until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -149,3 +154,68 @@ async def test_several_writers_and_topics_in_one_transaction(
 async def test_tx_writer_rejects_a_foreign_object(driver: Driver, target: str) -> None:
     with pytest.raises(InvalidArgumentError, match="tx must be a transaction"):
         driver.topic.tx_writer(object(), target)
+
+
+async def test_a_write_waiting_for_buffer_space_joins_the_commit(
+    driver: Driver, server: LocalTopicServer, target: str
+) -> None:
+    tx = driver.query.transaction()
+    writer = driver.topic.tx_writer(tx, target, max_buffer_messages=1)
+    await writer.write(b"a")
+    await writer.write(b"b")  # fills the buffer until acknowledged
+    late = asyncio.create_task(writer.write(b"c"))
+    await until(lambda: writer._writing == 1)
+    await tx.commit()
+    await late
+    assert tx.state is TransactionState.COMMITTED
+    assert [d for _, d in stored(server, target)] == [b"a", b"b", b"c"]
+
+
+async def test_the_first_write_returns_once_acknowledged(
+    driver: Driver, server: LocalTopicServer, target: str
+) -> None:
+    tx = driver.query.transaction()
+    writer = driver.topic.tx_writer(tx, target)
+    await writer.write(b"first")
+    assert writer.buffered_messages == 0
+    assert tx.session_id is not None and tx.tx_id is not None
+    held = server.query.sessions[tx.session_id].transactions[tx.tx_id].writes.messages
+    assert [m.data for _, m in held] == [b"first"]
+    await tx.rollback()
+
+
+async def test_retries_need_a_producer_id(driver: Driver, target: str) -> None:
+    tx = driver.query.transaction()
+    with pytest.raises(InvalidArgumentError, match="producer id"):
+        driver.topic.tx_writer(tx, target, retry=RetryPolicy())
+    with pytest.raises(InvalidArgumentError, match="producer id"):
+        driver.topic.tx_writer(tx, target, retry=None)
+    driver.topic.tx_writer(tx, target, retry=RetryPolicy.no_retries())
+
+
+async def test_a_retried_write_after_a_lost_ack_is_committed_once(
+    driver: Driver, server: LocalTopicServer, target: str
+) -> None:
+    tx = driver.query.transaction()
+    writer = driver.topic.tx_writer(tx, target, producer_id="etl", retry=RetryPolicy(max_attempts=5))
+    await writer.write(b"one")
+    server.faults.drop_write_stream_after(2)  # held in the transaction, then the stream breaks
+    await writer.write([b"two", b"three"])
+    await tx.commit()
+    assert server.faults.dropped_streams == 1
+    assert [d for _, d in stored(server, target)] == [b"one", b"two", b"three"]
+
+
+async def test_writes_to_two_partitions_in_one_transaction(
+    driver: Driver, server: LocalTopicServer, pair: str
+) -> None:
+    async with driver.query.transaction() as tx:
+        for partition in (0, 1):
+            writer = driver.topic.tx_writer(tx, pair, partition_id=partition)
+            for n in range(3):
+                await writer.write([f"p{partition}-{n}a".encode(), f"p{partition}-{n}b".encode()])
+        assert server.storage.read(pair, 0) == [] and server.storage.read(pair, 1) == []
+    for partition in (0, 1):
+        got = [(m.offset, m.data) for m in server.storage.read(pair, partition)]
+        expected = [f"p{partition}-{n}{s}".encode() for n in range(3) for s in "ab"]
+        assert got == list(enumerate(expected))

@@ -6,20 +6,30 @@ The official ones take hooks through their callback registry (``_add_callback`` 
 names ``BEFORE_COMMIT``, ``AFTER_COMMIT``, ``BEFORE_ROLLBACK``, ``AFTER_ROLLBACK``), run the
 before-commit callbacks only for a transaction that began, and refuse to commit once an external
 error was set on them. The ``ydb`` package is never imported here: the objects are recognised
-by shape.
+by shape, and the private fields relied on are checked when a transaction is first bound, so
+an incompatible ``ydb`` release fails there with a clear error rather than at some later call.
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
-import weakref
+import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .._errors import InvalidArgumentError, TransactionEndedError
+import anyio
+
+from .._errors import InvalidArgumentError, NotFoundError, TransactionEndedError
+from .._proto import ydb_query_pb2 as qpb
 from .._proto import ydb_topic_pb2 as tpb
+from . import _rpc
 from .transaction import Transaction
+
+if TYPE_CHECKING:
+    from .._driver import Driver
+
+logger = logging.getLogger("ydb_topic_async.query")
 
 BeforeFn = Callable[[], Awaitable[None]]
 AfterFn = Callable[[BaseException | None], Awaitable[None]]
@@ -60,6 +70,10 @@ class TxBinding:
     def fail(self, error: BaseException) -> None:
         """Make sure the transaction can never commit any more."""
         raise NotImplementedError
+
+    async def abort(self, driver: Driver, error: BaseException) -> None:
+        """``fail``, and make sure the server drops what the transaction holds."""
+        self.fail(error)
 
 
 class _OwnBinding(TxBinding):
@@ -107,6 +121,8 @@ class _OwnBinding(TxBinding):
 
 
 _OPEN_STATES = ("NOT_INITIALIZED", "BEGINED")
+_BINDING_ATTRIBUTE = "_ydb_topic_async_binding"
+_ROLLBACK_TIMEOUT = 5.0
 
 
 class _OfficialBinding(TxBinding):
@@ -116,6 +132,7 @@ class _OfficialBinding(TxBinding):
         self.tx = tx
         self._begin_lock = asyncio.Lock()
         self._ending = False
+        self._rolled_back = False
 
         async def mark_ending(*_: Any, **__: Any) -> None:
             self._ending = True
@@ -126,11 +143,10 @@ class _OfficialBinding(TxBinding):
 
     def check_accepting(self) -> None:
         tx = self.tx
-        state = getattr(getattr(tx, "_tx_state", None), "_state", None)
-        name = getattr(state, "name", str(state))
+        name = _official_state(tx)
         if self._ending or name not in _OPEN_STATES:
             raise TransactionEndedError(f"the ydb transaction {tx.tx_id!r} is {name}: nothing more can join it")
-        if getattr(tx, "_external_error", None) is not None:
+        if tx._external_error is not None:
             raise TransactionEndedError(f"the ydb transaction {tx.tx_id!r} already failed: {tx._external_error}")
 
     async def identity(self) -> tpb.TransactionIdentity:
@@ -177,8 +193,48 @@ class _OfficialBinding(TxBinding):
     def fail(self, error: BaseException) -> None:
         self.tx._set_external_error(error)
 
+    async def abort(self, driver: Driver, error: BaseException) -> None:
+        # With an external error set, the official commit() and rollback() raise at once and its
+        # context manager skips the rollback: roll the server transaction back here, or it stays
+        # open on a pooled session, holding its writes and offsets.
+        self.fail(error)
+        identity = self.current_identity()
+        if identity is None or self._rolled_back:
+            return
+        self._rolled_back = True
+        request = qpb.RollbackTransactionRequest(session_id=identity.session, tx_id=identity.id)
+        with anyio.CancelScope(shield=True), anyio.move_on_after(_ROLLBACK_TIMEOUT):
+            try:
+                await _rpc.call(
+                    driver, "RollbackTransaction", request, qpb.RollbackTransactionResponse, timeout=_ROLLBACK_TIMEOUT
+                )
+            except NotFoundError:
+                pass  # already gone on the server
+            except Exception as exc:
+                logger.warning("rolling back the failed ydb transaction %s failed: %s", identity.id, exc)
 
-_official: weakref.WeakKeyDictionary[Any, _OfficialBinding] = weakref.WeakKeyDictionary()
+
+def _official_state(tx: Any) -> str:
+    state = tx._tx_state._state
+    name: str = state.name
+    return name
+
+
+def _check_official_shape(tx: Any) -> None:
+    """Fail now, clearly, when this ``ydb`` release lacks the private fields the adapter reads."""
+    try:
+        name = _official_state(tx)
+        tx._external_error  # noqa: B018 - probing that the attribute exists
+        callbacks = tx._callbacks
+    except AttributeError as exc:
+        raise InvalidArgumentError(
+            f"unsupported ydb package version: its transaction object {type(tx).__name__} lacks {exc.name!r},"
+            " which transactional topic writers and readers rely on"
+        ) from None
+    if not isinstance(name, str) or not hasattr(callbacks, "__getitem__"):
+        raise InvalidArgumentError(
+            f"unsupported ydb package version: unexpected transaction state {name!r} of {type(tx).__name__}"
+        )
 
 
 def _is_official_async_tx(tx: Any) -> bool:
@@ -193,13 +249,26 @@ def _is_official_async_tx(tx: Any) -> bool:
 
 
 def bind(tx: object) -> TxBinding:
-    """The binding for ``tx``; one per official transaction, so its state is shared."""
+    """The binding for ``tx``; one per official transaction, so its state is shared.
+
+    An official transaction keeps its binding as an attribute, so the binding (which refers to
+    it) lives exactly as long as the transaction does.
+    """
     if isinstance(tx, Transaction):
         return _OwnBinding(tx)
     if _is_official_async_tx(tx):
-        binding = _official.get(tx)
+        binding = getattr(tx, _BINDING_ATTRIBUTE, None)
         if binding is None:
-            binding = _official[tx] = _OfficialBinding(tx)
+            _check_official_shape(tx)
+        if binding is None:
+            binding = _OfficialBinding(tx)
+            try:
+                setattr(tx, _BINDING_ATTRIBUTE, binding)
+            except AttributeError:
+                raise InvalidArgumentError(
+                    f"unsupported ydb package version: cannot attach to {type(tx).__name__} objects"
+                ) from None
+        assert isinstance(binding, _OfficialBinding)
         return binding
     raise InvalidArgumentError(
         "tx must be a transaction from driver.query.transaction() or from the ydb package's asyncio"

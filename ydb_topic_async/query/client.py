@@ -10,7 +10,13 @@ from typing import TYPE_CHECKING, TypeVar
 
 import anyio
 
-from .._errors import ClosedError, InvalidArgumentError, PartitionSessionClosedError, YdbTopicError
+from .._errors import (
+    ClosedError,
+    InvalidArgumentError,
+    NotFoundError,
+    PartitionSessionClosedError,
+    YdbTopicError,
+)
 from .._retry import RetryPolicy
 from .session_pool import DEFAULT_POOL_SIZE, SessionPool
 from .transaction import Transaction, TransactionState
@@ -56,8 +62,10 @@ class QueryClient:
 
         A retry is attempted when the failure guarantees nothing was committed and a repeat may
         succeed: the server aborted the transaction (e.g. a conflicting offset update), the
-        session died, the connection broke before the commit was sent, or a transactional read
-        became stale. ``retry`` defaults to the driver's policy. ``fn`` must be safe to repeat.
+        session died or was busy, the connection broke before the commit was sent, the server no
+        longer knew the transaction (NOT_FOUND), or a transactional read became stale. A commit
+        whose outcome is unknown (``tx.outcome_unknown``) is never repeated. ``retry`` defaults
+        to the driver's policy. ``fn`` must be safe to repeat.
         """
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise InvalidArgumentError("retry must be a RetryPolicy")
@@ -118,6 +126,10 @@ def _retry_delay(policy: RetryPolicy, error: BaseException, attempt: int, starte
     if isinstance(error, PartitionSessionClosedError):
         # The read the transaction was built on is stale; the reader reads it again.
         probe: BaseException = _StaleRead()
+    elif isinstance(error, NotFoundError):
+        # Inside a transaction NOT_FOUND means the server already ended it (e.g. aborted it
+        # after a failed operation): nothing was committed, and a fresh one may succeed.
+        probe = _StaleRead()
     elif isinstance(error, YdbTopicError):
         probe = error
     else:

@@ -23,13 +23,19 @@ from typing import TYPE_CHECKING, TypeVar
 import anyio
 
 from .._errors import (
+    AbortedError,
     BadSessionError,
     InvalidArgumentError,
+    NotFoundError,
     OperationTimeoutError,
+    ServerCancelledError,
     ServerError,
+    ServerTimeoutError,
+    SessionBusyError,
     SessionExpiredError,
     TransactionEndedError,
     TransportError,
+    UndeterminedError,
 )
 from .._proto import ydb_query_pb2 as qpb
 from .._proto import ydb_topic_pb2 as tpb
@@ -189,11 +195,16 @@ class Transaction:
             async with self._begin_lock:
                 self._check_accepting()
                 if self._tx_id is None:
-                    try:
-                        with anyio.fail_after(timeout):
+                    error: BaseException | None = None
+                    with _deadline(timeout) as scope:
+                        try:
                             await self._begin()
-                    except TimeoutError:
-                        raise OperationTimeoutError(f"the transaction did not begin within {timeout}s") from None
+                        except BaseException as exc:
+                            error = exc
+                    if scope.cancel_called:
+                        raise OperationTimeoutError(f"the transaction did not begin within {timeout}s") from error
+                    if error is not None:
+                        raise error
         assert self._session is not None and self._tx_id is not None
         return tpb.TransactionIdentity(id=self._tx_id, session=self._session.id)
 
@@ -207,32 +218,54 @@ class Transaction:
             )
         except BaseException as exc:
             with anyio.CancelScope(shield=True):
-                if _session_suspect(exc):
+                if _session_suspect(exc) or isinstance(exc, SessionBusyError):
                     session.invalidate(exc)
                 await self._client._pool.release(session)
             raise
         self._session = session
         self._tx_id = response.tx_meta.id
+        if self._state is not TransactionState.NOT_STARTED:
+            # commit() and rollback() wait for a begin under way, so this is only a safety net:
+            # never let a late answer turn an ended transaction back into an active one.
+            state = self._state
+            with anyio.CancelScope(shield=True):
+                await self._rollback_call(quiet=True)
+                await self._release()
+            raise TransactionEndedError(f"{self!r} ended while it was beginning ({state.value})")
         self._state = TransactionState.ACTIVE
         self._client._track(self)
+
+    async def _settle_begin(self) -> None:
+        """Wait for a lazy begin that is under way (a write or read joining the transaction)."""
+        if self._begin_lock.locked():
+            async with self._begin_lock:
+                pass
 
     async def commit(self, timeout: float | None = None) -> None:
         """Run the before-commit hooks, commit, run the after-commit hooks.
 
         Committing twice does nothing; committing after a rollback or failure raises
-        ``TransactionEndedError``. When a hook or the commit fails, the transaction is rolled
+        ``TransactionEndedError``. A begin under way (e.g. a first write that has not returned
+        yet) is waited for first. When a hook or the commit fails, the transaction is rolled
         back and the error is raised. ``timeout`` bounds the hooks and the commit together
-        (``OperationTimeoutError``).
+        (``OperationTimeoutError``). When the commit was sent but its outcome cannot be known
+        (UNDETERMINED, TIMEOUT, CANCELLED, a broken connection), ``outcome_unknown`` is True and
+        the session is dropped.
         """
         if self._state is TransactionState.COMMITTED:
             return
-        if self._state not in (TransactionState.NOT_STARTED, TransactionState.ACTIVE):
-            raise TransactionEndedError(f"{self!r} is {self._state.value}: it cannot be committed")
-        self._state = TransactionState.COMMITTING
+        self._check_endable("committed")
         error: BaseException | None = None
         sent = False
-        try:
-            with anyio.fail_after(timeout):
+        started = False
+        with _deadline(timeout) as scope:
+            try:
+                await self._settle_begin()
+                if self._state_now() is TransactionState.COMMITTED:
+                    return
+                self._check_endable("committed")
+                self._state = TransactionState.COMMITTING
+                started = True
                 if self._session is not None:
                     self._session.check_alive()  # no point waiting for the hooks of a dead transaction
                 if self._doomed is None:
@@ -250,21 +283,29 @@ class Transaction:
                         qpb.CommitTransactionResponse,
                         timeout=None,
                     )
-        except TimeoutError:
-            error = OperationTimeoutError(f"the commit did not finish within {timeout}s")
-        except BaseException as exc:
-            error = exc
+            except BaseException as exc:
+                error = exc
+        if scope.cancel_called:
+            error = _timed_out("commit", timeout, error)
+        if not started:
+            if error is not None:
+                raise error  # waiting for the begin failed: nothing was touched
+            return
         with anyio.CancelScope(shield=True):
             if error is None:
                 self._state = TransactionState.COMMITTED
                 await self._release()
             else:
                 self._state = TransactionState.FAILED
-                if sent and _session_suspect(error):
-                    # The outcome is unknown or the session is gone: never reuse the session.
-                    self._outcome_unknown = not isinstance(error, BadSessionError | SessionExpiredError)
+                if sent and _outcome_uncertain(error):
+                    # The commit may have been applied, or may still be running on the session.
+                    self._outcome_unknown = True
                     self._invalidate_session(error)
-                elif not sent:
+                elif sent and isinstance(error, BadSessionError | SessionExpiredError | SessionBusyError):
+                    self._invalidate_session(error)
+                elif not (sent and isinstance(error, AbortedError | NotFoundError)):
+                    # The server has not ended the transaction (a hook failed, or the commit was
+                    # refused, e.g. OVERLOADED): end it, so the session goes back clean.
                     await self._rollback_call(quiet=True)
                 await self._release()
             await self._run_after(self._after_commit, error)
@@ -275,23 +316,33 @@ class Transaction:
         """Run the before-rollback hooks, roll back, run the after-rollback hooks.
 
         Does nothing after a rollback or a failed commit; raises ``TransactionEndedError`` after
-        a commit. A failing rollback call (e.g. the session died, which also ends the
-        transaction) is raised after the hooks ran.
+        a commit. A begin under way is waited for first. A transaction the server has already
+        ended (NOT_FOUND) counts as rolled back. Another failing rollback call (e.g. the session
+        died, which also ends the transaction) is raised after the hooks ran.
         """
         if self._state in (TransactionState.ROLLED_BACK, TransactionState.FAILED):
             return
-        if self._state not in (TransactionState.NOT_STARTED, TransactionState.ACTIVE):
-            raise TransactionEndedError(f"{self!r} is {self._state.value}: it cannot be rolled back")
-        self._state = TransactionState.ROLLING_BACK
+        self._check_endable("rolled back")
         error: BaseException | None = None
-        try:
-            with anyio.fail_after(timeout):
+        started = False
+        with _deadline(timeout) as scope:
+            try:
+                await self._settle_begin()
+                if self._state_now() in (TransactionState.ROLLED_BACK, TransactionState.FAILED):
+                    return
+                self._check_endable("rolled back")
+                self._state = TransactionState.ROLLING_BACK
+                started = True
                 await self._run_before(self._before_rollback, quiet=True)
                 await self._rollback_call(quiet=False)
-        except TimeoutError:
-            error = OperationTimeoutError(f"the rollback did not finish within {timeout}s")
-        except BaseException as exc:
-            error = exc
+            except BaseException as exc:
+                error = exc
+        if scope.cancel_called:
+            error = _timed_out("rollback", timeout, error)
+        if not started:
+            if error is not None:
+                raise error
+            return
         with anyio.CancelScope(shield=True):
             self._state = TransactionState.ROLLED_BACK
             if error is not None and _session_suspect(error):
@@ -301,12 +352,21 @@ class Transaction:
         if error is not None:
             raise error
 
+    def _state_now(self) -> TransactionState:
+        # Re-read after an await: another task may have ended the transaction meanwhile.
+        return self._state
+
+    def _check_endable(self, goal: str) -> None:
+        if self._state not in (TransactionState.NOT_STARTED, TransactionState.ACTIVE):
+            raise TransactionEndedError(f"{self!r} is {self._state.value}: it cannot be {goal}")
+
     async def _rollback_call(self, *, quiet: bool) -> None:
         session = self._session
         if self._tx_id is None or session is None or not session.alive:
             return
-        try:
-            with anyio.fail_after(_CLEANUP_TIMEOUT):
+        error: BaseException | None = None
+        with anyio.move_on_after(_CLEANUP_TIMEOUT) as scope:
+            try:
                 await _rpc.call(
                     self._client._driver,
                     "RollbackTransaction",
@@ -314,13 +374,19 @@ class Transaction:
                     qpb.RollbackTransactionResponse,
                     timeout=_CLEANUP_TIMEOUT,
                 )
-        except Exception as exc:
-            if isinstance(exc, TimeoutError):
-                exc = OperationTimeoutError(f"the rollback did not finish within {_CLEANUP_TIMEOUT}s")
-            self._invalidate_session(exc)
-            if not quiet:
-                raise
-            logger.warning("rolling back %r failed: %s", self, exc)
+            except NotFoundError:
+                return  # the server already ended it (aborted, or its session went away)
+            except Exception as exc:
+                error = exc
+        if scope.cancel_called:
+            error = _timed_out("rollback", _CLEANUP_TIMEOUT, error)
+        if error is None:
+            return
+        if _session_suspect(error) or isinstance(error, SessionBusyError):
+            self._invalidate_session(error)
+        if not quiet:
+            raise error
+        logger.warning("rolling back %r failed: %s", self, error)
 
     def _invalidate_session(self, error: BaseException) -> None:
         if self._session is not None:
@@ -364,6 +430,35 @@ def _session_suspect(error: BaseException) -> bool:
     """Whether ``error`` leaves the session in an unknown or broken state."""
     if isinstance(error, BadSessionError | SessionExpiredError | TransportError):
         return True
+    if isinstance(error, ServerTimeoutError | ServerCancelledError | UndeterminedError):
+        return True  # the operation may still be running on the session
     # Any other server status leaves the session usable; cancellation or a timeout may leave a
     # call still running on it.
     return not isinstance(error, ServerError)
+
+
+def _outcome_uncertain(error: BaseException) -> bool:
+    """Whether a commit that failed with ``error`` after it was sent may nevertheless have applied."""
+    if isinstance(error, BadSessionError | SessionExpiredError):
+        return False  # a dead session takes its open transaction with it
+    if isinstance(error, UndeterminedError | ServerTimeoutError | ServerCancelledError | TransportError):
+        return True
+    # A cancellation or a deadline while the request was out: no answer, no knowing.
+    return not isinstance(error, ServerError)
+
+
+def _deadline(timeout: float | None) -> anyio.CancelScope:
+    """A scope that cancels its block after ``timeout`` seconds (never with None).
+
+    Callers check ``scope.cancel_called`` rather than catching ``TimeoutError``: the block's own
+    timeouts (a hook's, a full writer buffer's) must surface as what they are.
+    """
+    if timeout is None:
+        return anyio.CancelScope()
+    return anyio.CancelScope(deadline=anyio.current_time() + timeout)
+
+
+def _timed_out(what: str, timeout: float | None, cause: BaseException | None) -> OperationTimeoutError:
+    error = OperationTimeoutError(f"the {what} did not finish within {timeout}s")
+    error.__cause__ = cause
+    return error

@@ -124,8 +124,12 @@ class ReaderConnection:
         self._healthy = False
         self._stream_scope: anyio.CancelScope | None = None
         self._restart_requested = False
+        self._replaced: list[PartitionSession] = []
+        """Partition sessions ended by ``restart`` whose stop is still to be reported."""
         self._metrics = driver._metrics
         self._consumer_label = settings.consumer or ""
+        self._reported_buffer = (0, 0)
+        """With metrics: the buffer (messages, bytes) this reader's changes have added up to so far."""
         self.log_fields = reader_fields(settings.selectors[0].path, settings.consumer)
         """The ``extra`` of this reader's log records (updated by each handshake)."""
 
@@ -133,6 +137,14 @@ class ReaderConnection:
 
     async def run(self) -> None:
         """Read until closed; raise the error that ended reading for good."""
+        try:
+            await self._run()
+        finally:
+            if self._metrics is not None:
+                # Closed or failed: take this reader's share out of the gauge shared by its consumer.
+                self._report_buffer(self._metrics, 0, 0)
+
+    async def _run(self) -> None:
         attempt = 0
         started = time.monotonic()
         while True:
@@ -147,9 +159,10 @@ class ReaderConnection:
                 raise
             except Exception as exc:
                 error = as_ydb_error(exc) or exc
-            lost = self._end_stream(
+            lost = self._replaced + self._end_stream(
                 PartitionSessionClosedError(f"the read stream was lost ({error}): commit no longer possible")
             )
+            self._replaced = []
             if self.closing:
                 return
             for session in lost:
@@ -239,6 +252,11 @@ class ReaderConnection:
             return
         self._stream_error = ConnectionLostError(reason)
         self._restart_requested = True
+        # The reader task ends the stream only when it next runs; until then a read would still
+        # get the old stream's buffered messages, whose offsets no longer continue from the
+        # committed ones. End its partition sessions and drop its buffer now.
+        ended = PartitionSessionClosedError(f"the read stream was replaced ({reason}): commit no longer possible")
+        self._replaced.extend(self._end_stream(ended))
         scope.cancel()
 
     async def _guard(self, fn: Callable[[Any], Awaitable[None]], call: Any, scope: anyio.CancelScope) -> None:
@@ -376,7 +394,14 @@ class ReaderConnection:
 
     def _record_buffer(self, metrics: Any) -> None:
         messages = sum(session._buffered for session in self.sessions.values())
-        metrics.reader_buffer(self._consumer_label, messages, self.buffer.buffered_bytes)
+        self._report_buffer(metrics, messages, self.buffer.buffered_bytes)
+
+    def _report_buffer(self, metrics: Any, messages: int, nbytes: int) -> None:
+        # Changes, not levels: readers of one consumer share the gauge, so each adds only its own delta.
+        reported_messages, reported_bytes = self._reported_buffer
+        if messages != reported_messages or nbytes != reported_bytes:
+            self._reported_buffer = (messages, nbytes)
+            metrics.reader_buffer_change(self._consumer_label, messages - reported_messages, nbytes - reported_bytes)
 
     async def _decode(self, codec: int, records: Any) -> list[bytes]:
         fn = _codecs.lookup(self._settings.decoders, codec, "decoder")

@@ -72,7 +72,7 @@ class TxReads:
                     f"{batch.partition_session!r} ended after {batch!r} was received: its offsets cannot be"
                     " committed (the messages will be read again)"
                 )
-                binding.fail(error)
+                await binding.abort(self._driver, error)
                 raise error
         identity = binding.current_identity()
         assert identity is not None
@@ -97,7 +97,7 @@ class TxReads:
                 retry=RetryPolicy.no_retries(),
             )
         except Exception as exc:
-            binding.fail(exc)
+            await binding.abort(self._driver, exc)
             raise
 
     async def _after_commit(self, key: int, error: BaseException | None) -> None:

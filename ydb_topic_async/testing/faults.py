@@ -71,7 +71,11 @@ class Faults:
         return self._drop("read")
 
     def drop_write_stream_after(self, messages: int) -> None:
-        """Break the write stream that stores the ``messages``-th message from now (once)."""
+        """Break the write stream that stores the ``messages``-th message from now (once).
+
+        Messages held by a transaction count as stored: the stream breaks after holding them,
+        before their acks are sent.
+        """
         if messages < 0:
             raise ValueError("messages must be >= 0")
         self._write_budget = messages

@@ -167,6 +167,7 @@ class WriteService:
         response.partition_id = partition.partition_id
         acks = response.acks
         stored = 0
+        held = 0
         for m in request.messages:
             ack = acks.add(seq_no=m.seq_no)
             duplicate = (
@@ -191,12 +192,15 @@ class WriteService:
             if tx is not None:
                 tx.writes.add(partition, new)
                 ack.written_in_tx.SetInParent()
+                held += 1
                 continue
             ack.written.offset = partition.append(new, written_at).offset
             stored += 1
         if stored:
             self.server.storage.notify()
-            self.server.faults.messages_stored(handle, stored)
+        if stored or held:
+            # Held messages count too: a lost ack inside a transaction must be injectable.
+            self.server.faults.messages_stored(handle, stored + held)
         elapsed = time.perf_counter() - started
         stats = response.write_statistics
         stats.persisting_time.CopyFrom(duration(elapsed))

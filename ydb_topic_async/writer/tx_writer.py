@@ -6,6 +6,10 @@ when the transaction ends, so a writer can never serve a second transaction. Its
 hook waits for the server's acknowledgement of every message written through it and fails the
 commit on any error; once the transaction ends (either way) the writer is stopped and every
 further call raises ``TransactionEndedError``.
+
+The first write waits until the stream is open and that write is acknowledged, as the official
+SDK does: on a YDB cluster, attaching a partition to a transaction conflicts with other work
+of the same session, so a query run in the transaction right after must not race it.
 """
 
 from __future__ import annotations
@@ -15,10 +19,10 @@ import contextlib
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, overload
 
-from .._errors import InternalError, TransactionEndedError, WriterClosedError
+from .._errors import InternalError, InvalidArgumentError, TransactionEndedError, WriterClosedError
 from .._retry import RetryPolicy
 from ..query._binding import bind
-from .messages import InitInfo, WriteResult, WrittenInTx
+from .messages import InitInfo, Skipped, WriteResult, WrittenInTx
 from .writer import ManyMessages, Messages, OneMessage, TopicWriter
 
 if TYPE_CHECKING:
@@ -33,9 +37,12 @@ class TxWriter:
 
     Made by ``driver.topic.tx_writer(tx, path, ...)``; ``tx`` is a transaction from
     ``driver.query.transaction()`` or from the official ``ydb`` package's asyncio query client.
-    Writing begins the transaction if it has not begun. The options are those of
-    ``TopicWriter``, with other defaults: no producer id (``producer_id=""``) and no internal
-    retries (``retry=RetryPolicy.no_retries()``), so any stream error fails the transaction.
+    Writing begins the transaction if it has not begun; the first write returns once it is
+    acknowledged. The options are those of ``TopicWriter``, with other defaults: no producer id
+    (``producer_id=""``) and no internal retries (``retry=RetryPolicy.no_retries()``), so any
+    stream error fails the transaction. Retries need a producer id (``InvalidArgumentError``
+    otherwise): only deduplication keeps a message resent after a lost acknowledgement from
+    being held twice.
     """
 
     def __init__(self, driver: Driver, tx: object, path: str, **options: Unpack[WriterOptions]) -> None:
@@ -43,10 +50,22 @@ class TxWriter:
         binding.check_accepting()
         options.setdefault("producer_id", "")
         options.setdefault("retry", RetryPolicy.no_retries())
+        retry = options["retry"]
+        if options["producer_id"] == "" and (retry is None or retry.max_attempts != 1):
+            raise InvalidArgumentError(
+                "a transactional writer retries only with a producer id: without one, a message resent"
+                " after a lost acknowledgement would be committed twice (pass producer_id=..., or no retry)"
+            )
         self._writer: TopicWriter | None = TopicWriter(driver, path, **options)
+        self._driver = driver
         self.path = self._writer.path
         self._binding = binding
         self._futures: list[asyncio.Future[WriteResult]] = []
+        self._writing = 0
+        """``write`` calls under way that have not handed their futures over yet."""
+        self._writes_settled = asyncio.Event()
+        self._writes_settled.set()
+        self._first_written = False
         self._bound = False
         self._sealed = False
         self._ended: str | None = None
@@ -105,13 +124,14 @@ class TxWriter:
     # --- writing -----------------------------------------------------------------------------
 
     async def write(self, messages: Messages) -> None:
-        """Buffer one message or a list of them (as ``TopicWriter.write``); the commit waits for them."""
-        writer = await self._bind()
-        result = await writer.write_with_ack_future(messages)
-        if isinstance(result, list):
-            self._futures.extend(result)
-        else:
-            self._futures.append(result)
+        """Buffer one message or a list of them (as ``TopicWriter.write``); the commit waits for them.
+
+        The first write through this writer returns only once it is acknowledged.
+        """
+        _, futures = await self._accept(messages)
+        if not self._first_written:
+            self._first_written = True
+            await self._wait_acked(futures)
 
     @overload
     async def write_with_ack(self, messages: OneMessage) -> WriteResult: ...
@@ -121,16 +141,40 @@ class TxWriter:
 
     async def write_with_ack(self, messages: Messages) -> WriteResult | list[WriteResult]:
         """Write and wait until the server holds the message(s) in the transaction (``WrittenInTx``)."""
-        writer = await self._bind()
-        result = await writer.write_with_ack_future(messages)
-        futures = result if isinstance(result, list) else [result]
-        self._futures.extend(futures)
-        if not futures:
-            return []
-        await asyncio.wait(futures)
+        result, futures = await self._accept(messages)
+        self._first_written = True
+        await self._wait_acked(futures)
         if isinstance(result, list):
             return [f.result() for f in futures]
         return result.result()
+
+    async def _accept(
+        self, messages: Messages
+    ) -> tuple[asyncio.Future[WriteResult] | list[asyncio.Future[WriteResult]], list[asyncio.Future[WriteResult]]]:
+        # Counted until the futures are recorded, so that the before-commit hook also waits for
+        # a write that began before it and is still waiting for the transaction or buffer space.
+        self._writing += 1
+        self._writes_settled.clear()
+        try:
+            writer = await self._bind()
+            result = await writer.write_with_ack_future(messages)
+            futures = result if isinstance(result, list) else [result]
+            self._futures.extend(futures)
+            return result, futures
+        finally:
+            self._writing -= 1
+            if not self._writing:
+                self._writes_settled.set()
+
+    @staticmethod
+    async def _wait_acked(futures: list[asyncio.Future[WriteResult]]) -> None:
+        if not futures:
+            return
+        await asyncio.wait(futures)
+        for future in futures:
+            error = future.exception()
+            if error is not None:
+                raise error.with_traceback(None)
 
     async def flush(self, timeout: float | None = None) -> None:
         """Wait until everything written so far is held by the server in the transaction."""
@@ -160,7 +204,7 @@ class TxWriter:
             await self._await_acks()
         except BaseException as exc:
             # However the caller reacts, this transaction must never commit without these messages.
-            self._binding.fail(exc)
+            await self._binding.abort(self._driver, exc)
             raise
 
     async def _await_acks(self) -> None:
@@ -171,7 +215,10 @@ class TxWriter:
         writer = self._writer
         if writer is None:
             return
-        futures = self._futures
+        # Writes that began before the commit may still be waiting for buffer space; no new one
+        # can start (the writer is sealed).
+        await self._writes_settled.wait()
+        futures = list(self._futures)
         if futures:
             await asyncio.wait(futures)
             for future in futures:
@@ -179,7 +226,8 @@ class TxWriter:
                 if error is not None:
                     raise error.with_traceback(None)
                 result = future.result()
-                if not isinstance(result, WrittenInTx):
+                # Skipped: a resend after a lost acknowledgement, deduplicated by its producer id.
+                if not isinstance(result, WrittenInTx | Skipped):
                     raise InternalError(
                         f"the server acknowledged a transactional write to {self.path} as {result!r},"
                         " outside the transaction"
