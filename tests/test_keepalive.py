@@ -9,6 +9,7 @@ and the writer or reader reconnects through a fresh connection.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -149,3 +150,16 @@ async def test_keepalive_is_on_by_default_and_can_be_switched_off(server: LocalT
         yta.Driver(server.endpoint, server.database, keepalive_interval=0)
     with pytest.raises(yta.InvalidArgumentError, match="keepalive_timeout"):
         yta.Driver(server.endpoint, server.database, keepalive_timeout=-1)
+
+
+def test_an_interval_below_what_servers_allow_is_accepted_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="ydb_topic_async.driver")
+    yta.Driver("grpc://127.0.0.1:2136", "/local", keepalive_interval=0.5)
+    warnings = [r for r in caplog.records if r.name == "ydb_topic_async.driver" and r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert "too_many_pings" in warnings[0].getMessage() and "0.5" in warnings[0].getMessage()
+    caplog.clear()
+    yta.Driver("grpc://127.0.0.1:2136", "/local")  # the default, 10 s
+    yta.Driver("grpc://127.0.0.1:2136", "/local", keepalive_interval=30)
+    yta.Driver("grpc://127.0.0.1:2136", "/local", keepalive_interval=None)
+    assert [r for r in caplog.records if r.name == "ydb_topic_async.driver"] == []

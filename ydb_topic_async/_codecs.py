@@ -9,10 +9,14 @@ several messages compress in parallel.
 
 from __future__ import annotations
 
+import asyncio
 import gzip
+import os
 import threading
+import weakref
 from collections.abc import Callable, Mapping
 from enum import IntEnum
+from typing import TypeVar
 
 import anyio.to_thread
 import lz4.frame
@@ -40,6 +44,31 @@ LZ4_CODEC = 10001
 OFF_LOOP_THRESHOLD = 16 * 1024
 """Payloads (or, on the writer, batches of payloads) at least this large are (de)compressed in
 worker threads."""
+
+CODEC_THREADS = max(2, os.cpu_count() or 1)
+"""How many worker threads (per event loop) the SDK lets (de)compress at once."""
+
+_T = TypeVar("_T")
+_limiters: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, anyio.CapacityLimiter] = weakref.WeakKeyDictionary()
+
+
+def codec_limiter() -> anyio.CapacityLimiter:
+    """The SDK's own limit on codec worker threads for the running event loop.
+
+    Not anyio's default thread limiter: that one is shared with the application (FastAPI runs
+    its sync routes and dependencies through it), and compression must neither starve them nor
+    wait behind them.
+    """
+    loop = asyncio.get_running_loop()
+    limiter = _limiters.get(loop)
+    if limiter is None:
+        limiter = _limiters[loop] = anyio.CapacityLimiter(CODEC_THREADS)
+    return limiter
+
+
+async def run_in_codec_thread(fn: Callable[..., _T], *args: object) -> _T:
+    """``fn(*args)`` in a worker thread, within ``codec_limiter``."""
+    return await anyio.to_thread.run_sync(fn, *args, limiter=codec_limiter())
 
 
 class _PerThread(threading.local):
@@ -130,4 +159,4 @@ async def apply(fn: Transform, data: bytes) -> bytes:
         return data
     if len(data) < OFF_LOOP_THRESHOLD:
         return fn(data)
-    return await anyio.to_thread.run_sync(fn, data)
+    return await run_in_codec_thread(fn, data)

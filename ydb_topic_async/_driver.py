@@ -49,6 +49,9 @@ DEFAULT_KEEPALIVE_INTERVAL = 10.0
 """Seconds between HTTP/2 keepalive pings on a connection with open calls."""
 DEFAULT_KEEPALIVE_TIMEOUT = 10.0
 """Seconds a keepalive ping may go unanswered before the connection counts as dead."""
+MIN_SAFE_KEEPALIVE_INTERVAL = 10.0
+"""Servers may refuse more frequent pings: gRPC's default server policy answers a client that
+pings more often than it allows with GOAWAY "too_many_pings" (YDB's official SDK pings every 10 s)."""
 
 _SDK_BUILD_INFO = f"ydb-topic-async/{__version__}"
 
@@ -129,7 +132,10 @@ class Driver:
     sends an HTTP/2 ping while calls are open; a ping unanswered for ``keepalive_timeout``
     seconds fails the connection, so a server that vanished without closing the socket (a
     half-open TCP connection) breaks the streams with a retriable ``ConnectionLostError`` and
-    writers and readers reconnect, instead of waiting forever for acks or data.
+    writers and readers reconnect, instead of waiting forever for acks or data. Keep the
+    interval at 10 seconds or more against a real cluster: gRPC servers may treat more frequent
+    pings as abuse and close the connection with GOAWAY "too_many_pings". A shorter interval is
+    accepted (tests against the local server use one) but logged as a WARNING.
 
     Observability: ``metrics`` (a ``MetricsRecorder``) receives the counters and latencies of
     every writer and reader made from this driver; ``tracing`` (``True`` or an
@@ -172,6 +178,12 @@ class Driver:
             )
         if not keepalive_timeout > 0:
             raise InvalidArgumentError(f"keepalive_timeout must be positive seconds, got {keepalive_timeout!r}")
+        if keepalive_interval is not None and keepalive_interval < MIN_SAFE_KEEPALIVE_INTERVAL:
+            logger.warning(
+                "keepalive_interval=%ss is below %ss: a real YDB cluster may refuse pings this frequent"
+                " (GOAWAY \"too_many_pings\") and close the connection",
+                keepalive_interval, MIN_SAFE_KEEPALIVE_INTERVAL,
+            )
         if metrics is not None and not isinstance(metrics, MetricsRecorder):
             raise InvalidArgumentError(
                 "metrics must implement every MetricsRecorder method (subclass NoopMetrics to override only some)"
@@ -255,7 +267,8 @@ class Driver:
         Writers are closed first, while the channels still work, so that they can flush (and
         reconnect for) what they accepted. If one of them fails, the rest are still closed and
         every channel is released before the first such error is raised. Transactions still
-        open are rolled back and query sessions deleted before that.
+        open are rolled back and query sessions deleted before that. Closing ends with one
+        garbage-collection pass (``gc.collect()``), so that no gRPC call outlives the event loop.
         """
         if self._closed or self._closing:
             return

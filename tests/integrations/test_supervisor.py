@@ -53,7 +53,9 @@ async def test_failing_handler_is_logged_and_restarted_with_backoff(
     assert isinstance(consumer.last_error, RuntimeError) and str(consumer.last_error) == "handler bug 3"
     failures_logged = [r for r in caplog.records if "failed; restarting" in r.getMessage()]
     assert len(failures_logged) == 3
-    assert all(r.exc_info is not None and r.exc_info[0] is RuntimeError for r in failures_logged)
+    # With secrets registered, the SDK's masking filter turns exc_info into (masked) exc_text.
+    formatted = [logging.Formatter().format(r) for r in failures_logged]
+    assert all("RuntimeError: handler bug" in text for text in formatted)
     assert server.storage.committed_offsets(topic, "consumer") == {0: 3}
 
 
@@ -192,3 +194,96 @@ async def test_a_failed_writer_is_replaced_once_on_the_next_access(
         assert "w" in runtime.writers and len(runtime.writers) == 1
     # The replaced failure was reported when it was replaced: a healthy shutdown does not raise it.
     assert [m.data for m in server.storage.read(topic, 0)] == [b"before"] + [f"after-{i}".encode() for i in range(5)]
+
+
+def _replacements(caplog: pytest.LogCaptureFixture) -> int:
+    return sum("replaced it with a new writer" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_writer_whose_replacement_fails_too_is_not_replaced_again_until_a_backoff(
+    server: LocalTopicServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A spec that can never work: the topic does not exist.
+    runtime = TopicRuntime(
+        server.endpoint,
+        server.database,
+        writers={"w": WriterSpec("no-such-topic", retry=yta.RetryPolicy.no_retries())},
+        writer_backoff=yta.BackoffSchedule(base=60.0, cap=120.0),
+    )
+    await runtime.start()
+    try:
+        original = runtime.writer("w")
+
+        async def failed(writer: yta.TopicWriter) -> bool:
+            return writer.failure is not None
+
+        await eventually(lambda: failed(original))
+
+        async def request() -> BaseException | None:
+            try:
+                await runtime.writers["w"].write_with_ack(b"event")
+            except yta.SchemeError as exc:
+                return exc
+            return None
+
+        with caplog.at_level(logging.WARNING, logger="ydb_topic_async.integrations"):
+            for _ in range(5):  # rounds of concurrent requests, each after the previous failed
+                outcomes = await asyncio.gather(*(request() for _ in range(10)))
+                assert all(isinstance(outcome, yta.SchemeError) for outcome in outcomes)
+        # One replacement was tried; once it failed too, callers got its failure without a new writer.
+        assert _replacements(caplog) == 1
+        current = runtime._writers["w"]
+        assert current is not original and current.failure is not None
+        assert sum("failed too" in r.getMessage() for r in caplog.records) == 1
+    finally:
+        with pytest.raises(yta.SchemeError):
+            await runtime.close()
+
+
+async def test_writer_replacements_back_off_and_start_over_once_one_connects(
+    server: LocalTopicServer, driver: yta.Driver, caplog: pytest.LogCaptureFixture
+) -> None:
+    runtime = TopicRuntime(
+        server.endpoint,
+        server.database,
+        writers={"w": WriterSpec("created-later", producer_id="api", retry=yta.RetryPolicy.no_retries())},
+        writer_backoff=yta.BackoffSchedule(base=0.2, cap=0.4),
+    )
+    caplog.set_level(logging.WARNING, logger="ydb_topic_async.integrations")
+    async with runtime:
+
+        async def current_failed() -> bool:
+            return runtime._writers["w"].failure is not None
+
+        await eventually(current_failed)
+        first_replacement = runtime.writer("w")
+        await first_replacement.open()
+        await eventually(current_failed)
+        with pytest.raises(yta.SchemeError):
+            runtime.writer("w")  # backing off
+        await driver.topic.create_topic("created-later")
+        started = time.monotonic()
+
+        async def replaced_and_working() -> bool:
+            try:
+                writer = runtime.writer("w")
+            except yta.SchemeError:
+                return False
+            return writer is not first_replacement
+
+        await eventually(replaced_and_working)
+        assert time.monotonic() - started < 1.0
+        working = runtime.writer("w")
+        assert await working.write_with_ack(b"after") == yta.Written(0, 0, 1)
+        # It connected: a later failure (a broken stream it may not retry) is replaced at once
+        # again, with no backoff left over.
+        server.faults.drop_write_streams()
+
+        async def working_failed() -> bool:
+            return working.failure is not None
+
+        await eventually(working_failed)
+        again = runtime.writer("w")
+        assert again is not working
+        assert await again.write_with_ack(b"again") == yta.Written(0, 1, 2)
+    assert _replacements(caplog) == 3

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import threading
+import traceback
 
 import pytest
 
@@ -117,3 +119,78 @@ def test_short_strings_are_not_treated_as_secrets(caplog: pytest.LogCaptureFixtu
     caplog.set_level(logging.DEBUG, logger="ydb_topic_async")
     sdk_logger("observability-test").info("upload complete: pw")
     assert caplog.records[-1].getMessage() == "upload complete: pw"
+
+
+def test_a_secret_containing_another_is_masked_whole(caplog: pytest.LogCaptureFixture) -> None:
+    register_secret("inner-secret")
+    register_secret("outer-inner-secret-value")  # registered later, and contains the first
+    caplog.set_level(logging.DEBUG, logger="ydb_topic_async")
+    sdk_logger("observability-test").info("token outer-inner-secret-value, then inner-secret")
+    assert caplog.records[-1].getMessage() == f"token {REDACTED}, then {REDACTED}"
+
+
+class _ExcInfoHandler(logging.Handler):
+    """Formats ``exc_info`` itself, as JSON and OpenTelemetry log handlers do, ignoring ``exc_text``."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.outputs: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.exc_info:
+            self.outputs.append("".join(traceback.format_exception(*record.exc_info)))
+        else:
+            self.outputs.append(record.exc_text or "")
+
+
+def test_tracebacks_are_masked_for_handlers_that_format_exc_info_themselves() -> None:
+    secret = "exc-info-secret-token"
+    register_secret(secret)
+    handler = _ExcInfoHandler()
+    logger = sdk_logger("observability-exc-info")
+    logger.addHandler(handler)
+    try:
+        try:
+            raise RuntimeError(f"server refused {secret}")
+        except RuntimeError:
+            logger.error("call failed", exc_info=True)
+    finally:
+        logger.removeHandler(handler)
+    (output,) = handler.outputs
+    assert "RuntimeError: server refused ***" in output
+    assert "Traceback (most recent call last)" in output
+    assert secret not in output
+
+
+def test_masking_is_safe_while_another_thread_registers_secrets() -> None:
+    logger = sdk_logger("observability-threads")
+    sink = logging.NullHandler()  # only the filter matters here, not the output
+    logger.addHandler(sink)
+    logger.propagate = False
+    register_secret("initial-secret-value")
+    # A long message makes each masking pass long enough for registrations to land during it.
+    text = "x" * 200_000
+    done = threading.Event()
+    errors: list[BaseException] = []
+
+    def register_many() -> None:
+        try:
+            for i in range(3000):
+                register_secret(f"rotating-token-{i:06d}")
+        finally:
+            done.set()
+
+    thread = threading.Thread(target=register_many)
+    thread.start()
+    try:
+        while not done.is_set():
+            try:
+                logger.warning("payload %s", text)
+            except RuntimeError as exc:  # "OrderedDict mutated during iteration"
+                errors.append(exc)
+                break
+    finally:
+        thread.join()
+        logger.propagate = True
+        logger.removeHandler(sink)
+    assert errors == []

@@ -7,6 +7,7 @@ import pytest
 import ydb_topic_async as yta
 from ydb_topic_async.testing import LocalTopicServer
 
+from .._proxy import proxy_to
 from ._recording import RecordingMetrics, eventually
 
 pytestmark = pytest.mark.timeout(30)
@@ -44,9 +45,9 @@ async def test_writer_reports_acks_latency_buffer_and_a_reconnect(server: LocalT
     assert sum(row[2] for row in latencies) == 6  # every acknowledged message, the resent one once
     assert all(row[0] == path and 0 <= row[1] < 10 for row in latencies)
 
-    gauge = metrics.of("writer_buffer")
-    assert max(row[1] for row in gauge) >= 1  # seen while messages awaited acks
-    assert gauge[-1] == (path, 0, 0)  # everything acknowledged at the end
+    gauge = metrics.gauge("writer_buffer_change", path)
+    assert max(messages for messages, _ in gauge) >= 1  # seen while messages awaited acks
+    assert gauge[-1] == (0, 0)  # everything acknowledged at the end
     assert metrics.of("retry") == []
 
 
@@ -72,7 +73,7 @@ async def test_reader_reports_messages_buffer_commits_and_a_reconnect(server: Lo
                 for message in received[:-1]:
                     reader.commit(message)  # commits are contiguous: every message is committed
                 await reader.commit_with_ack(received[-1], timeout=10)
-                await eventually(lambda: metrics.of("reader_buffer")[-1] == ("c", 0, 0))
+                await eventually(lambda: metrics.gauge("reader_buffer_change", "c")[-1] == (0, 0))
 
     messages = metrics.of("reader_messages")
     assert {(row[0], row[1]) for row in messages} == {(path, 0)}
@@ -87,9 +88,72 @@ async def test_reader_reports_messages_buffer_commits_and_a_reconnect(server: Lo
     assert (path, 0, 5, 0) in commits  # the first stream's commit, nothing received past it
     assert commits[-1] == (path, 0, 8, 0)
 
-    gauge = metrics.of("reader_buffer")
-    assert max(row[1] for row in gauge) >= 1
-    assert max(row[2] for row in gauge) > 0
+    gauge = metrics.gauge("reader_buffer_change", "c")
+    assert max(messages for messages, _ in gauge) >= 1
+    assert max(nbytes for _, nbytes in gauge) > 0
+    assert gauge[-1] == (0, 0)
+
+
+async def test_buffer_gauges_of_writers_sharing_a_topic_add_up_and_return_to_zero(server: LocalTopicServer) -> None:
+    metrics = RecordingMetrics()
+    async with proxy_to(server) as network, yta.Driver(
+        network.endpoint, server.database, discovery=False, metrics=metrics
+    ) as driver:
+        await driver.topic.create_topic("metrics-shared", min_active_partitions=3)
+        path = driver.topic.full_path("metrics-shared")
+        first = driver.topic.writer("metrics-shared", producer_id="first", partition_id=0)
+        second = driver.topic.writer("metrics-shared", producer_id="second", partition_id=1)
+        doomed = driver.topic.writer(
+            "metrics-shared", producer_id="doomed", partition_id=2, retry=yta.RetryPolicy.no_retries()
+        )
+        writers = (first, second, doomed)
+
+        def gauge() -> tuple[int, int]:
+            levels = metrics.gauge("writer_buffer_change", path)
+            return levels[-1] if levels else (0, 0)
+
+        def buffered() -> tuple[int, int]:
+            return sum(w.buffered_messages for w in writers), sum(w.buffered_bytes for w in writers)
+
+        async with first, second:
+            for writer in writers:
+                await writer.wait_init(timeout=10)
+            network.stall()  # the requests go out, the acks cannot come back
+            try:
+                await first.write([b"a" * 10] * 3)
+                await second.write([b"b" * 7] * 5)
+                await doomed.write([b"c" * 4] * 2)
+                assert buffered() == (10, 30 + 35 + 8)
+                await eventually(lambda: gauge() == buffered())
+                # A writer stopped before its messages were acknowledged takes them out of the gauge.
+                with pytest.raises(yta.OperationTimeoutError):
+                    await first.close(timeout=0.1)
+                assert gauge() == buffered() == (7, 35 + 8)
+                # So does one that fails: its stream breaks and it may not reconnect.
+                server.faults.drop_write_streams()
+            finally:
+                network.resume()
+            await eventually(lambda: doomed.failure is not None)
+            assert doomed.buffered_messages == 0
+            assert gauge() == buffered() and gauge()[0] in (5, 0)  # the other may have resent and been acknowledged
+            with pytest.raises(yta.YdbTopicError):
+                await doomed.close()
+        # The last one reconnected, resent, was acknowledged and closed.
+        assert second.failure is None
+        assert gauge() == (0, 0)
+
+
+async def test_buffer_gauge_of_a_closed_reader_returns_to_zero(server: LocalTopicServer) -> None:
+    metrics = RecordingMetrics()
+    async with yta.Driver(server.endpoint, server.database, discovery=False, metrics=metrics) as driver:
+        await driver.topic.create_topic("metrics-reader-close", consumers=["c"])
+        async with driver.topic.writer("metrics-reader-close", producer_id="p", partition_id=0) as writer:
+            await writer.write_with_ack([b"m" * 5] * 4)
+        async with driver.topic.reader("metrics-reader-close", consumer="c") as reader:
+            assert (await reader.receive_message(timeout=10)).data == b"m" * 5
+            assert metrics.gauge("reader_buffer_change", "c")[-1][0] >= 3
+        # Closed with messages it never handed out: they no longer count.
+        assert metrics.gauge("reader_buffer_change", "c")[-1] == (0, 0)
 
 
 async def test_retries_of_unary_calls_are_counted(server: LocalTopicServer) -> None:

@@ -177,3 +177,60 @@ async def test_a_skipped_duplicate_is_marked_on_its_span(
     assert (second.attributes or {})["messaging.ydb.write_status"] == "skipped"
     assert (second.attributes or {})["messaging.message.id"] == "1"
     assert "messaging.ydb.offset" not in (second.attributes or {})
+
+
+async def test_metadata_given_as_a_one_shot_iterable_is_sent_whole(
+    server: LocalTopicServer, exporter: InMemorySpanExporter, tracing: yta.OpenTelemetryTracing
+) -> None:
+    own = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    async with yta.Driver(server.endpoint, server.database, discovery=False, tracing=tracing) as driver:
+        await driver.topic.create_topic("traced-once")
+        async with driver.topic.writer("traced-once", partition_id=0) as writer:
+            pairs = [("traceparent", own), ("user", "keep")]
+            await writer.write_with_ack(yta.Message(b"y", metadata=(pair for pair in pairs)))
+            await writer.write_with_ack(yta.Message(b"z", metadata=(pair for pair in [("user", "also")])))
+        first, second = server.storage.read(driver.topic.full_path("traced-once"), 0)
+    assert dict(first.metadata) == {"traceparent": own.encode(), "user": b"keep"}
+    items = dict(second.metadata)
+    assert items["user"] == b"also"
+    assert items["traceparent"].startswith(b"00-")
+    assert len(_spans(exporter, SpanKind.PRODUCER)) == 2
+
+
+async def test_metadata_with_no_room_for_the_context_is_written_without_it(
+    server: LocalTopicServer, exporter: InMemorySpanExporter, tracing: yta.OpenTelemetryTracing
+) -> None:
+    near_char_limit = {"k": "v" * 4090}  # 4091 of the 4096 characters a message may carry
+    at_item_limit = [(f"k{i}", b"") for i in range(1000)]
+    async with yta.Driver(server.endpoint, server.database, discovery=False, tracing=tracing) as driver:
+        await driver.topic.create_topic("traced-full")
+        async with driver.topic.writer("traced-full", partition_id=0) as writer:
+            await writer.write_with_ack(yta.Message(b"chars", metadata=near_char_limit))
+            await writer.write_with_ack(yta.Message(b"items", metadata=at_item_limit))
+            await writer.write_with_ack(yta.Message(b"room", metadata={"k": "v" * 100}))
+        by_chars, by_items, with_room = server.storage.read(driver.topic.full_path("traced-full"), 0)
+    assert dict(by_chars.metadata) == {"k": b"v" * 4090}
+    assert len(by_items.metadata) == 1000 and "traceparent" not in dict(by_items.metadata)
+    assert "traceparent" in dict(with_room.metadata)
+    spans = _spans(exporter, SpanKind.PRODUCER)
+    assert [s.status.status_code for s in spans] == [StatusCode.UNSET] * 3
+    skipped = [[e.name for e in s.events] for s in spans]
+    assert skipped == [["ydb.trace_context_skipped"], ["ydb.trace_context_skipped"], []]
+
+
+async def test_bad_metadata_raises_the_writers_error_with_tracing_on(
+    server: LocalTopicServer, exporter: InMemorySpanExporter, tracing: yta.OpenTelemetryTracing
+) -> None:
+    async with yta.Driver(server.endpoint, server.database, discovery=False, tracing=tracing) as driver:
+        await driver.topic.create_topic("traced-bad-meta")
+        async with driver.topic.writer("traced-bad-meta", partition_id=0) as writer:
+            with pytest.raises(yta.InvalidArgumentError, match="metadata items must be"):
+                await writer.write(yta.Message(b"x", metadata=[("a",)]))  # type: ignore[list-item]
+            with pytest.raises(yta.InvalidArgumentError, match="metadata must be a mapping or an iterable"):
+                await writer.write(yta.Message(b"x", metadata=5))  # type: ignore[arg-type]
+            with pytest.raises(yta.InvalidArgumentError, match="the limit is 4096"):
+                await writer.write(yta.Message(b"x", metadata={"k": "v" * 4096}))
+            await writer.write(b"fine")
+        assert [m.data for m in server.storage.read(driver.topic.full_path("traced-bad-meta"), 0)] == [b"fine"]
+    statuses = [s.status.status_code for s in _spans(exporter, SpanKind.PRODUCER)]
+    assert statuses == [StatusCode.ERROR] * 3 + [StatusCode.UNSET]

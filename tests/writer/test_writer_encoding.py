@@ -8,6 +8,8 @@ import threading
 import time
 from typing import Any
 
+import anyio
+import anyio.to_thread
 import pytest
 import zstandard
 
@@ -106,3 +108,38 @@ async def test_encoding_many_small_messages_does_not_stall_the_loop(
             await probing
     assert len(server.storage.read(topic, 0)) == 4000
     assert max(stalls) < inline_half / 3, (max(stalls), inline_half)
+
+
+async def test_many_tiny_messages_are_encoded_off_the_loop(server: Any, driver: yta.Driver, topic: str) -> None:
+    encoder = RecordingEncoder(_codecs.BUILTIN_ENCODERS[yta.Codec.GZIP])
+    loop_thread = threading.get_ident()
+    payloads = [bytes([i % 256]) for i in range(16_000)]  # 16 KB in all, but 16,000 gzip calls
+    async with driver.topic.writer(topic, codec=yta.Codec.GZIP, encoders={yta.Codec.GZIP: encoder}) as writer:
+        await writer.wait_init()
+        await writer.write(payloads)
+        await writer.flush(timeout=30)
+        batch_threads = set(encoder.threads)
+        encoder.threads.clear()
+        await writer.write_with_ack([b"a", b"few"])  # few and small: encoded inline
+    assert loop_thread not in batch_threads
+    assert encoder.threads == [loop_thread, loop_thread]
+    messages = server.storage.read(topic, 0)
+    assert [_codecs.BUILTIN_DECODERS[yta.Codec.GZIP](m.data) for m in messages] == [*payloads, b"a", b"few"]
+
+
+async def test_encoding_does_not_use_the_applications_thread_limiter(
+    server: Any, driver: yta.Driver, topic: str
+) -> None:
+    # The application's default thread pool is exhausted, e.g. by slow sync FastAPI routes.
+    default = anyio.to_thread.current_default_thread_limiter()
+    default.total_tokens = 1
+    holder = object()
+    await default.acquire_on_behalf_of(holder)
+    try:
+        async with driver.topic.writer(topic, codec=yta.Codec.ZSTD) as writer:
+            results = await asyncio.wait_for(writer.write_with_ack(_payloads(200, 1024)), timeout=10)
+        assert len(results) == 200
+        assert _codecs.codec_limiter().total_tokens == _codecs.CODEC_THREADS
+    finally:
+        default.release_on_behalf_of(holder)
+    assert len(server.storage.read(topic, 0)) == 200

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from .._credentials import Credentials
 from .._driver import Driver
 from .._errors import ClosedError, InvalidArgumentError, ReaderClosedError
+from .._retry import BackoffSchedule
 from ..observability.logging import sdk_logger
 from ..reader import TopicMessage, TopicReader
 from ..writer import TopicWriter
@@ -32,6 +34,9 @@ logger = sdk_logger("integrations")
 
 Handler = Callable[[TopicMessage], Awaitable[None]]
 """An async function called once per message; the message is committed after it returns."""
+
+WRITER_REPLACEMENT_BACKOFF = BackoffSchedule(base=0.5, cap=30.0)
+"""How long a writer whose replacement failed too is left failed before the next replacement."""
 
 
 class WriterSpec:
@@ -178,7 +183,8 @@ class TopicRuntime:
     leaving the block closes it in reverse (see the module docstring). ``shutdown_timeout``
     bounds each step of the shutdown. ``wait_ready`` (seconds) makes start-up fail fast when the
     database does not answer; ``None`` skips the check. A writer that fails for good is replaced
-    on its next access (see ``writer``).
+    on its next access (see ``writer``); ``writer_backoff`` spaces out the replacements of a
+    writer whose replacements keep failing.
     """
 
     def __init__(
@@ -192,6 +198,7 @@ class TopicRuntime:
         driver_options: Mapping[str, Any] | None = None,
         wait_ready: float | None = 10.0,
         shutdown_timeout: float = 10.0,
+        writer_backoff: BackoffSchedule = WRITER_REPLACEMENT_BACKOFF,
     ) -> None:
         self._writer_specs = dict(writers or {})
         for name, spec in self._writer_specs.items():
@@ -210,6 +217,11 @@ class TopicRuntime:
             raise InvalidArgumentError(
                 f"shutdown_timeout must be a positive number of seconds, got {shutdown_timeout!r}"
             )
+        if not isinstance(writer_backoff, BackoffSchedule) or not 0 < writer_backoff.base <= writer_backoff.cap:
+            raise InvalidArgumentError(
+                f"writer_backoff must be a BackoffSchedule with 0 < base <= cap, got {writer_backoff!r}"
+            )
+        self._writer_backoff = writer_backoff
         self._endpoint = endpoint
         self._database = database
         self._credentials = credentials
@@ -221,6 +233,12 @@ class TopicRuntime:
         self._retiring: set[asyncio.Task[None]] = set()
         """Closing writers that failed and were replaced; awaited by ``close``."""
         self._tasks: dict[Consumer, asyncio.Task[None]] = {}
+        self._unproven: set[str] = set()
+        """Names whose current writer is a replacement not yet judged (see ``writer``)."""
+        self._failed_replacements: dict[str, int] = {}
+        """Consecutive replacements of a writer that failed without ever connecting."""
+        self._replace_after: dict[str, float] = {}
+        """``time.monotonic()`` before which a writer's failure is raised instead of replaced."""
 
     @property
     def driver(self) -> Driver:
@@ -244,6 +262,12 @@ class TopicRuntime:
         futures failed with the cause, so ``write_with_ack`` (and ``flush``) raised it, while a
         fire-and-forget ``write`` that already returned cannot tell. Use ``write_with_ack``
         where a message must not be lost silently. Every caller gets the same new writer.
+
+        When the replacement fails too without ever connecting (a missing topic, a codec the
+        topic refuses, missing rights: something a new stream will not fix), its failure is
+        raised to the callers, without opening another writer, until a backoff has passed; the
+        backoff doubles from ``writer_backoff.base`` up to ``writer_backoff.cap`` seconds with
+        each such replacement and starts over once a replacement connects.
         """
         driver = self.driver
         try:
@@ -253,10 +277,28 @@ class TopicRuntime:
         failure = writer.failure
         if failure is None:
             return writer
+        now = time.monotonic()
+        if name in self._unproven:
+            self._unproven.discard(name)
+            if writer.init_info is None:
+                # A replacement that failed before its first handshake: a new one would fail the same way.
+                attempt = self._failed_replacements.get(name, 0)
+                self._failed_replacements[name] = attempt + 1
+                delay = self._writer_backoff.delay(attempt, rand=lambda: random.uniform(0.5, 1.0))
+                self._replace_after[name] = now + delay
+                logger.warning(
+                    "the replacement of writer %r for %s failed too (%s: %s); replacing it again in %.1fs",
+                    name, self._writer_specs[name].path, type(failure).__name__, failure, delay,
+                )
+            else:
+                self._failed_replacements.pop(name, None)
+        if now < self._replace_after.get(name, 0.0):
+            raise failure.with_traceback(None)  # the same error for every call; do not grow its traceback
         # No await between the check and the swap: concurrent callers all see the one new writer.
         spec = self._writer_specs[name]
         replacement = driver.topic.writer(spec.path, **spec.options)
         self._writers[name] = replacement
+        self._unproven.add(name)
         logger.warning(
             "writer %r for %s failed (%s: %s); replaced it with a new writer (its unacknowledged messages are lost)",
             name, spec.path, type(failure).__name__, failure,

@@ -12,12 +12,15 @@ loggers, OpenTelemetry log bridges) pick up as attributes:
 
 Credentials never reach a log record: tokens and passwords the driver handles are registered
 with a filter on the SDK's loggers that masks them in messages and tracebacks (as a safety net;
-the SDK does not put them in messages to begin with).
+the SDK does not put them in messages to begin with). A record's traceback is formatted and
+masked into ``exc_text`` and its ``exc_info`` cleared, so handlers that format ``exc_info``
+themselves never see the secret either.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import traceback
 from collections import OrderedDict
 from typing import Any
@@ -35,38 +38,54 @@ class _SecretRedactor(logging.Filter):
 
     def __init__(self) -> None:
         super().__init__()
-        self._secrets: OrderedDict[str, None] = OrderedDict()
+        self._lock = threading.Lock()
+        self._recent: OrderedDict[str, None] = OrderedDict()
+        """Registration order, for evicting the oldest; only touched under the lock."""
+        self._secrets: tuple[str, ...] = ()
+        """What ``filter`` masks, longest first; replaced whole, never changed in place, so that a
+        record logged in one thread is masked safely while another thread registers a secret."""
 
     def register(self, secret: str) -> None:
         if len(secret) < _MIN_SECRET_LENGTH:
             return
-        self._secrets[secret] = None
-        self._secrets.move_to_end(secret)
-        while len(self._secrets) > _MAX_SECRETS:
-            self._secrets.popitem(last=False)
+        with self._lock:
+            recent = self._recent
+            recent[secret] = None
+            recent.move_to_end(secret)
+            while len(recent) > _MAX_SECRETS:
+                recent.popitem(last=False)
+            # Longest first: a secret that contains another one must be masked whole.
+            self._secrets = tuple(sorted(recent, key=len, reverse=True))
 
-    def _mask(self, text: str) -> str:
-        for secret in self._secrets:
+    @staticmethod
+    def _mask(secrets: tuple[str, ...], text: str) -> str:
+        for secret in secrets:
             if secret in text:
                 text = text.replace(secret, REDACTED)
         return text
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if not self._secrets:
+        secrets = self._secrets
+        if not secrets:
             return True
         try:
             message = record.getMessage()
         except Exception:  # a malformed record: let the handler report it as it would
             return True
-        masked = self._mask(message)
+        masked = self._mask(secrets, message)
         if masked != message:
             record.msg, record.args = masked, None
-        if record.exc_info and record.exc_text is None:
+        if record.exc_info:
             exc_type, exc, tb = record.exc_info
-            if exc_type is not None:
-                text = "".join(traceback.format_exception(exc_type, exc, tb)).rstrip("\n")
-                # Formatters print exc_text instead of formatting exc_info again.
-                record.exc_text = self._mask(text)
+            if exc_type is not None and record.exc_text is None:
+                record.exc_text = "".join(traceback.format_exception(exc_type, exc, tb)).rstrip("\n")
+            # Structured handlers (JSON, OpenTelemetry) format exc_info themselves, bypassing
+            # exc_text: leave them only the masked text, which standard formatters print as is.
+            record.exc_info = None
+        if record.exc_text:
+            record.exc_text = self._mask(secrets, record.exc_text)
+        if record.stack_info:
+            record.stack_info = self._mask(secrets, record.stack_info)
         return True
 
 

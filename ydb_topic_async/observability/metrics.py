@@ -3,7 +3,8 @@
 Implement ``MetricsRecorder`` (most simply by subclassing ``NoopMetrics`` and overriding what
 you need) and pass it as ``Driver(..., metrics=recorder)``. The SDK calls it from the event loop
 thread, once per server response or per reconnect, never per message, so a recorder must be
-cheap and must not block: increment counters and observe histograms, do no I/O.
+cheap and must not block: increment counters and observe histograms, do no I/O. Gauges are
+reported as changes (``*_change``), so that several writers or readers sharing a label add up.
 
 Labels are plain arguments: ``topic`` is the full topic path, ``partition_id`` the partition,
 ``consumer`` the reader's consumer ("" for a reader without one). Producer ids and session ids
@@ -28,10 +29,14 @@ class MetricsRecorder(Protocol):
         """``messages`` sent in one request were acknowledged ``seconds`` after they were sent."""
         ...
 
-    def writer_buffer(self, topic: str, messages: int, nbytes: int) -> None:
-        """Gauge: messages (and their bytes) accepted by a writer and not yet acknowledged.
+    def writer_buffer_change(self, topic: str, messages: int, nbytes: int) -> None:
+        """Gauge change: add ``messages`` and ``nbytes`` (either may be negative) to the messages, and
+        their bytes, accepted by the writers of ``topic`` and not yet acknowledged.
 
-        Reported whenever the writer sends a batch or receives acknowledgements.
+        Each writer reports how its own buffer changed since its previous report (when it sends a
+        batch or receives acknowledgements), and takes out what it still held when it closes or
+        fails, so the sum over all writers of a topic stays exact and returns to 0. With
+        Prometheus: ``gauge.labels(topic).inc(messages)``.
         """
         ...
 
@@ -44,11 +49,14 @@ class MetricsRecorder(Protocol):
         per ReadResponse."""
         ...
 
-    def reader_buffer(self, consumer: str, messages: int, nbytes: int) -> None:
-        """Gauge: messages received and not yet handed to the user, and the bytes they hold (as the
-        server counts them, the unit of the reader's ``buffer_size_bytes``).
+    def reader_buffer_change(self, consumer: str, messages: int, nbytes: int) -> None:
+        """Gauge change: add ``messages`` and ``nbytes`` (either may be negative) to the messages
+        received by the readers of ``consumer`` and not yet handed to the user, and the bytes they
+        hold (as the server counts them, the unit of the reader's ``buffer_size_bytes``).
 
-        Reported whenever a response arrives and whenever freed buffer space is granted back.
+        Each reader reports how its own buffer changed since its previous report (when a response
+        arrives and when freed buffer space is granted back), and takes out what it still held
+        when it closes or fails, so the sum over all readers stays exact and returns to 0.
         """
         ...
 
@@ -81,7 +89,7 @@ class NoopMetrics:
     def writer_ack_latency(self, topic: str, seconds: float, messages: int) -> None:
         pass
 
-    def writer_buffer(self, topic: str, messages: int, nbytes: int) -> None:
+    def writer_buffer_change(self, topic: str, messages: int, nbytes: int) -> None:
         pass
 
     def writer_reconnect(self, topic: str, error: BaseException) -> None:
@@ -90,7 +98,7 @@ class NoopMetrics:
     def reader_messages(self, topic: str, partition_id: int, messages: int, nbytes: int) -> None:
         pass
 
-    def reader_buffer(self, consumer: str, messages: int, nbytes: int) -> None:
+    def reader_buffer_change(self, consumer: str, messages: int, nbytes: int) -> None:
         pass
 
     def reader_commit_ack(self, topic: str, partition_id: int, committed_offset: int, lag: int) -> None:

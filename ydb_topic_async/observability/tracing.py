@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._errors import InvalidArgumentError, MissingDependencyError
 from ..writer.messages import Message
+from ..writer.writer import MAX_METADATA_CHARS, MAX_METADATA_ITEMS, check_metadata
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
@@ -42,6 +43,8 @@ MESSAGING_SYSTEM = "ydb"
 _TRACER_NAME = "ydb_topic_async"
 _WRITE_STATUS = {"Skipped": "skipped", "WrittenInTx": "written_in_tx"}
 """The span attribute for acknowledgements other than a plain ``Written``."""
+CONTEXT_SKIPPED_EVENT = "ydb.trace_context_skipped"
+"""The producer span's event when the message had no room left in its metadata for the context."""
 
 
 class OpenTelemetryTracing:
@@ -112,20 +115,37 @@ class OpenTelemetryTracing:
         return self._tracer.start_span(f"write {topic}", kind=self._trace.SpanKind.PRODUCER, attributes=attributes)
 
     def _inject(self, message: Any, span: Span) -> Any:
-        carrier: dict[str, str] = {}
-        self._propagator.inject(carrier, context=self._trace.set_span_in_context(span))
-        if not carrier:
-            return message  # a non-recording span: nothing to carry
         if isinstance(message, (bytes, str)):
-            return Message(message, metadata=carrier)
-        if not isinstance(message, Message):
+            data: bytes | str = message
+            pairs: list[tuple[str, Any]] = []
+            chars = 0
+        elif isinstance(message, Message):
+            data = message.data
+            # The metadata may be a one-shot iterable: read it once and send the list from here on.
+            pairs = _metadata_pairs(message.metadata)
+            # Checked as the writer checks it (same errors), so that the context added below is
+            # not what turns bad or borderline metadata into a failure.
+            chars = check_metadata(pairs)[2] if pairs else 0
+        else:
             return message  # not a message at all: the writer rejects it as usual
-        items = _metadata_pairs(message.metadata)
-        present = {key for key, _ in items}
-        if present & self._fields:
-            return message  # the caller propagates a context of its own: keep it
-        items.extend(carrier.items())
-        return Message(message.data, seq_no=message.seq_no, created_at=message.created_at, metadata=items)
+        carrier: dict[str, str] = {}
+        present = {key for key, _ in pairs}
+        if not present & self._fields:  # else the caller propagates a context of its own: keep it
+            self._propagator.inject(carrier, context=self._trace.set_span_in_context(span))
+        if carrier:
+            extra_chars = sum(len(key) + len(value) for key, value in carrier.items())
+            if chars + extra_chars > MAX_METADATA_CHARS or len(pairs) + len(carrier) > MAX_METADATA_ITEMS:
+                # The message is valid as it is: it goes without the context rather than failing.
+                span.add_event(
+                    CONTEXT_SKIPPED_EVENT,
+                    {"reason": f"the message metadata leaves no room for the trace context ({chars} characters"
+                     f" and {len(pairs)} items used of {MAX_METADATA_CHARS} and {MAX_METADATA_ITEMS})"},
+                )
+                carrier.clear()
+        if isinstance(message, (bytes, str)):
+            return Message(data, metadata=carrier) if carrier else message
+        pairs.extend(carrier.items())
+        return Message(data, seq_no=message.seq_no, created_at=message.created_at, metadata=pairs)
 
     def _on_ack(self, span: Span, future: asyncio.Future[WriteResult]) -> None:
         if future.cancelled():
@@ -194,7 +214,11 @@ def _metadata_pairs(metadata: Mapping[str, Any] | Iterable[tuple[str, Any]] | No
         return []
     if isinstance(metadata, Mapping):
         return list(metadata.items())
-    return list(metadata)
+    try:
+        return list(metadata)
+    except TypeError:
+        check_metadata(metadata)  # raises the writer's error for what is not an iterable
+        raise
 
 
 def _fail_span(trace: Any, span: Span, error: BaseException) -> None:

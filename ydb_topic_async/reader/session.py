@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
-import anyio.to_thread
 import grpc
 import grpc.aio
 
@@ -410,7 +409,7 @@ class ReaderConnection:
         # highly compressible payload is small on the wire.
         size = sum(max(len(record.data), record.uncompressed_size) for record in records)
         if size >= _codecs.OFF_LOOP_THRESHOLD:
-            return await anyio.to_thread.run_sync(_decode_all, fn, payloads)
+            return await _codecs.run_in_codec_thread(_decode_all, fn, payloads)
         return [fn(p) for p in payloads]
 
     # --- partition sessions ------------------------------------------------------------------

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import anyio
-import anyio.to_thread
 import grpc
 
 from .. import _codecs
@@ -123,11 +122,22 @@ class WriterSender:
         self._metrics = driver._metrics
         self._sent_marks: deque[list[float]] = deque()
         """With metrics: [send time, messages not yet acknowledged] per request of the current stream."""
+        self._reported_buffer = (0, 0)
+        """With metrics: the buffer (messages, bytes) this writer's changes have added up to so far."""
 
     # --- reconnect loop -----------------------------------------------------------------
 
     async def run(self) -> None:
         """Run streams until a failure the retry policy gives up on; that error is raised."""
+        try:
+            await self._run()
+        finally:
+            if self._metrics is not None:
+                # Stopped or failed: whatever the buffer still holds is the writer's no longer, and
+                # the gauge summed over every writer of the topic must not keep it.
+                self._report_buffer(self._metrics, 0, 0)
+
+    async def _run(self) -> None:
         attempt = 0
         started = time.monotonic()
         while True:
@@ -294,7 +304,7 @@ class WriterSender:
                     self._sent_marks.append([time.monotonic(), len(request.write_request.messages)])
                 await _write(call, request)
             if metrics is not None:
-                metrics.writer_buffer(self._settings.path, buffer.messages, buffer.nbytes)
+                self._report_buffer(metrics, buffer.messages, buffer.nbytes)
 
     async def _next_requests(self) -> list[pb.StreamWriteMessage.FromClient]:
         """Take a prefix of ``unsent``, encode it, and pack it into as few requests as fit
@@ -371,15 +381,17 @@ class WriterSender:
         """Encode payloads not encoded yet: inline when there is little to do, otherwise in
         worker threads, the batch split into chunks of similar size that encode in parallel.
 
-        The decision is by the batch's total size, not per message: a batch of many small
-        messages costs as much loop time as one large message.
+        The decision is by the batch's total size and message count, not per message: a batch
+        of many small messages costs as much loop time as one large message, and past a few
+        hundred messages the per-call overhead of the codec alone (a gzip header and trailer,
+        a context) outweighs the bytes.
         """
         todo = [entry for entry in batch if entry.encoded is None]
         if not todo:
             return
         encoder = self._settings.encoder
         total = sum(entry.data_len for entry in todo)
-        if total < _codecs.OFF_LOOP_THRESHOLD:
+        if total < _codecs.OFF_LOOP_THRESHOLD and len(todo) < INLINE_ENCODE_MAX_MESSAGES:
             try:
                 encoded = _encode_all(encoder, [entry.data for entry in todo])
             except Exception as exc:
@@ -391,7 +403,7 @@ class WriterSender:
         async def encode_chunk(chunk: list[PendingMessage]) -> None:
             payloads = [entry.data for entry in chunk]
             try:
-                encoded = await anyio.to_thread.run_sync(_encode_all, encoder, payloads)
+                encoded = await _codecs.run_in_codec_thread(_encode_all, encoder, payloads)
             except Exception as exc:
                 failures.append(exc)
                 return
@@ -480,7 +492,14 @@ class WriterSender:
             mark[1] -= taken
             if not mark[1]:
                 marks.popleft()
-        metrics.writer_buffer(topic, self._buffer.messages, self._buffer.nbytes)
+        self._report_buffer(metrics, self._buffer.messages, self._buffer.nbytes)
+
+    def _report_buffer(self, metrics: Any, messages: int, nbytes: int) -> None:
+        # Changes, not levels: writers of one topic share the gauge, so each adds only its own delta.
+        reported_messages, reported_bytes = self._reported_buffer
+        if messages != reported_messages or nbytes != reported_bytes:
+            self._reported_buffer = (messages, nbytes)
+            metrics.writer_buffer_change(self._settings.path, messages - reported_messages, nbytes - reported_bytes)
 
     # --- tokens -------------------------------------------------------------------------
 
@@ -505,6 +524,9 @@ class WriterSender:
 
 ENCODE_PARALLELISM = min(8, max(2, os.cpu_count() or 1))
 """How many worker threads one batch's encoding is spread across (the codecs release the GIL)."""
+INLINE_ENCODE_MAX_MESSAGES = 256
+"""A batch of fewer messages (and fewer than ``OFF_LOOP_THRESHOLD`` bytes) is encoded on the loop:
+cheaper than a thread hop."""
 
 
 def _encode_all(encoder: _codecs.Transform, payloads: list[bytes]) -> list[bytes]:
@@ -518,16 +540,18 @@ def _store_encoded(entries: list[PendingMessage], encoded: list[bytes]) -> None:
 
 
 def _split_by_size(entries: list[PendingMessage], total: int) -> list[list[PendingMessage]]:
-    """Consecutive chunks of about ``total / ENCODE_PARALLELISM`` bytes (at least the off-loop
-    threshold each, so tiny chunks do not pay a thread hop for nothing)."""
+    """Consecutive chunks of about ``total / ENCODE_PARALLELISM`` bytes or ``1 / ENCODE_PARALLELISM``
+    of the messages, whichever comes first (but at least the inline limits, so tiny chunks do not
+    pay a thread hop for nothing)."""
     target = max(_codecs.OFF_LOOP_THRESHOLD, -(-total // ENCODE_PARALLELISM))
+    target_count = max(INLINE_ENCODE_MAX_MESSAGES, -(-len(entries) // ENCODE_PARALLELISM))
     chunks: list[list[PendingMessage]] = []
     chunk: list[PendingMessage] = []
     size = 0
     for entry in entries:
         chunk.append(entry)
         size += entry.data_len
-        if size >= target:
+        if size >= target or len(chunk) >= target_count:
             chunks.append(chunk)
             chunk, size = [], 0
     if chunk:

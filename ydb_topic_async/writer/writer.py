@@ -87,7 +87,8 @@ class TopicWriter:
     after a reconnect are still deduplicated, ``""`` sends none and disables deduplication),
     ``partition_id`` (else the server picks one per producer), ``direct_write`` (connect with the
     partition's generation, re-resolved when the partition moves; needs ``partition_id``),
-    ``session_metadata``, ``codec`` (default raw) with ``encoders`` for custom codec ids,
+    ``session_metadata``, ``codec`` (default raw) with ``encoders`` for custom codec ids (an
+    encoder may run in several worker threads at once: it must be thread-safe),
     ``auto_seqno``/``auto_created_at``, buffer limits ``max_buffer_messages``/``max_buffer_bytes``
     (``None``: unlimited) and ``buffer_wait_timeout`` (``None``: wait forever), ``retry`` (the
     driver's policy by default), ``max_request_size`` (bytes per WriteRequest), and
@@ -494,7 +495,7 @@ class TopicWriter:
             if seq_no is not None and (not isinstance(seq_no, int) or isinstance(seq_no, bool) or seq_no <= 0):
                 raise InvalidArgumentError(f"seq_no must be a positive int, got {seq_no!r}")
             created_ns = now_ns if message.created_at is None else _to_ns(message.created_at)
-            metadata, meta_size = _check_metadata(message.metadata) if message.metadata else (None, 0)
+            metadata, meta_size = check_metadata(message.metadata)[:2] if message.metadata else (None, 0)
         else:
             raise InvalidArgumentError(f"a message must be bytes, str or Message, not {type(message).__name__}")
         if self._auto_seqno:
@@ -586,9 +587,15 @@ def _to_ns(value: dt.datetime) -> int:
     return ((value - _EPOCH) // _MICROSECOND) * 1000
 
 
-def _check_metadata(metadata: MetadataInput) -> tuple[list[tuple[str, bytes]], int]:
-    """Validate metadata items; return them as (key, bytes) pairs and their size in bytes."""
-    pairs = metadata.items() if isinstance(metadata, Mapping) else metadata
+def check_metadata(metadata: MetadataInput) -> tuple[list[tuple[str, bytes]], int, int]:
+    """Validate metadata items; return them as (key, bytes) pairs, their size in bytes, and the
+    characters they count against ``MAX_METADATA_CHARS``."""
+    try:
+        pairs = iter(metadata.items() if isinstance(metadata, Mapping) else metadata)
+    except TypeError:
+        raise InvalidArgumentError(
+            f"metadata must be a mapping or an iterable of (key, value) pairs, not {type(metadata).__name__}"
+        ) from None
     items: list[tuple[str, bytes]] = []
     seen: set[str] = set()
     chars = 0
@@ -620,7 +627,7 @@ def _check_metadata(metadata: MetadataInput) -> tuple[list[tuple[str, bytes]], i
         )
     if len(items) > MAX_METADATA_ITEMS:
         raise InvalidArgumentError(f"a message may carry at most {MAX_METADATA_ITEMS} metadata items")
-    return items, nbytes
+    return items, nbytes, chars
 
 
 __all__ = ["DEFAULT_MAX_BUFFER_BYTES", "DEFAULT_MAX_BUFFER_MESSAGES", "TopicWriter"]
