@@ -2,9 +2,9 @@
 
 raw, gzip and zstd are built in. lz4 is a custom codec (YDB reserves ids 10000-19999 for
 those): pass ``{LZ4_CODEC: lz4_encode}`` to a writer's ``encoders`` and
-``{LZ4_CODEC: lz4_decode}`` to a reader's ``decoders``. Large payloads are encoded and decoded
-in worker threads (these libraries release the GIL), so the event loop keeps running and
-several messages compress in parallel.
+``{LZ4_CODEC: lz4_decode}`` to a reader's ``decoders``. Batches of payloads that are large in
+bytes or in count are encoded and decoded in worker threads (these libraries release the GIL),
+split into chunks that run in parallel, so the event loop keeps running.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import gzip
 import os
 import threading
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from enum import IntEnum
 from typing import TypeVar
 
@@ -47,6 +47,14 @@ worker threads."""
 
 CODEC_THREADS = max(2, os.cpu_count() or 1)
 """How many worker threads (per event loop) the SDK lets (de)compress at once."""
+
+INLINE_MAX_PAYLOADS = 256
+"""Fewer payloads than this (together smaller than ``OFF_LOOP_THRESHOLD``) are transformed on the
+event loop: cheaper than a thread hop. Past a few hundred, the per-call overhead of a codec (a
+gzip header and trailer, a context) outweighs the bytes."""
+
+PARALLELISM = min(8, CODEC_THREADS)
+"""How many worker threads one batch of payloads is spread across (the codecs release the GIL)."""
 
 _T = TypeVar("_T")
 _limiters: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, anyio.CapacityLimiter] = weakref.WeakKeyDictionary()
@@ -144,6 +152,40 @@ def merge_codecs(builtin: Mapping[int, Transform], extra: Mapping[int, Transform
     return merged
 
 
+def transform_all(fn: Transform, payloads: Sequence[bytes]) -> list[bytes]:
+    """``fn`` applied to each payload, in order."""
+    return [fn(data) for data in payloads]
+
+
+def fits_inline(size: int, count: int) -> bool:
+    """Whether ``count`` payloads of ``size`` bytes in all are cheap enough to transform on the loop.
+
+    Judged for a whole batch, not per payload: many small payloads cost as much loop time as one
+    large one.
+    """
+    return size < OFF_LOOP_THRESHOLD and count < INLINE_MAX_PAYLOADS
+
+
+def split_evenly(sizes: Sequence[int], total: int) -> list[tuple[int, int]]:
+    """Index ranges ``[start, end)`` of consecutive chunks of ``sizes`` (summing to ``total``) for
+    ``PARALLELISM`` threads: about ``total / PARALLELISM`` bytes or ``1 / PARALLELISM`` of the
+    items each, whichever comes first, but never below the inline limits (a tiny chunk would pay
+    a thread hop for nothing)."""
+    target = max(OFF_LOOP_THRESHOLD, -(-total // PARALLELISM))
+    target_count = max(INLINE_MAX_PAYLOADS, -(-len(sizes) // PARALLELISM))
+    bounds: list[tuple[int, int]] = []
+    start = 0
+    size = 0
+    for index, item in enumerate(sizes):
+        size += item
+        if size >= target or index + 1 - start >= target_count:
+            bounds.append((start, index + 1))
+            start, size = index + 1, 0
+    if start < len(sizes):
+        bounds.append((start, len(sizes)))
+    return bounds
+
+
 def lookup(table: Mapping[int, Transform], codec: int, what: str) -> Transform:
     """The transform for ``codec``; raise ``UnsupportedCodecError`` naming it when none is registered."""
     fn = table.get(codec)
@@ -152,11 +194,3 @@ def lookup(table: Mapping[int, Transform], codec: int, what: str) -> Transform:
         raise UnsupportedCodecError(f"no {what} registered for codec {codec_name(codec)}{hint}")
     return fn
 
-
-async def apply(fn: Transform, data: bytes) -> bytes:
-    """Run ``fn(data)``, in a worker thread when the payload is large."""
-    if fn is _identity:
-        return data
-    if len(data) < OFF_LOOP_THRESHOLD:
-        return fn(data)
-    return await run_in_codec_thread(fn, data)

@@ -282,7 +282,7 @@ async def test_credit_accounting_is_exact() -> None:
     drained: list[PartitionSession] = []
     buf = ReadBuffer(1000, 250, drained.append, wake)
     assert buf.reset() == 1000
-    session = PartitionSession(1, "/local/t", 0, 0, 0, 10, 1)
+    session = PartitionSession(1, "/local/t", 0, 0, 0, 10)
     info = _ServerBatchInfo(pb.StreamReadMessage.ReadResponse.Batch(producer_id="p"))
     messages = [TopicMessage(b"x", i, i + 1, info, None, session, i) for i in range(3)]
     buf.charge(1200)  # one response past the credit: the server may overshoot once
@@ -391,6 +391,10 @@ async def test_invalid_arguments() -> None:
             driver.topic.reader("t", consumer="c", buffer_size_bytes=10)
         with pytest.raises(yta.InvalidArgumentError):
             yta.TopicSelector("t", partitions=[-1])
+        reader = driver.topic.reader("t", consumer="c")
+        for limits in ({"max_messages": True}, {"max_bytes": True}, {"max_messages": 0}):
+            with pytest.raises(yta.InvalidArgumentError, match="must be a positive int"):
+                await reader.receive_batch(**limits)
 
 
 async def test_children_of_a_split_partition_are_read_after_the_parent(
@@ -653,10 +657,11 @@ async def test_large_compressed_batches_are_decoded_off_the_loop(driver: yta.Dri
         decoded_in[len(out)] = threading.get_ident()
         return out
 
-    await fill(driver, topic, [b"s" * 100], codec=yta.LZ4_CODEC)
-    await fill(driver, topic, [b"x" * 40_000], codec=yta.LZ4_CODEC)  # a few hundred bytes on the wire
     async with driver.topic.reader(topic, consumer="consumer", decoders={yta.LZ4_CODEC: decode}) as reader:
-        got = await _read_n(reader, 2)
+        await fill(driver, topic, [b"s" * 100], codec=yta.LZ4_CODEC)
+        got = await _read_n(reader, 1)
+        await fill(driver, topic, [b"x" * 40_000], codec=yta.LZ4_CODEC)  # a few hundred bytes on the wire
+        got += await _read_n(reader, 1)
     assert [(m.offset, m.data) for m in got] == [(0, b"s" * 100), (1, b"x" * 40_000)]
     assert decoded_in[100] == loop_thread
     assert decoded_in[40_000] != loop_thread

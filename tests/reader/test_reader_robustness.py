@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 
 import pytest
 
 import ydb_topic_async as yta
 from ydb_topic_async.testing import LocalTopicServer
+from ydb_topic_async.testing.partition_log import NewMessage
 
 from .conftest import fill
 
@@ -112,3 +114,56 @@ async def test_a_failed_reader_reports_its_error_once(
     failed = [r for r in caplog.records if "failed" in r.getMessage()]
     assert failed and all(r.levelno == logging.DEBUG for r in failed)  # ...and the log does not repeat it
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+async def test_a_receive_that_keeps_losing_races_still_times_out(
+    server: LocalTopicServer, driver: yta.Driver, topic: str
+) -> None:
+    # Two consumers share one reader. Each time two messages arrive, the iterating consumer takes
+    # the first; the credit that frees makes the waiting receive yield once before taking anything,
+    # and meanwhile the iterating consumer takes the second too. Messages keep arriving more often
+    # than the timeout: the waiting receive must still give up once its own timeout has passed.
+    timeout = 0.5
+    log = server.storage.topic(topic).partition(0)
+    seq_no = 0
+
+    def arrive(count: int) -> None:
+        nonlocal seq_no
+        for _ in range(count):
+            seq_no += 1
+            log.append(NewMessage(seq_no=seq_no, created_at_ns=1, codec=1, data=b"m%d" % seq_no,
+                                  uncompressed_size=0, producer_id="p"))
+        server.storage.notify()
+
+    taken: list[yta.TopicMessage] = []
+
+    async def iterate(reader: yta.TopicReader) -> None:
+        async for message in reader:
+            taken.append(message)
+
+    # A threshold of one byte: every message taken frees enough credit for a ReadRequest.
+    async with driver.topic.reader(topic, consumer="consumer", credit_release_fraction=1e-9) as reader:
+        iterating = asyncio.ensure_future(iterate(reader))
+        waiting: asyncio.Future[yta.MessageBatch] | None = None
+        try:
+            arrive(1)
+            await _until(lambda: len(taken) == 1, "the iterating consumer took the first message")
+            started = time.monotonic()
+            waiting = asyncio.ensure_future(reader.receive_batch(timeout=timeout))
+            while not waiting.done() and time.monotonic() - started < 6 * timeout:
+                arrive(2)
+                await asyncio.wait([waiting], timeout=timeout / 3)
+            elapsed = time.monotonic() - started
+            assert waiting.done(), "receive_batch(timeout) was still waiting"
+            with pytest.raises(yta.OperationTimeoutError):
+                waiting.result()
+            assert elapsed < 2 * timeout, elapsed
+            assert len(taken) >= 3  # it lost at least one race
+        finally:
+            tasks = [task for task in (iterating, waiting) if task is not None]
+            for task in tasks:
+                task.cancel()
+            await asyncio.wait(tasks)
+            for task in tasks:
+                if not task.cancelled():
+                    task.exception()

@@ -13,6 +13,7 @@ are deliberately not passed: they are unbounded and would explode a metric's car
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
 
@@ -117,6 +118,27 @@ def active_recorder(recorder: MetricsRecorder | None) -> MetricsRecorder | None:
     if recorder is None or type(recorder) is NoopMetrics:
         return None
     return recorder
+
+
+class GaugeShare:
+    """One writer's or reader's part of a messages/bytes gauge that several of them add to.
+
+    Recorders take changes, not levels: ``report`` passes on how the level moved since the
+    previous report, so reporting ``0, 0`` at the end takes the whole share back out.
+    """
+
+    __slots__ = ("messages", "nbytes")
+
+    def __init__(self) -> None:
+        self.messages = 0
+        self.nbytes = 0
+
+    def report(self, change: Callable[[str, int, int], None], label: str, messages: int, nbytes: int) -> None:
+        """Call ``change(label, ...)`` with the difference to the previous report, if there is one."""
+        reported_messages, reported_bytes = self.messages, self.nbytes
+        if messages != reported_messages or nbytes != reported_bytes:
+            self.messages, self.nbytes = messages, nbytes
+            change(label, messages - reported_messages, nbytes - reported_bytes)
 
 
 __all__ = ["MetricsRecorder", "NoopMetrics"]

@@ -49,12 +49,12 @@ class CommitTracker:
         future: asyncio.Future[None] | None = None
         if want_ack:
             future = asyncio.get_running_loop().create_future()
-            if end <= session.committed_offset:
-                future.set_result(None)
-                return future
-            session._ack_waiters.append((end, future))
         if end <= session.committed_offset:
+            if future is not None:
+                future.set_result(None)
             return future
+        if future is not None:
+            session._ack_waiters.append((end, future))
         ranges = self._pending.get(session)
         if ranges is None:
             self._pending[session] = [(start, end)]
@@ -67,8 +67,6 @@ class CommitTracker:
             recorded[-1] = (recorded[-1][0], end)
         else:
             recorded.append((start, end))
-        if end > session._commit_requested:
-            session._commit_requested = end
         self._wake_sender.set()
         return future
 
@@ -115,21 +113,10 @@ class CommitTracker:
                 future.exception()  # a caller that used commit() never looks: keep asyncio quiet
 
     @staticmethod
-    def gap(session: PartitionSession) -> tuple[int, int] | None:
-        """The first uncommitted offsets ``[start, end)`` that hold back ranges requested past them.
-
-        None when every requested range can be acknowledged as it is.
-        """
-        reach = session.committed_offset
-        for start, end in merge_ranges(session._recorded):
-            if start > reach:
-                return reach, start
-            reach = max(reach, end)
-        return None
-
-    @staticmethod
-    def reachable(session: PartitionSession) -> int:
-        """How far the committed offset can advance with the ranges requested so far.
+    def scan(session: PartitionSession) -> tuple[int, tuple[int, int] | None]:
+        """How far the committed offset can advance with the ranges requested so far, and the
+        first uncommitted offsets ``[start, end)`` that hold back ranges requested past them
+        (None when every requested range can be acknowledged as it is).
 
         Commits are contiguous: a range past a gap of uncommitted offsets is acknowledged only
         once the gap is committed too.
@@ -137,6 +124,6 @@ class CommitTracker:
         reach = session.committed_offset
         for start, end in merge_ranges(session._recorded):
             if start > reach:
-                break
+                return reach, (reach, start)
             reach = max(reach, end)
-        return reach
+        return reach, None

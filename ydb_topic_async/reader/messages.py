@@ -103,12 +103,10 @@ class PartitionSession:
     __slots__ = (
         "_ack_waiters",
         "_buffered",
-        "_commit_requested",
         "_delivered_end",
         "_next_commit_start",
         "_recorded",
         "_stop_deadline",
-        "_stream_id",
         "child_partition_ids",
         "committed_offset",
         "ended",
@@ -128,7 +126,6 @@ class PartitionSession:
         committed_offset: int,
         partition_start_offset: int,
         partition_end_offset: int,
-        stream_id: int,
     ) -> None:
         self.id = session_id
         self.topic_path = topic_path
@@ -139,15 +136,12 @@ class PartitionSession:
         self.state = PartitionSessionState.ACTIVE
         self.ended = False
         self.child_partition_ids: tuple[int, ...] = ()
-        self._stream_id = stream_id
         self._next_commit_start = committed_offset
         """Commit range start of the next message received: ranges cover gaps between offsets."""
         self._buffered = 0
         """Messages received in this session and not yet handed to the user."""
         self._delivered_end = committed_offset
         """End (offset + 1) of the last message handed to the user."""
-        self._commit_requested = committed_offset
-        """The highest commit range end requested through this session."""
         self._recorded: list[tuple[int, int]] = []
         """Commit ranges requested and not yet below the committed offset."""
         self._ack_waiters: list[tuple[int, Any]] = []
@@ -168,14 +162,20 @@ class PartitionSession:
 class _ServerBatchInfo:
     """Fields shared by every message of one server batch (one producer write session)."""
 
-    __slots__ = ("_written_at", "codec", "producer_id", "proto", "session_metadata")
+    __slots__ = ("_session_metadata", "_written_at", "codec", "producer_id", "proto")
 
     def __init__(self, proto: Any) -> None:
         self.proto = proto
         self.producer_id: str = proto.producer_id
         self.codec: int = proto.codec
-        self.session_metadata: dict[str, str] = dict(proto.write_session_meta) if proto.write_session_meta else {}
+        self._session_metadata: dict[str, str] | None = None
         self._written_at: dt.datetime | None = None
+
+    @property
+    def session_metadata(self) -> dict[str, str]:
+        if self._session_metadata is None:
+            self._session_metadata = dict(self.proto.write_session_meta)
+        return self._session_metadata
 
     @property
     def written_at(self) -> dt.datetime:
@@ -280,7 +280,7 @@ class MessageBatch:
 
     @property
     def partition_id(self) -> int:
-        """The partition the message was read from."""
+        """The partition the messages were read from."""
         return self.partition_session.partition_id
 
     @property

@@ -23,11 +23,12 @@ from .._errors import (
     PartitionSessionClosedError,
     ReaderClosedError,
 )
+from .._futures import suppress_future_errors
 from .._retry import RetryPolicy
 from ..observability.logging import sdk_logger
 from .commits import GAP_ADVICE, CommitTracker
 from .messages import MessageBatch, PartitionSession, PartitionStatus, TopicMessage, TopicSelector
-from .session import OnPartitionStart, OnPartitionStop, ReaderConnection, ReaderSettings, suppress_future_errors
+from .session import OnPartitionStart, OnPartitionStop, ReaderConnection, ReaderSettings
 from .tx import TxReads
 
 if TYPE_CHECKING:
@@ -251,7 +252,7 @@ class TopicReader:
 
     @property
     def closed(self) -> bool:
-        """True once ``close`` was called or the reader failed for good."""
+        """True once ``close`` was called."""
         return self._closed
 
     def _check_usable(self) -> None:
@@ -270,18 +271,22 @@ class TopicReader:
             self._start()
         try:
             with anyio.fail_after(timeout):
-                while not buffer or self._closed or self._failure is not None:
+                while True:
+                    while not buffer or self._closed or self._failure is not None:
+                        self._check_usable()
+                        buffer.nonempty.clear()
+                        await buffer.nonempty.wait()
+                    if not buffer.credit_ready:
+                        return
+                    # Let the stream's sender grant the freed credit before handing out more.
+                    # Another receiver of this reader may take the messages meanwhile: then
+                    # wait on, within the same deadline.
+                    await asyncio.sleep(0)
                     self._check_usable()
-                    buffer.nonempty.clear()
-                    await buffer.nonempty.wait()
+                    if buffer:
+                        return
         except TimeoutError:
             raise OperationTimeoutError(f"no message arrived within {timeout}s") from None
-        if buffer.credit_ready:
-            # Let the stream's sender grant the freed credit before handing out more.
-            await asyncio.sleep(0)
-            self._check_usable()
-            if not buffer:
-                await self._wait(timeout)
 
     async def receive_batch(
         self, max_messages: int | None = None, max_bytes: int | None = None, timeout: float | None = None
@@ -292,10 +297,9 @@ class TopicReader:
         message. Raises ``OperationTimeoutError`` when nothing arrives in time. Cancelling the
         call loses nothing: messages are taken only when it returns.
         """
-        if max_messages is not None and (not isinstance(max_messages, int) or max_messages < 1):
-            raise InvalidArgumentError(f"max_messages must be a positive int or None, got {max_messages!r}")
-        if max_bytes is not None and (not isinstance(max_bytes, int) or max_bytes < 1):
-            raise InvalidArgumentError(f"max_bytes must be a positive int or None, got {max_bytes!r}")
+        for value, what in ((max_messages, "max_messages"), (max_bytes, "max_bytes")):
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise InvalidArgumentError(f"{what} must be a positive int or None, got {value!r}")
         await self._wait(timeout)
         session, messages = self._buffer.pop(max_messages, max_bytes)
         if self._tracing is not None:
@@ -330,10 +334,7 @@ class TopicReader:
         buffer = self._buffer
         if not buffer or buffer.credit_ready or self._closed or self._failure is not None:
             await self._wait(timeout)
-        message = buffer.pop_one()
-        if self._tracing is not None:
-            self._tracing.on_receive(self.consumer, (message,))
-        return message
+        return self._take_one()
 
     def __aiter__(self) -> TopicReader:
         return self
@@ -342,7 +343,10 @@ class TopicReader:
         buffer = self._buffer
         if not buffer or buffer.credit_ready or self._closed or self._failure is not None:
             await self._wait(None)
-        message = buffer.pop_one()
+        return self._take_one()
+
+    def _take_one(self) -> TopicMessage:
+        message = self._buffer.pop_one()
         if self._tracing is not None:
             self._tracing.on_receive(self.consumer, (message,))
         return message
@@ -396,13 +400,13 @@ class TopicReader:
         assert future is not None
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
-        gap = CommitTracker.gap(session) if not future.done() else None
+        gap = CommitTracker.scan(session)[1] if not future.done() else None
         if gap is not None and end > gap[0]:
             # Handlers that finish out of order close such gaps a moment later: say something
             # only when the wait stalls, since without a timeout it never ends on its own.
             first_wait = GAP_WARNING_DELAY if timeout is None else min(timeout, GAP_WARNING_DELAY)
             await asyncio.wait([future], timeout=first_wait)
-            gap = CommitTracker.gap(session) if not future.done() else None
+            gap = CommitTracker.scan(session)[1] if not future.done() else None
             if gap is not None and end > gap[0]:
                 logger.warning(
                     "topic reader: commit_with_ack up to offset %d of %s waits until offsets %d..%d are committed (%s)",

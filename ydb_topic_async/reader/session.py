@@ -17,7 +17,6 @@ children are started only once the ended parent was fully handed out and committ
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -39,6 +38,7 @@ from .._proto import ydb_status_codes_pb2
 from .._proto import ydb_topic_pb2 as pb
 from .._retry import RetryPolicy, as_ydb_error
 from ..observability.logging import reader_fields, sdk_logger
+from ..observability.metrics import GaugeShare
 from .commits import GAP_ADVICE, CommitTracker
 from .flow_control import ReadBuffer
 from .messages import (
@@ -81,8 +81,10 @@ class ReaderSettings:
     init_timeout: float
 
 
-def _decode_all(fn: _codecs.Transform, payloads: list[bytes]) -> list[bytes]:
-    return [fn(p) for p in payloads]
+def _waits_for_drain_or_commits(session: PartitionSession) -> bool:
+    """Whether the stream's sender must look at ``session`` again once its buffered messages were
+    taken or its commits acknowledged: a graceful stop to confirm, or an ended parent to release."""
+    return session.state is PartitionSessionState.STOPPING or session.ended
 
 
 async def _call_user(fn: Callable[[PartitionSession], Any], session: PartitionSession) -> Any:
@@ -127,8 +129,8 @@ class ReaderConnection:
         """Partition sessions ended by ``restart`` whose stop is still to be reported."""
         self._metrics = driver._metrics
         self._consumer_label = settings.consumer or ""
-        self._reported_buffer = (0, 0)
-        """With metrics: the buffer (messages, bytes) this reader's changes have added up to so far."""
+        self._buffer_share = GaugeShare()
+        """With metrics: this reader's part of its consumer's buffer gauge."""
         self.log_fields = reader_fields(settings.selectors[0].path, settings.consumer)
         """The ``extra`` of this reader's log records (updated by each handshake)."""
 
@@ -323,7 +325,7 @@ class ReaderConnection:
                                 committed,
                                 max(0, session._next_commit_start - committed),
                             )
-                        if session.state is PartitionSessionState.STOPPING or session.ended:
+                        if _waits_for_drain_or_commits(session):
                             self.wake.set()
             elif kind == "start_partition_session_request":
                 await self._on_start(message.start_partition_session_request)
@@ -353,12 +355,17 @@ class ReaderConnection:
             buffer.release(total)
             return
         share = total // count
+        accepted: list[tuple[Any, PartitionSession, int]] = []
         for index, part in enumerate(parts):
             nbytes = share if index < count - 1 else total - share * (count - 1)
             session = self.sessions.get(part.partition_session_id)
             if session is None or session.state is not PartitionSessionState.ACTIVE:
                 buffer.release(nbytes)  # data of a session already stopped: nobody reads it
                 continue
+            accepted.append((part, session, nbytes))
+        decoded = await self._decode([part for part, _, _ in accepted])
+        position = 0
+        for part, session, nbytes in accepted:
             messages: list[TopicMessage] = []
             append = messages.append
             start = session._next_commit_start
@@ -371,11 +378,12 @@ class ReaderConnection:
                         append(TopicMessage(record.data, offset, record.seq_no, info, record, session, start))
                         start = offset + 1
                 else:
-                    payloads = await self._decode(info.codec, records)
-                    for record, data in zip(records, payloads, strict=True):
+                    end = position + len(records)
+                    for record, data in zip(records, decoded[position:end], strict=True):
                         offset = record.offset
                         append(TopicMessage(data, offset, record.seq_no, info, record, session, start))
                         start = offset + 1
+                    position = end
             if session.closed:
                 buffer.release(nbytes)
                 continue
@@ -396,21 +404,53 @@ class ReaderConnection:
         self._report_buffer(metrics, messages, self.buffer.buffered_bytes)
 
     def _report_buffer(self, metrics: Any, messages: int, nbytes: int) -> None:
-        # Changes, not levels: readers of one consumer share the gauge, so each adds only its own delta.
-        reported_messages, reported_bytes = self._reported_buffer
-        if messages != reported_messages or nbytes != reported_bytes:
-            self._reported_buffer = (messages, nbytes)
-            metrics.reader_buffer_change(self._consumer_label, messages - reported_messages, nbytes - reported_bytes)
+        self._buffer_share.report(metrics.reader_buffer_change, self._consumer_label, messages, nbytes)
 
-    async def _decode(self, codec: int, records: Any) -> list[bytes]:
-        fn = _codecs.lookup(self._settings.decoders, codec, "decoder")
-        payloads = [record.data for record in records]
-        # The work is in producing the output: judge by the size the writer declared, as a
-        # highly compressible payload is small on the wire.
-        size = sum(max(len(record.data), record.uncompressed_size) for record in records)
-        if size >= _codecs.OFF_LOOP_THRESHOLD:
-            return await _codecs.run_in_codec_thread(_decode_all, fn, payloads)
-        return [fn(p) for p in payloads]
+    async def _decode(self, parts: Sequence[Any]) -> list[bytes]:
+        """The decoded payloads of every compressed batch of ``parts``, in order.
+
+        Decided for the whole response, like the writer's encoding: one made of many small
+        batches (many producers) costs as much loop time as one large batch. Inline when there
+        is little to do; otherwise in worker threads, split into chunks that decode in parallel.
+        """
+        decoders = self._settings.decoders
+        payloads: list[bytes] = []
+        sizes: list[int] = []
+        runs: list[tuple[int, int, _codecs.Transform]] = []  # per batch: its range of payloads, its decoder
+        for part in parts:
+            for batch in part.batches:
+                if batch.codec in _RAW_CODECS:
+                    continue
+                fn = _codecs.lookup(decoders, batch.codec, "decoder")
+                first = len(payloads)
+                for record in batch.message_data:
+                    data = record.data
+                    payloads.append(data)
+                    # The work is in producing the output: judge by the size the writer
+                    # declared, as a highly compressible payload is small on the wire.
+                    sizes.append(max(len(data), record.uncompressed_size))
+                runs.append((first, len(payloads), fn))
+        if not payloads:
+            return payloads
+        total = sum(sizes)
+        if _codecs.fits_inline(total, len(payloads)):
+            return _decode_span(runs, payloads, 0, len(payloads))
+        bounds = _codecs.split_evenly(sizes, total)
+        results: list[list[bytes]] = [[] for _ in bounds]
+        failures: list[BaseException] = []
+
+        async def decode_chunk(index: int, start: int, end: int) -> None:
+            try:
+                results[index] = await _codecs.run_in_codec_thread(_decode_span, runs, payloads, start, end)
+            except Exception as exc:
+                failures.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            for index, (start, end) in enumerate(bounds):
+                tg.start_soon(decode_chunk, index, start, end)
+        if failures:
+            raise failures[0]
+        return [data for chunk in results for data in chunk]
 
     # --- partition sessions ------------------------------------------------------------------
 
@@ -423,7 +463,6 @@ class ReaderConnection:
             request.committed_offset,
             request.partition_offsets.start,
             request.partition_offsets.end,
-            self.stream_id,
         )
         self.sessions[session.id] = session
         if self._gates.get((session.topic_path, session.partition_id)):
@@ -470,7 +509,6 @@ class ReaderConnection:
             start = read_offset
         session._next_commit_start = start
         session._delivered_end = start
-        session._commit_requested = session.committed_offset
         self._send(answer)
 
     async def _on_stop(self, request: Any) -> None:
@@ -513,7 +551,7 @@ class ReaderConnection:
         self.wake.set()
 
     def _on_drained(self, session: PartitionSession) -> None:
-        if session.state is PartitionSessionState.STOPPING or session.ended:
+        if _waits_for_drain_or_commits(session):
             self.wake.set()
 
     def _parent_finished(self, session: PartitionSession) -> bool:
@@ -563,8 +601,7 @@ class ReaderConnection:
         for future in self._status_waiters.pop(session.id, []):
             if not future.done():
                 future.set_exception(error)
-        if session.ended or session in self._ended:
-            self._ended.discard(session)
+        self._ended.discard(session)
 
     async def _notify_stop(self, session: PartitionSession) -> None:
         callback = self._settings.on_partition_stop
@@ -677,8 +714,7 @@ class ReaderConnection:
         loop = asyncio.get_running_loop()
         futures: list[asyncio.Future[None]] = []
         for session in self.sessions.values():
-            reach = CommitTracker.reachable(session)
-            gap = CommitTracker.gap(session)
+            reach, gap = CommitTracker.scan(session)
             if gap is not None:
                 # Nothing will commit the gap any more: waiting for these acks would never end.
                 logger.warning(
@@ -693,9 +729,12 @@ class ReaderConnection:
         return futures
 
 
-def suppress_future_errors(futures: list[asyncio.Future[Any]]) -> None:
-    """Mark failures of internal futures as retrieved."""
-    for future in futures:
-        if future.done() and not future.cancelled():
-            with contextlib.suppress(BaseException):
-                future.exception()
+def _decode_span(
+    runs: Sequence[tuple[int, int, _codecs.Transform]], payloads: Sequence[bytes], start: int, end: int
+) -> list[bytes]:
+    """``payloads[start:end]`` decoded, each by the decoder of its run."""
+    decoded: list[bytes] = []
+    for run_start, run_end, fn in runs:
+        if run_end > start and run_start < end:
+            decoded += _codecs.transform_all(fn, payloads[max(start, run_start) : min(end, run_end)])
+    return decoded

@@ -124,6 +124,3 @@ class TxReads:
         # these batches has already ended, the stream was replaced and that happened already.
         if any(not batch.partition_session.closed for batch in batches):
             self._conn.restart(reason)
-
-    def clear(self) -> None:
-        self._open.clear()

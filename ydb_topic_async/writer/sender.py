@@ -11,11 +11,11 @@ give up, in which case the error leaves ``run`` and the writer fans it out to ev
 
 from __future__ import annotations
 
-import os
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -37,6 +37,7 @@ from .._proto import ydb_status_codes_pb2
 from .._proto import ydb_topic_pb2 as pb
 from .._retry import RetryPolicy, as_ydb_error
 from ..observability.logging import sdk_logger, writer_fields
+from ..observability.metrics import GaugeShare
 from .messages import InitInfo, Skipped, Written, WrittenInTx
 
 if TYPE_CHECKING:
@@ -65,7 +66,9 @@ MAX_MESSAGES_PER_REQUEST = 100_000
 
 
 def wire_size(payload_len: int, entry: PendingMessage) -> int:
-    """An upper bound of ``entry``'s encoded size inside a WriteRequest."""
+    """An upper bound of ``entry``'s encoded size inside a WriteRequest, with a payload of
+    ``payload_len`` bytes. A message fits a request when this is at most ``max_request_size -
+    REQUEST_OVERHEAD``."""
     size = payload_len + MESSAGE_OVERHEAD
     metadata = entry.metadata
     if metadata:
@@ -96,7 +99,7 @@ class WriterSender:
         driver: Driver,
         settings: SenderSettings,
         buffer: WriteBuffer,
-        on_init: Callable[[InitInfo, bool], None],
+        on_init: Callable[[InitInfo], None],
     ) -> None:
         self._driver = driver
         self._settings = settings
@@ -111,7 +114,6 @@ class WriterSender:
         self._token_in_flight = False
         self._stream_error: BaseException | None = None
         self.session_id = ""
-        self.partition_id: int | None = None
         self.last_statistics: tuple[int, int, Any] | None = None
         """(partition_id, ack count, WriteStatistics proto) of the latest WriteResponse."""
         self.reconnects = 0
@@ -120,10 +122,10 @@ class WriterSender:
         self.log_fields = writer_fields(settings.path, settings.producer_id, settings.partition_id)
         """The ``extra`` of this writer's log records (updated by each handshake)."""
         self._metrics = driver._metrics
-        self._sent_marks: deque[list[float]] = deque()
-        """With metrics: [send time, messages not yet acknowledged] per request of the current stream."""
-        self._reported_buffer = (0, 0)
-        """With metrics: the buffer (messages, bytes) this writer's changes have added up to so far."""
+        self._sent_marks: deque[_SentMark] = deque()
+        """With metrics: one per request of the current stream, oldest first."""
+        self._buffer_share = GaugeShare()
+        """With metrics: this writer's part of its topic's buffer gauge."""
 
     # --- reconnect loop -----------------------------------------------------------------
 
@@ -263,7 +265,6 @@ class WriterSender:
                 f" not the writer's {_codecs.codec_name(codec)}; nothing was sent"
             )
         self.session_id = init.session_id
-        self.partition_id = init.partition_id
         settings = self._settings
         self.log_fields = writer_fields(settings.path, settings.producer_id, init.partition_id, init.session_id)
         logger.debug(
@@ -276,8 +277,9 @@ class WriterSender:
             supported_codecs=supported,
             session_id=init.session_id,
         )
-        first, self._first_init = self._first_init, False
-        self._on_init(info, first)
+        if self._first_init:
+            self._first_init = False
+            self._on_init(info)
         if self._buffer.empty:
             self._progress = True
 
@@ -301,7 +303,7 @@ class WriterSender:
             metrics = self._metrics
             for request in await self._next_requests():
                 if metrics is not None:
-                    self._sent_marks.append([time.monotonic(), len(request.write_request.messages)])
+                    self._sent_marks.append(_SentMark(time.monotonic(), len(request.write_request.messages)))
                 await _write(call, request)
             if metrics is not None:
                 self._report_buffer(metrics, buffer.messages, buffer.nbytes)
@@ -313,55 +315,72 @@ class WriterSender:
         The taken messages move to ``inflight`` before anything is written, so acks that arrive
         while later requests are still being written find them there.
         """
-        s = self._settings
-        limit = s.max_request_size - REQUEST_OVERHEAD
-        target = min(limit, BATCH_TARGET_BYTES)
+        target = min(self._settings.max_request_size - REQUEST_OVERHEAD, BATCH_TARGET_BYTES)
         unsent = self._buffer.unsent
         count = 0
         raw_total = 0
         for entry in unsent:
-            # Sized by the raw payload: encoding rarely grows data, and the exact packing below
-            # uses encoded sizes anyway (splitting again if it did grow).
+            # Sized by the raw payload: encoding rarely grows data, and an encoded batch is packed
+            # again by its encoded sizes (splitting it if it did grow).
             raw_total += wire_size(entry.data_len, entry)
             if (raw_total > target and count) or count >= MAX_MESSAGES_PER_REQUEST:
                 break
             count += 1
-        batch = [unsent[i] for i in range(count)] if count < 64 else _take(unsent, count)
-        if s.codec != _codecs.Codec.RAW:
+        batch = list(islice(unsent, count))
+        raw = self._settings.codec == _codecs.Codec.RAW
+        if raw:
+            # Packed already: the batch is within the target, or is one message that ``write``
+            # checked fits in a request.
+            groups = [batch]
+        else:
             await self._encode(batch)
+            groups = self._pack_encoded(batch, target)
+        requests = [self._new_request(group, raw) for group in groups]
+        self._buffer.inflight.extend(batch)
+        if count == len(unsent):
+            unsent.clear()
+        else:
+            popleft = unsent.popleft
+            for _ in range(count):
+                popleft()
+        return requests
 
-        requests: list[pb.StreamWriteMessage.FromClient] = []
-        codec = s.codec
-        raw = codec == _codecs.Codec.RAW
-        request = pb.StreamWriteMessage.FromClient()
-        write = request.write_request
-        write.codec = codec
-        if self.tx_identity is not None:
-            write.tx.CopyFrom(self.tx_identity)
-        add = write.messages.add
+    def _pack_encoded(self, batch: list[PendingMessage], target: int) -> list[list[PendingMessage]]:
+        """Split an encoded batch into groups of at most ``target`` bytes (a larger message alone)."""
+        s = self._settings
+        limit = s.max_request_size - REQUEST_OVERHEAD
+        groups: list[list[PendingMessage]] = []
+        group: list[PendingMessage] = []
         size = 0
-        inflight = self._buffer.inflight
-        popleft = unsent.popleft
-        append = inflight.append
         for entry in batch:
-            payload = entry.data if raw else entry.encoded
+            payload = entry.encoded
             assert payload is not None
             entry_size = wire_size(len(payload), entry)
             if entry_size > limit:
                 raise MessageTooLargeError(
-                    f"message seq_no={entry.seq_no} is {len(payload)} bytes after {_codecs.codec_name(codec)}"
+                    f"message seq_no={entry.seq_no} is {len(payload)} bytes after {_codecs.codec_name(s.codec)}"
                     f" encoding; it cannot fit in a request of max_request_size={s.max_request_size}"
                 )
             if size and size + entry_size > target:
-                requests.append(request)
-                request = pb.StreamWriteMessage.FromClient()
-                write = request.write_request
-                write.codec = codec
-                if self.tx_identity is not None:
-                    write.tx.CopyFrom(self.tx_identity)
-                add = write.messages.add
+                groups.append(group)
+                group = []
                 size = 0
             size += entry_size
+            group.append(entry)
+        groups.append(group)
+        return groups
+
+    def _new_request(self, entries: list[PendingMessage], raw: bool) -> pb.StreamWriteMessage.FromClient:
+        """A WriteRequest carrying ``entries``: their raw payloads, or the encoded ones."""
+        request = pb.StreamWriteMessage.FromClient()
+        write = request.write_request
+        write.codec = self._settings.codec
+        if self.tx_identity is not None:
+            write.tx.CopyFrom(self.tx_identity)
+        add = write.messages.add
+        for entry in entries:
+            payload = entry.data if raw else entry.encoded
+            assert payload is not None
             message = add()
             message.seq_no = entry.seq_no
             if entry.created_ns >= 0:
@@ -373,9 +392,7 @@ class WriterSender:
                 items = message.metadata_items
                 for key, value in entry.metadata:
                     items.add(key=key, value=value)
-            append(popleft())
-        requests.append(request)
-        return requests
+        return request
 
     async def _encode(self, batch: list[PendingMessage]) -> None:
         """Encode payloads not encoded yet: inline when there is little to do, otherwise in
@@ -391,9 +408,9 @@ class WriterSender:
             return
         encoder = self._settings.encoder
         total = sum(entry.data_len for entry in todo)
-        if total < _codecs.OFF_LOOP_THRESHOLD and len(todo) < INLINE_ENCODE_MAX_MESSAGES:
+        if _codecs.fits_inline(total, len(todo)):
             try:
-                encoded = _encode_all(encoder, [entry.data for entry in todo])
+                encoded = _codecs.transform_all(encoder, [entry.data for entry in todo])
             except Exception as exc:
                 raise self._encoder_error(exc) from exc
             _store_encoded(todo, encoded)
@@ -403,7 +420,7 @@ class WriterSender:
         async def encode_chunk(chunk: list[PendingMessage]) -> None:
             payloads = [entry.data for entry in chunk]
             try:
-                encoded = await _codecs.run_in_codec_thread(_encode_all, encoder, payloads)
+                encoded = await _codecs.run_in_codec_thread(_codecs.transform_all, encoder, payloads)
             except Exception as exc:
                 failures.append(exc)
                 return
@@ -411,8 +428,8 @@ class WriterSender:
             _store_encoded(chunk, encoded)
 
         async with anyio.create_task_group() as tg:
-            for chunk in _split_by_size(todo, total):
-                tg.start_soon(encode_chunk, chunk)
+            for start, end in _codecs.split_evenly([entry.data_len for entry in todo], total):
+                tg.start_soon(encode_chunk, todo[start:end])
         if failures:
             raise self._encoder_error(failures[0]) from failures[0]
 
@@ -455,8 +472,12 @@ class WriterSender:
             count += 1
             nbytes += entry.size
             future = entry.future
-            if future is not None and not future.done():
-                status = ack.WhichOneof("message_write_status")
+            if future is not None and future.done():
+                future = None  # the caller cancelled it
+            if future is None and metrics is None:
+                continue
+            status = ack.WhichOneof("message_write_status")
+            if future is not None:
                 if status == "written":
                     future.set_result(Written(partition_id, ack.written.offset, seq_no))
                 elif status == "skipped":
@@ -466,7 +487,7 @@ class WriterSender:
                 else:
                     raise InternalError(f"protocol violation: WriteAck for seq_no={seq_no} has no status")
             if metrics is not None:
-                if ack.HasField("skipped"):
+                if status == "skipped":
                     skipped += 1
                 else:
                     written_bytes += entry.data_len
@@ -486,20 +507,16 @@ class WriterSender:
         left = count
         while left and marks:
             mark = marks[0]
-            taken = min(left, int(mark[1]))
-            metrics.writer_ack_latency(topic, now - mark[0], taken)
+            taken = min(left, mark.unacked)
+            metrics.writer_ack_latency(topic, now - mark.sent_at, taken)
             left -= taken
-            mark[1] -= taken
-            if not mark[1]:
+            mark.unacked -= taken
+            if not mark.unacked:
                 marks.popleft()
         self._report_buffer(metrics, self._buffer.messages, self._buffer.nbytes)
 
     def _report_buffer(self, metrics: Any, messages: int, nbytes: int) -> None:
-        # Changes, not levels: writers of one topic share the gauge, so each adds only its own delta.
-        reported_messages, reported_bytes = self._reported_buffer
-        if messages != reported_messages or nbytes != reported_bytes:
-            self._reported_buffer = (messages, nbytes)
-            metrics.writer_buffer_change(self._settings.path, messages - reported_messages, nbytes - reported_bytes)
+        self._buffer_share.report(metrics.writer_buffer_change, self._settings.path, messages, nbytes)
 
     # --- tokens -------------------------------------------------------------------------
 
@@ -522,51 +539,20 @@ class WriterSender:
                 self._buffer.has_unsent.set()
 
 
-ENCODE_PARALLELISM = min(8, max(2, os.cpu_count() or 1))
-"""How many worker threads one batch's encoding is spread across (the codecs release the GIL)."""
-INLINE_ENCODE_MAX_MESSAGES = 256
-"""A batch of fewer messages (and fewer than ``OFF_LOOP_THRESHOLD`` bytes) is encoded on the loop:
-cheaper than a thread hop."""
+class _SentMark:
+    """A request sent on the current stream: when, and how many of its messages await their ack."""
 
+    __slots__ = ("sent_at", "unacked")
 
-def _encode_all(encoder: _codecs.Transform, payloads: list[bytes]) -> list[bytes]:
-    return [encoder(data) for data in payloads]
+    def __init__(self, sent_at: float, unacked: int) -> None:
+        self.sent_at = sent_at
+        self.unacked = unacked
 
 
 def _store_encoded(entries: list[PendingMessage], encoded: list[bytes]) -> None:
     for entry, payload in zip(entries, encoded, strict=True):
         entry.encoded = payload
         entry.data = b""  # only the encoded form is sent (and resent) from now on
-
-
-def _split_by_size(entries: list[PendingMessage], total: int) -> list[list[PendingMessage]]:
-    """Consecutive chunks of about ``total / ENCODE_PARALLELISM`` bytes or ``1 / ENCODE_PARALLELISM``
-    of the messages, whichever comes first (but at least the inline limits, so tiny chunks do not
-    pay a thread hop for nothing)."""
-    target = max(_codecs.OFF_LOOP_THRESHOLD, -(-total // ENCODE_PARALLELISM))
-    target_count = max(INLINE_ENCODE_MAX_MESSAGES, -(-len(entries) // ENCODE_PARALLELISM))
-    chunks: list[list[PendingMessage]] = []
-    chunk: list[PendingMessage] = []
-    size = 0
-    for entry in entries:
-        chunk.append(entry)
-        size += entry.data_len
-        if size >= target or len(chunk) >= target_count:
-            chunks.append(chunk)
-            chunk, size = [], 0
-    if chunk:
-        chunks.append(chunk)
-    return chunks
-
-
-def _take(queue: Any, count: int) -> list[PendingMessage]:
-    batch: list[PendingMessage] = []
-    append = batch.append
-    for entry in queue:
-        append(entry)
-        if len(batch) == count:
-            break
-    return batch
 
 
 async def _write(call: Any, request: pb.StreamWriteMessage.FromClient) -> None:

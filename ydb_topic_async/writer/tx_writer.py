@@ -15,11 +15,11 @@ of the same session, so a query run in the transaction right after must not race
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, overload
 
 from .._errors import InternalError, InvalidArgumentError, TransactionEndedError, WriterClosedError
+from .._futures import suppress_future_errors
 from .._retry import RetryPolicy
 from ..query._binding import bind
 from .messages import InitInfo, Skipped, WriteResult, WrittenInTx
@@ -219,19 +219,15 @@ class TxWriter:
         # can start (the writer is sealed).
         await self._writes_settled.wait()
         futures = list(self._futures)
-        if futures:
-            await asyncio.wait(futures)
-            for future in futures:
-                error = future.exception()
-                if error is not None:
-                    raise error.with_traceback(None)
-                result = future.result()
-                # Skipped: a resend after a lost acknowledgement, deduplicated by its producer id.
-                if not isinstance(result, WrittenInTx | Skipped):
-                    raise InternalError(
-                        f"the server acknowledged a transactional write to {self.path} as {result!r},"
-                        " outside the transaction"
-                    )
+        await self._wait_acked(futures)
+        for future in futures:
+            result = future.result()
+            # Skipped: a resend after a lost acknowledgement, deduplicated by its producer id.
+            if not isinstance(result, WrittenInTx | Skipped):
+                raise InternalError(
+                    f"the server acknowledged a transactional write to {self.path} as {result!r},"
+                    " outside the transaction"
+                )
         # Everything is acknowledged: close the stream before the commit.
         await writer.close()
 
@@ -251,15 +247,8 @@ class TxWriter:
         if writer is not None:
             await writer._shutdown(TransactionEndedError(f"the transaction {how} before these were acknowledged"))
         futures, self._futures = self._futures, []
-        _mark_retrieved(futures)
+        suppress_future_errors(futures)
 
     def __repr__(self) -> str:
         state = f"transaction {self._ended}" if self._ended else "open"
         return f"TxWriter({self.path!r}, {state})"
-
-
-def _mark_retrieved(futures: list[asyncio.Future[Any]]) -> None:
-    for future in futures:
-        if future.done() and not future.cancelled():
-            with contextlib.suppress(BaseException):
-                future.exception()

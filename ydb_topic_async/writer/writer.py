@@ -28,7 +28,7 @@ from .._retry import RetryPolicy
 from ..observability.logging import sdk_logger
 from .buffer import PendingMessage, WriteBuffer
 from .messages import InitInfo, Message, MetadataInput, WriteResult, WriteStatistics
-from .sender import MESSAGE_OVERHEAD, METADATA_ITEM_OVERHEAD, REQUEST_OVERHEAD, SenderSettings, WriterSender
+from .sender import MESSAGE_OVERHEAD, REQUEST_OVERHEAD, SenderSettings, WriterSender, wire_size
 
 if TYPE_CHECKING:
     from typing_extensions import TypedDict
@@ -157,8 +157,10 @@ class TopicWriter:
         self._auto_seqno = auto_seqno
         self._auto_created_at = auto_created_at
         self._buffer_wait_timeout = buffer_wait_timeout
-        # The largest payload (plus metadata) one request can carry.
-        self._max_message_bytes = max_request_size - REQUEST_OVERHEAD - MESSAGE_OVERHEAD
+        self._request_room = max_request_size - REQUEST_OVERHEAD
+        """The most a message's ``wire_size`` may be."""
+        self._max_message_bytes = self._request_room - MESSAGE_OVERHEAD
+        """The largest payload without metadata that fits (the same bound, for ``write``'s fast path)."""
         self._buffer = WriteBuffer(max_buffer_messages, max_buffer_bytes)
         self._sender = WriterSender(
             driver,
@@ -301,9 +303,7 @@ class TopicWriter:
 
     # --- handshake ------------------------------------------------------------------------
 
-    def _on_init(self, info: InitInfo, first: bool) -> None:
-        if not first:
-            return
+    def _on_init(self, info: InitInfo) -> None:
         self._init_info = info
         if self._auto_seqno:
             # Messages accepted before the handshake are numbered after the stored last seq_no.
@@ -413,16 +413,9 @@ class TopicWriter:
         if with_futures and len(self._buffer.unsent) >= _YIELD_BACKLOG:
             await asyncio.sleep(0)  # as in write: let the sender run
         self._check_usable()
-        if self._task is None:
-            self._start()
+        self._start()
         now_ns = time.time_ns() if self._auto_created_at else -1
-        if isinstance(messages, bytes) and self._auto_seqno:
-            # The common case, kept short: one payload, auto numbering.
-            size = len(messages)
-            if size > self._max_message_bytes:
-                self._too_large(size)
-            entries = [PendingMessage(messages, 0, now_ns, None, size)]
-        elif isinstance(messages, (bytes, str, Message)):
+        if isinstance(messages, (bytes, str, Message)):
             entries = [self._prepare(messages, now_ns)]
         elif isinstance(messages, (list, tuple)):
             entries = [self._prepare(m, now_ns) for m in messages]
@@ -471,14 +464,8 @@ class TopicWriter:
         return futures
 
     def _prepare(self, message: OneMessage, now_ns: int) -> PendingMessage:
-        if isinstance(message, bytes):
-            data = message
-            seq_no = None
-            created_ns = now_ns
-            metadata = None
-            meta_size = 0
-        elif isinstance(message, str):
-            data = message.encode()
+        if isinstance(message, (bytes, str)):
+            data = message if isinstance(message, bytes) else message.encode()
             seq_no = None
             created_ns = now_ns
             metadata = None
@@ -506,10 +493,10 @@ class TopicWriter:
             seq_no = 0
         elif seq_no is None:
             raise InvalidArgumentError("auto_seqno=False: every message needs an explicit seq_no")
-        size = len(data) + meta_size
-        if size + (len(metadata) * METADATA_ITEM_OVERHEAD if metadata else 0) > self._max_message_bytes:
-            self._too_large(size)
-        return PendingMessage(data, seq_no, created_ns, metadata, size)
+        entry = PendingMessage(data, seq_no, created_ns, metadata, len(data) + meta_size)
+        if wire_size(entry.data_len, entry) > self._request_room:
+            self._too_large(entry.size)
+        return entry
 
     def _too_large(self, size: int) -> None:
         raise MessageTooLargeError(

@@ -1,0 +1,150 @@
+"""Where the reader decompresses: a response of many small batches must not stall the event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+import time
+
+import pytest
+import zstandard
+
+import ydb_topic_async as yta
+from ydb_topic_async import _codecs
+from ydb_topic_async.testing import LocalTopicServer
+from ydb_topic_async.testing.partition_log import NewMessage
+
+pytestmark = pytest.mark.timeout(60)
+
+PRODUCERS = 50
+
+
+def _payloads(count: int, size: int = 1024) -> list[bytes]:
+    rng = random.Random(11)
+    words = [b"user", b"click", b"amount", b"page", b"session", b"%d"]
+    out = []
+    for i in range(count):
+        text = b" ".join(rng.choice(words) for _ in range(size // 4)) + b"#%d" % i
+        out.append(text[:size])
+    return out
+
+
+def _store_from_many_producers(server: LocalTopicServer, topic: str, payloads: list[bytes]) -> None:
+    """Store zstd messages whose producers alternate, so that the server sends each one as a
+    batch of its own (a batch is one producer's run of messages)."""
+    log = server.storage.topic(topic).partition(0)
+    compressor = zstandard.ZstdCompressor()
+    for i, data in enumerate(payloads):
+        log.append(NewMessage(seq_no=i // PRODUCERS + 1, created_at_ns=1, codec=yta.Codec.ZSTD,
+                              data=compressor.compress(data), uncompressed_size=len(data),
+                              producer_id=f"producer-{i % PRODUCERS}"))
+    server.storage.notify()
+
+
+async def _read_all(reader: yta.TopicReader, count: int) -> list[yta.TopicMessage]:
+    got: list[yta.TopicMessage] = []
+    while len(got) < count:
+        batch = await reader.receive_batch(timeout=10)
+        got.extend(batch)
+        reader.commit(batch)
+    return got
+
+
+class RecordingDecoder:
+    """Wraps a decoder and records the threads it ran in."""
+
+    def __init__(self, decode: _codecs.Transform) -> None:
+        self._decode = decode
+        self._lock = threading.Lock()
+        self.threads: list[int] = []
+
+    def __call__(self, data: bytes) -> bytes:
+        with self._lock:
+            self.threads.append(threading.get_ident())
+        return self._decode(data)
+
+
+async def test_many_small_batches_of_one_response_are_decoded_off_the_loop(
+    server: LocalTopicServer, driver: yta.Driver, topic: str
+) -> None:
+    decoder = RecordingDecoder(_codecs.BUILTIN_DECODERS[yta.Codec.ZSTD])
+    loop_thread = threading.get_ident()
+    payloads = _payloads(2000)  # each batch about 1 KiB decoded, 2 MiB in all
+    _store_from_many_producers(server, topic, payloads)
+    async with driver.topic.reader(topic, consumer="consumer", decoders={yta.Codec.ZSTD: decoder}) as reader:
+        got = await _read_all(reader, len(payloads))
+        batch_threads = set(decoder.threads)
+        decoder.threads.clear()
+        _store_from_many_producers(server, topic, [b"tiny"])  # a few bytes: not worth a thread hop
+        got += await _read_all(reader, 1)
+    assert [m.data for m in got] == [*payloads, b"tiny"]
+    assert len({m.producer_id for m in got}) == PRODUCERS
+    assert batch_threads and loop_thread not in batch_threads
+    assert decoder.threads == [loop_thread]
+
+
+async def test_decoding_many_small_batches_does_not_stall_the_loop(
+    server: LocalTopicServer, driver: yta.Driver, topic: str
+) -> None:
+    local = threading.local()
+    plain = _codecs.BUILTIN_DECODERS[yta.Codec.ZSTD]
+
+    def costly_zstd(data: bytes) -> bytes:
+        # Recompressing at a high level (the codec releases the GIL) makes decoding dominate the
+        # reader's other per-message work, so the comparison below measures where decoding runs.
+        compressor = getattr(local, "compressor", None)
+        if compressor is None:
+            compressor = local.compressor = zstandard.ZstdCompressor(level=15)
+        out = plain(data)
+        compressor.compress(out)
+        return out
+
+    payloads = _payloads(2000)
+    _store_from_many_producers(server, topic, payloads)
+    wire = [m.data for m in server.storage.read(topic, 0)]
+    started = time.perf_counter()
+    for data in wire[:1000]:
+        costly_zstd(data)
+    inline_half = time.perf_counter() - started  # what decoding half of them on the loop would stall it
+    assert inline_half > 0.02
+
+    loop = asyncio.get_running_loop()
+    stalls: list[float] = []
+    done = asyncio.Event()
+    running = asyncio.Event()
+
+    async def probe() -> None:
+        while not done.is_set():
+            running.set()
+            before = loop.time()
+            await asyncio.sleep(0.001)
+            stalls.append(loop.time() - before - 0.001)
+
+    probing = asyncio.ensure_future(probe())
+    await running.wait()
+    try:
+        async with driver.topic.reader(
+            topic, consumer="consumer", decoders={yta.Codec.ZSTD: costly_zstd}
+        ) as reader:
+            got = await _read_all(reader, len(payloads))
+    finally:
+        done.set()
+        await probing
+    assert [m.data for m in got] == payloads
+    assert max(stalls) < inline_half / 3, (max(stalls), inline_half)
+
+
+async def test_a_decoder_failing_in_a_worker_thread_fails_the_reader(
+    server: LocalTopicServer, driver: yta.Driver, topic: str
+) -> None:
+    class CorruptData(Exception):
+        pass
+
+    def failing(data: bytes) -> bytes:
+        raise CorruptData("cannot decode")
+
+    _store_from_many_producers(server, topic, _payloads(1000))
+    async with driver.topic.reader(topic, consumer="consumer", decoders={yta.Codec.ZSTD: failing}) as reader:
+        with pytest.raises(CorruptData):
+            await reader.receive_batch(timeout=10)
