@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import random
 import threading
 import time
@@ -14,6 +13,8 @@ import ydb_topic_async as yta
 from ydb_topic_async import _codecs
 from ydb_topic_async.testing import LocalTopicServer
 from ydb_topic_async.testing.partition_log import NewMessage
+
+from .._loop_lag import loop_stalls
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -109,28 +110,10 @@ async def test_decoding_many_small_batches_does_not_stall_the_loop(
     inline_half = time.perf_counter() - started  # what decoding half of them on the loop would stall it
     assert inline_half > 0.02
 
-    loop = asyncio.get_running_loop()
-    stalls: list[float] = []
-    done = asyncio.Event()
-    running = asyncio.Event()
-
-    async def probe() -> None:
-        while not done.is_set():
-            running.set()
-            before = loop.time()
-            await asyncio.sleep(0.001)
-            stalls.append(loop.time() - before - 0.001)
-
-    probing = asyncio.ensure_future(probe())
-    await running.wait()
-    try:
-        async with driver.topic.reader(
-            topic, consumer="consumer", decoders={yta.Codec.ZSTD: costly_zstd}
-        ) as reader:
-            got = await _read_all(reader, len(payloads))
-    finally:
-        done.set()
-        await probing
+    async with loop_stalls() as stalls, driver.topic.reader(
+        topic, consumer="consumer", decoders={yta.Codec.ZSTD: costly_zstd}
+    ) as reader:
+        got = await _read_all(reader, len(payloads))
     assert [m.data for m in got] == payloads
     assert max(stalls) < inline_half / 3, (max(stalls), inline_half)
 

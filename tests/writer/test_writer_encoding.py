@@ -16,6 +16,8 @@ import zstandard
 import ydb_topic_async as yta
 from ydb_topic_async import _codecs
 
+from .._loop_lag import loop_stalls
+
 pytestmark = pytest.mark.timeout(60)
 
 
@@ -84,28 +86,11 @@ async def test_encoding_many_small_messages_does_not_stall_the_loop(
     inline_half = time.perf_counter() - started  # what encoding half of them on the loop would stall it
     assert inline_half > 0.02
 
-    loop = asyncio.get_running_loop()
-    stalls: list[float] = []
-    done = asyncio.Event()
-    running = asyncio.Event()
-
-    async def probe() -> None:
-        while not done.is_set():
-            running.set()
-            before = loop.time()
-            await asyncio.sleep(0.001)
-            stalls.append(loop.time() - before - 0.001)
-
     async with driver.topic.writer(topic, codec=yta.Codec.ZSTD, encoders={yta.Codec.ZSTD: costly_zstd}) as writer:
         await writer.wait_init()
-        probing = asyncio.ensure_future(probe())
-        await running.wait()
-        try:
+        async with loop_stalls() as stalls:
             await writer.write(payloads)  # about one 4 MiB request's worth
             await writer.flush(timeout=30)
-        finally:
-            done.set()
-            await probing
     assert len(server.storage.read(topic, 0)) == 4000
     assert max(stalls) < inline_half / 3, (max(stalls), inline_half)
 
