@@ -1,8 +1,9 @@
-"""Helpers for reader tests: filling topics through the writer."""
+"""Helpers for reader tests: filling topics through the writer, waiting for driven state."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import asyncio
+from collections.abc import Callable, Mapping, Sequence
 
 import ydb_topic_async as yta
 
@@ -28,3 +29,12 @@ async def fill(
     ) as writer:
         for data in payloads:
             await writer.write(yta.Message(data, metadata=dict(metadata)) if metadata else data)
+
+
+async def until(condition: Callable[[], bool], what: str) -> None:
+    """Wait (bounded) for a state the reader or the server drives; not a timing assertion."""
+    for _ in range(1000):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"never happened: {what}")

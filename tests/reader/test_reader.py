@@ -7,7 +7,6 @@ import datetime as dt
 import logging
 import threading
 import time
-from collections.abc import Callable
 
 import pytest
 
@@ -19,7 +18,7 @@ from ydb_topic_async.reader.messages import PartitionSession, PartitionSessionSt
 from ydb_topic_async.testing import LocalTopicServer
 from ydb_topic_async.testing.partition_log import NewMessage
 
-from .conftest import fill
+from .conftest import fill, until
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -444,15 +443,6 @@ async def test_close_does_not_wait_for_commits_behind_a_gap(
 # --- partition session lifecycle -------------------------------------------------------------
 
 
-async def _until(condition: Callable[[], bool], what: str) -> None:
-    """Wait (bounded) for a state the server drives; not a timing assertion."""
-    for _ in range(1000):
-        if condition():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"never happened: {what}")
-
-
 def _session(reader: yta.TopicReader, partition_id: int) -> yta.PartitionSession | None:
     return next((s for s in reader.partition_sessions if s.partition_id == partition_id), None)
 
@@ -479,14 +469,14 @@ async def test_graceful_stop_delivers_buffered_messages_then_hands_over(
             first.commit(batch)
         moving = got[-1].partition_session
         async with second:
-            await _until(lambda: moving.state is PartitionSessionState.STOPPING, "graceful stop of partition 1")
+            await until(lambda: moving.state is PartitionSessionState.STOPPING, "graceful stop of partition 1")
             assert moving._buffered > 0  # the stop arrived while partition 1 still had messages buffered
             while len(got) < 20:
                 batch = await first.receive_batch(timeout=10)
                 got.extend(batch)
                 await first.commit_with_ack(batch)
             assert sorted((m.partition_id, m.offset) for m in got) == [(p, o) for p in (0, 1) for o in range(10)]
-            await _until(lambda: bool(stopped), "stop of partition 1 confirmed")
+            await until(lambda: bool(stopped), "stop of partition 1 confirmed")
             assert stopped == [(1, 10)] and moving.closed
             assert {s.partition_id for s in first.partition_sessions} == {0}
             await fill(driver, topic_name, [b"late"], partition_id=1)
@@ -523,7 +513,7 @@ async def test_non_graceful_stop_drops_buffered_messages(topic_name: str) -> Non
             async with second:
                 # The first reader does not consume, so it cannot confirm the graceful stop; the
                 # server takes the partition away and the first reader drops what it buffered.
-                await _until(lambda: lost.partition_session.closed, "partition 1 taken away")
+                await until(lambda: lost.partition_session.closed, "partition 1 taken away")
                 assert stopped == [1]
                 with pytest.raises(yta.PartitionSessionClosedError):
                     await first.commit_with_ack(lost)
@@ -611,7 +601,7 @@ async def test_split_while_reading_ends_the_parent_then_reads_children(
         await fill(driver, topic, [b"left-%d" % i for i in range(3)], partition_id=left, producer_id="l")
         await fill(driver, topic, [b"right-%d" % i for i in range(2)], partition_id=right, producer_id="r")
         # The parent was read to its end: EndPartitionSession names the children.
-        await _until(lambda: parent.ended, "EndPartitionSession for the parent")
+        await until(lambda: parent.ended, "EndPartitionSession for the parent")
         assert parent.child_partition_ids == (left, right)
         assert not parent.closed and {s.partition_id for s in reader.partition_sessions} == {0}
         with pytest.raises(yta.OperationTimeoutError):

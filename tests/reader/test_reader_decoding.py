@@ -14,7 +14,7 @@ from ydb_topic_async import _codecs
 from ydb_topic_async.testing import LocalTopicServer
 from ydb_topic_async.testing.partition_log import NewMessage
 
-from .._loop_lag import loop_stalls
+from .._codec_probes import RecordingTransform, loop_stalls
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -52,24 +52,10 @@ async def _read_all(reader: yta.TopicReader, count: int) -> list[yta.TopicMessag
     return got
 
 
-class RecordingDecoder:
-    """Wraps a decoder and records the threads it ran in."""
-
-    def __init__(self, decode: _codecs.Transform) -> None:
-        self._decode = decode
-        self._lock = threading.Lock()
-        self.threads: list[int] = []
-
-    def __call__(self, data: bytes) -> bytes:
-        with self._lock:
-            self.threads.append(threading.get_ident())
-        return self._decode(data)
-
-
 async def test_many_small_batches_of_one_response_are_decoded_off_the_loop(
     server: LocalTopicServer, driver: yta.Driver, topic: str
 ) -> None:
-    decoder = RecordingDecoder(_codecs.BUILTIN_DECODERS[yta.Codec.ZSTD])
+    decoder = RecordingTransform(_codecs.BUILTIN_DECODERS[yta.Codec.ZSTD])
     loop_thread = threading.get_ident()
     payloads = _payloads(2000)  # each batch about 1 KiB decoded, 2 MiB in all
     _store_from_many_producers(server, topic, payloads)

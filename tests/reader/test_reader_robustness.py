@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
 
 import pytest
 
@@ -13,18 +12,9 @@ import ydb_topic_async as yta
 from ydb_topic_async.testing import LocalTopicServer
 from ydb_topic_async.testing.partition_log import NewMessage
 
-from .conftest import fill
+from .conftest import fill, until
 
 pytestmark = pytest.mark.timeout(30)
-
-
-async def _until(condition: Callable[[], bool], what: str) -> None:
-    """Wait (bounded) for a state the reader drives; not a timing assertion."""
-    for _ in range(1000):
-        if condition():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"never happened: {what}")
 
 
 class TokenServiceError(Exception):
@@ -58,10 +48,10 @@ async def test_a_failed_token_refresh_is_logged_and_retried(caplog: pytest.LogCa
                 reader.commit(before)
                 with caplog.at_level(logging.WARNING, logger="ydb_topic_async.reader"):
                     fail_once = True  # only the reader's refresher asks for tokens now
-                    await _until(lambda: failures == 1, "the refresh failed")
+                    await until(lambda: failures == 1, "the refresh failed")
                     issued_before = len(issued)
                     # The next tick asks again and sends the new token in-band.
-                    await _until(lambda: len(issued) > issued_before, "a later refresh")
+                    await until(lambda: len(issued) > issued_before, "a later refresh")
                 await fill(driver, "t", [b"after"])
                 after = await reader.receive_message(timeout=10)
                 assert after.data == b"after"
@@ -89,7 +79,7 @@ async def test_commit_with_ack_behind_a_gap_warns_with_the_partition_and_the_gap
             assert caplog.records == []
             # Offsets 3..5 are not committed: the server cannot acknowledge offset 6 yet.
             waiting = asyncio.ensure_future(reader.commit_with_ack(got[6]))
-            await _until(lambda: bool(caplog.records), "the warning")
+            await until(lambda: bool(caplog.records), "the warning")
         [record] = caplog.records
         assert record.levelno == logging.WARNING
         message = record.getMessage()
@@ -147,7 +137,7 @@ async def test_a_receive_that_keeps_losing_races_still_times_out(
         waiting: asyncio.Future[yta.MessageBatch] | None = None
         try:
             arrive(1)
-            await _until(lambda: len(taken) == 1, "the iterating consumer took the first message")
+            await until(lambda: len(taken) == 1, "the iterating consumer took the first message")
             started = time.monotonic()
             waiting = asyncio.ensure_future(reader.receive_batch(timeout=timeout))
             while not waiting.done() and time.monotonic() - started < 6 * timeout:

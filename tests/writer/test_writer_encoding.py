@@ -16,7 +16,7 @@ import zstandard
 import ydb_topic_async as yta
 from ydb_topic_async import _codecs
 
-from .._loop_lag import loop_stalls
+from .._codec_probes import RecordingTransform, loop_stalls
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -31,25 +31,11 @@ def _payloads(count: int, size: int = 1024) -> list[bytes]:
     return out
 
 
-class RecordingEncoder:
-    """Wraps an encoder and records the threads it ran in."""
-
-    def __init__(self, encode: _codecs.Transform) -> None:
-        self._encode = encode
-        self._lock = threading.Lock()
-        self.threads: list[int] = []
-
-    def __call__(self, data: bytes) -> bytes:
-        with self._lock:
-            self.threads.append(threading.get_ident())
-        return self._encode(data)
-
-
 @pytest.mark.parametrize("codec", [yta.Codec.ZSTD, yta.Codec.GZIP])
 async def test_a_batch_of_small_messages_is_encoded_off_the_loop(
     server: Any, driver: yta.Driver, topic: str, codec: int
 ) -> None:
-    encoder = RecordingEncoder(_codecs.BUILTIN_ENCODERS[codec])
+    encoder = RecordingTransform(_codecs.BUILTIN_ENCODERS[codec])
     decode = _codecs.BUILTIN_DECODERS[codec]
     loop_thread = threading.get_ident()
     payloads = _payloads(4000)
@@ -96,7 +82,7 @@ async def test_encoding_many_small_messages_does_not_stall_the_loop(
 
 
 async def test_many_tiny_messages_are_encoded_off_the_loop(server: Any, driver: yta.Driver, topic: str) -> None:
-    encoder = RecordingEncoder(_codecs.BUILTIN_ENCODERS[yta.Codec.GZIP])
+    encoder = RecordingTransform(_codecs.BUILTIN_ENCODERS[yta.Codec.GZIP])
     loop_thread = threading.get_ident()
     payloads = [bytes([i % 256]) for i in range(16_000)]  # 16 KB in all, but 16,000 gzip calls
     async with driver.topic.writer(topic, codec=yta.Codec.GZIP, encoders={yta.Codec.GZIP: encoder}) as writer:

@@ -1,10 +1,13 @@
-"""How long the event loop was kept from running other tasks while a block ran."""
+"""Probes for the off-loop codec tests: how long the event loop stalled, and where a codec ran."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+
+from ydb_topic_async import _codecs
 
 _TICK = 0.001
 
@@ -31,3 +34,17 @@ async def loop_stalls() -> AsyncIterator[list[float]]:
     finally:
         done.set()
         await probing
+
+
+class RecordingTransform:
+    """Wraps an encoder or decoder and records the threads it ran in."""
+
+    def __init__(self, transform: _codecs.Transform) -> None:
+        self._transform = transform
+        self._lock = threading.Lock()
+        self.threads: list[int] = []
+
+    def __call__(self, data: bytes) -> bytes:
+        with self._lock:
+            self.threads.append(threading.get_ident())
+        return self._transform(data)
