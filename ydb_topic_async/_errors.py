@@ -143,6 +143,15 @@ class MissingDependencyError(UsageError, ImportError):
     """An optional feature was asked for, but the package it needs is not installed."""
 
 
+def raise_for_missing_extra(exc: ImportError, feature: str, needs: str, extra: str, packages: tuple[str, ...]) -> None:
+    """Re-raise ``exc`` as an ImportError naming the install command when the module it misses
+    belongs to one of ``packages`` (the extra's dependencies); return otherwise."""
+    if exc.name is not None and exc.name.split(".")[0] in packages:
+        raise ImportError(
+            f"{feature} needs {needs} ({exc.name} is missing): pip install 'ydb-topic-async[{extra}]'"
+        ) from exc
+
+
 # --- client-side waiting ----------------------------------------------------------------
 
 

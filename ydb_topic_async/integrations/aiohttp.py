@@ -17,14 +17,12 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Mapping
 
+from .._errors import raise_for_missing_extra
+
 try:
     from aiohttp import web
 except ImportError as exc:
-    if exc.name is not None and exc.name.split(".")[0] == "aiohttp":
-        raise ImportError(
-            f"ydb_topic_async.integrations.aiohttp needs aiohttp ({exc.name} is missing): "
-            "pip install 'ydb-topic-async[aiohttp]'"
-        ) from exc
+    raise_for_missing_extra(exc, __name__, "aiohttp", "aiohttp", ("aiohttp",))
     raise
 
 from .._driver import Driver

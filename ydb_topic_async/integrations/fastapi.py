@@ -19,14 +19,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Annotated
 
+from .._errors import raise_for_missing_extra
+
 try:
     from fastapi import Depends, FastAPI, Request
 except ImportError as exc:
-    if exc.name is not None and exc.name.split(".")[0] in ("fastapi", "starlette", "pydantic"):
-        raise ImportError(
-            f"ydb_topic_async.integrations.fastapi needs FastAPI ({exc.name} is missing): "
-            "pip install 'ydb-topic-async[fastapi]'"
-        ) from exc
+    raise_for_missing_extra(exc, __name__, "FastAPI", "fastapi", ("fastapi", "starlette", "pydantic"))
     raise
 
 from .._driver import Driver

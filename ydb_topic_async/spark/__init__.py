@@ -23,14 +23,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from .._errors import raise_for_missing_extra
+
 try:
     from .source import NAME, SCHEMA, YdbTopicCommitMessage, YdbTopicDataSource
 except ImportError as exc:  # pragma: no cover - depends on the environment
-    if exc.name is not None and exc.name.split(".")[0] in ("pyspark", "pyarrow", "py4j"):
-        raise ImportError(
-            f"ydb_topic_async.spark needs pyspark>=4.0 and pyarrow ({exc.name} is missing): "
-            "pip install 'ydb-topic-async[spark]'"
-        ) from exc
+    raise_for_missing_extra(exc, __name__, "pyspark>=4.0 and pyarrow", "spark", ("pyspark", "pyarrow", "py4j"))
     raise
 
 __all__ = ["NAME", "SCHEMA", "YdbTopicCommitMessage", "YdbTopicDataSource", "register"]
