@@ -1,4 +1,4 @@
-"""Regenerate ``ydb_topic_async/_proto`` from ``protos/``.
+"""Regenerate ``src/ydb_topic_async/_proto`` from ``protos/``.
 
 Run from the repository root: ``python scripts/generate_protos.py``.
 With ``--check`` it regenerates into a temporary directory and exits 1
@@ -18,7 +18,7 @@ from grpc_tools import protoc
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PROTOS = ROOT / "protos"
-TARGET = ROOT / "ydb_topic_async" / "_proto"
+TARGET = ROOT / "src" / "ydb_topic_async" / "_proto"
 
 
 def generate(out: pathlib.Path) -> list[pathlib.Path]:
