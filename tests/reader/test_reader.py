@@ -576,7 +576,7 @@ async def test_selectors_partitions_read_from_and_max_lag(
         assert {s.partition_id for s in reader.partition_sessions} == {0}
 
     since = server.storage.read(topic_name, 1)[2].written_at_ns
-    read_from = dt.datetime.fromtimestamp(since / 1e9, dt.timezone.utc).replace(microsecond=(since // 1000) % 10**6)
+    read_from = dt.datetime.fromtimestamp(since / 1e9, dt.UTC).replace(microsecond=(since // 1000) % 10**6)
     recent = yta.TopicSelector(topic_name, partitions=[1], read_from=read_from)
     async with driver.topic.reader(recent, consumer="consumer") as reader:
         batch = await reader.receive_batch(timeout=10)

@@ -79,7 +79,7 @@ async def test_official_and_our_reader_split_partitions(
                 try:
                     batch = await asyncio.wait_for(theirs.receive_batch(), 0.05)
                     theirs.commit(batch)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
                 except ydb.TopicReaderPartitionExpiredError:
                     pass  # a partition handed to our reader meanwhile: its batch is no longer committable

@@ -222,7 +222,7 @@ class RawReader:
         assert all(m.WhichOneof("server_message") != kind for m in self.pending)
         try:
             message = await self._next(wait)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return
         assert message.WhichOneof("server_message") != kind, message
         self.pending.append(message)

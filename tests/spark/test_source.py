@@ -22,7 +22,7 @@ from ydb_topic_async.spark.source import HAS_READ_LIMIT, SCHEMA, read_range
 
 from .conftest import Server
 
-T0 = dt.datetime(2024, 5, 1, 12, 0, 0, 123456, tzinfo=dt.timezone.utc)
+T0 = dt.datetime(2024, 5, 1, 12, 0, 0, 123456, tzinfo=dt.UTC)
 
 
 def write_messages(server: Server, topic: str, partitions: int, per_partition: int, *, create: bool = True) -> None:
@@ -137,7 +137,7 @@ def test_batch_read_returns_every_message_with_exact_fields(spark: Any, ydb_serv
         assert row.metadata == {"n": str(i).encode(), "kind": b"test"}
         # the session time zone is UTC: timestamps come back as naive UTC datetimes
         assert row.created_at == (T0 + dt.timedelta(seconds=i)).replace(tzinfo=None)
-        assert abs(row.written_at - dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)) < dt.timedelta(minutes=5)
+        assert abs(row.written_at - dt.datetime.now(dt.UTC).replace(tzinfo=None)) < dt.timedelta(minutes=5)
     assert [r.offset for r in rows if r.partition == 1] == list(range(40))
 
 

@@ -106,7 +106,7 @@ async def test_mixing_auto_and_manual_numbering_is_rejected(driver: yta.Driver, 
 async def test_metadata_created_at_and_session_metadata_are_stored(
     server: Any, driver: yta.Driver, topic: str
 ) -> None:
-    created = dt.datetime(2024, 5, 6, 7, 8, 9, 123456, tzinfo=dt.timezone.utc)
+    created = dt.datetime(2024, 5, 6, 7, 8, 9, 123456, tzinfo=dt.UTC)
     async with driver.topic.writer(topic, producer_id="meta", session_metadata={"app": "billing"}) as writer:
         await writer.write_with_ack(
             [

@@ -26,7 +26,7 @@ def stored(server: Any, topic: str, partition: int = 0) -> list[Any]:
 async def test_official_reader_reads_what_we_write(
     server: Any, driver: yta.Driver, topic: str, official: Any, codec: int
 ) -> None:
-    created = dt.datetime(2024, 1, 2, 3, 4, 5, 678000, tzinfo=dt.timezone.utc)
+    created = dt.datetime(2024, 1, 2, 3, 4, 5, 678000, tzinfo=dt.UTC)
     sent = [
         yta.Message(b"plain"),
         yta.Message("текст", metadata={"kind": "text", "bin": b"\xff"}),

@@ -14,7 +14,7 @@ from typing import Any
 
 from .._errors import InvalidArgumentError
 
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
 def timestamp_to_datetime(ts: Any) -> dt.datetime:

@@ -88,7 +88,7 @@ _ARROW_ROWS = 8192
 _READ_BUFFER = 16 * 1024 * 1024
 _SEQ_BATCH_SHIFT = 32
 """Sink seq_no = (batch id + 1) << 32 | (row position + 1): increasing across batches, 4G rows each."""
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _MICROSECOND = dt.timedelta(microseconds=1)
 
 

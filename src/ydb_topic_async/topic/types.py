@@ -179,9 +179,9 @@ def to_timestamp(value: dt.datetime, what: str) -> timestamp_pb2.Timestamp:
     if not isinstance(value, dt.datetime):
         raise InvalidArgumentError(f"{what} must be a datetime, got {type(value).__name__}")
     if value.tzinfo is None:
-        value = value.replace(tzinfo=dt.timezone.utc)
+        value = value.replace(tzinfo=dt.UTC)
     ts = timestamp_pb2.Timestamp()
-    ts.FromDatetime(value.astimezone(dt.timezone.utc))
+    ts.FromDatetime(value.astimezone(dt.UTC))
     return ts
 
 
@@ -195,7 +195,7 @@ def from_duration(msg: Any, present: bool = True) -> dt.timedelta | None:
 def from_timestamp(msg: Any, present: bool = True) -> dt.datetime | None:
     if not present or (msg.seconds == 0 and msg.nanos == 0):
         return None
-    result: dt.datetime = msg.ToDatetime(tzinfo=dt.timezone.utc)
+    result: dt.datetime = msg.ToDatetime(tzinfo=dt.UTC)
     return result
 
 

@@ -45,7 +45,7 @@ _REQUEST_SIZE_MARGIN = 64 * 1024
 """The default request limit stays this far below the channel's gRPC message limit."""
 _YIELD_BACKLOG = 1000
 """``write`` yields to the loop once this many messages wait to be sent."""
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _MICROSECOND = dt.timedelta(microseconds=1)
 
 OneMessage = bytes | str | Message
@@ -570,7 +570,7 @@ def _to_ns(value: dt.datetime) -> int:
     if not isinstance(value, dt.datetime):
         raise InvalidArgumentError(f"created_at must be a datetime, got {type(value).__name__}")
     if value.tzinfo is None:
-        value = value.replace(tzinfo=dt.timezone.utc)
+        value = value.replace(tzinfo=dt.UTC)
     return ((value - _EPOCH) // _MICROSECOND) * 1000
 
 
