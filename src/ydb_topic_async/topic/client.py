@@ -7,7 +7,7 @@ import weakref
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .._errors import InvalidArgumentError
+from .._errors import AlreadyExistsError, InvalidArgumentError, SchemeError
 from .._proto import ydb_topic_pb2 as pb
 from ..observability.logging import sdk_logger
 from . import types as t
@@ -132,9 +132,15 @@ class TopicClient:
         attributes: Mapping[str, str] | None = None,
         consumers: Sequence[t.ConsumerSettings | str] = (),
         auto_partitioning: t.AutoPartitioningSettings | None = None,
+        exists_ok: bool = False,
         timeout: float | None = None,
     ) -> None:
-        """Create a topic. ``ALREADY_EXISTS`` raises ``AlreadyExistsError``."""
+        """Create a topic. An existing topic raises ``AlreadyExistsError``, unless ``exists_ok``.
+
+        ``exists_ok=True`` makes the call safe to repeat (scripts, application start-up): a topic
+        already at ``path`` is left as it is, whatever its settings, and transient failures are
+        retried, since creating twice can no longer fail.
+        """
         for value, what in (
             (min_active_partitions, "min_active_partitions"),
             (max_active_partitions, "max_active_partitions"),
@@ -173,9 +179,24 @@ class TopicClient:
             request.retention_period.CopyFrom(t.to_duration(retention_period, "retention_period"))
         if supported_codecs:
             request.supported_codecs.codecs.extend(t.check_codecs(supported_codecs, "supported_codecs"))
-        await self._call(
-            "CreateTopic", request, pb.CreateTopicResponse, None, idempotent=False, timeout=timeout
-        )
+        try:
+            await self._call(
+                "CreateTopic", request, pb.CreateTopicResponse, None, idempotent=exists_ok, timeout=timeout
+            )
+        except AlreadyExistsError:
+            if not exists_ok:
+                raise
+        except SchemeError:
+            # Some servers answer SCHEME_ERROR for an existing path: the topic itself settles it.
+            if not exists_ok or not await self._exists(request.path, timeout):
+                raise
+
+    async def _exists(self, full_path: str, timeout: float | None) -> bool:
+        try:
+            await self.describe_topic(full_path, timeout=timeout)
+        except SchemeError:
+            return False
+        return True
 
     async def describe_topic(
         self, path: str, *, include_stats: bool = False, include_location: bool = False, timeout: float | None = None
