@@ -7,7 +7,9 @@ import json
 import pathlib
 import re
 import signal
+import socket
 import sys
+import time
 
 import pytest
 
@@ -136,17 +138,108 @@ async def test_usage_mistakes_exit_2_without_traceback(server: LocalTopicServer)
         assert message in err and "Traceback" not in err, (args, err)
 
 
-async def test_unreachable_server_fails_fast_with_exit_1() -> None:
+async def run_cli(*args: str, limit: float = 45) -> tuple[int, str, str, float]:
+    """The CLI as a process without a server of the test's: exit code, stdout, stderr, seconds taken."""
+    started = time.monotonic()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "ydb_topic_async.cli", *args,
+        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), limit)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode(), time.monotonic() - started
+
+
+def one_line(err: str) -> str:
+    """The whole of stderr, which must be exactly one line."""
+    assert err.endswith("\n") and err.count("\n") == 1, err
+    assert "Traceback" not in err
+    return err
+
+
+async def test_refused_connection_fails_at_once_with_exit_1() -> None:
     async with LocalTopicServer() as gone:
         pass  # its port is closed now
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "ydb_topic_async.cli", "--endpoint", gone.endpoint, "--timeout", "1",
-        "read", "t", "--consumer", "c",
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), 30)
-    assert proc.returncode == 1 and out == b""
-    assert b"no YDB endpoint answered" in err and b"Traceback" not in err
+    code, out, err, took = await run_cli("--endpoint", gone.endpoint, "--timeout", "30", "read", "t", "--consumer", "c")
+    assert (code, out) == (1, "")
+    assert "Connection refused" in one_line(err) and gone.endpoint in err
+    assert took < 15, f"waited {took:.1f}s of the 30s timeout for a refused connection"
+
+
+async def test_endpoint_that_never_answers_fails_after_the_timeout_with_exit_1() -> None:
+    """A server that accepts connections and never speaks: one line after --timeout, whatever the
+    driver's wait raised underneath (a timeout, or a bare CancelledError from gRPC)."""
+    connections: list[asyncio.StreamWriter] = []
+
+    async def accept_and_stay_silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections.append(writer)
+
+    silent = await asyncio.start_server(accept_and_stay_silent, "127.0.0.1", 0)
+    port = silent.sockets[0].getsockname()[1]
+    try:
+        code, out, err, took = await run_cli(
+            "--endpoint", f"grpc://127.0.0.1:{port}", "--timeout", "1", "topic", "describe", "t"
+        )
+    finally:
+        for writer in connections:
+            writer.close()
+        silent.close()
+        await silent.wait_closed()
+    assert (code, out) == (1, "")
+    assert "no YDB endpoint answered" in one_line(err) and "within 1s" in err
+    assert connections, "the command never connected"
+    assert took < 20
+
+
+async def test_unknown_host_fails_with_one_line() -> None:
+    code, _, err, _ = await run_cli("--endpoint", "grpc://no-such-host.invalid:2136", "topic", "describe", "t")
+    assert code == 1 and "no-such-host.invalid" in one_line(err)
+
+
+async def test_serve_on_a_busy_port_fails_with_one_line() -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        code, out, err, _ = await run_cli("serve", "--port", str(port))
+    assert (code, out) == (1, "")
+    assert f"cannot serve on 127.0.0.1:{port}: the port is in use" in one_line(err)
+
+
+async def test_version() -> None:
+    code, out, err, _ = await run_cli("--version")
+    assert (code, out, err) == (0, f"ydb-topic-async {yta.__version__}\n", "")
+
+
+async def test_usage_mistakes_print_the_subcommands_usage() -> None:
+    code, _, err, _ = await run_cli("read", "t", "--consumer", "c", "--offset", "3")
+    assert code == 2
+    assert err.startswith("usage: ydb-topic-async read ")
+    assert "ydb-topic-async read: error: --offset is for reading without a consumer" in err
+    code, _, err, _ = await run_cli("topic", "create", "t", "--codecs", "snappy")
+    assert code == 2 and err.startswith("usage: ydb-topic-async topic create ")
+
+
+async def test_help_has_no_markup() -> None:
+    for args in (("--help",), ("read", "--help"), ("topic", "create", "--help"), ("serve", "--help")):
+        code, out, _, _ = await run_cli(*args)
+        assert code == 0 and "usage: ydb-topic-async" in out
+        assert "``" not in out, (args, out)
+
+
+async def test_read_progress_counts_messages_on_stderr(server: LocalTopicServer) -> None:
+    assert (await cli(server, "topic", "create", "counted", "--consumer", "c"))[0] == 0
+    assert (await cli(server, "write", "counted", stdin=b"".join(b"m%d\n" % i for i in range(5))))[0] == 0
+    code, out, err = await cli(server, "read", "counted", "--consumer", "c", "--count", "5", "--progress")
+    assert (code, out) == (0, "".join(f"m{i}\n" for i in range(5)))
+    assert err.rsplit("\r", 1)[-1].startswith("[" + "#" * 30 + "] 100% 5 messages, ")
+    # Without a count there is no total: a counter.
+    assert (await cli(server, "write", "counted", stdin=b"x\ny\n"))[0] == 0
+    code, out, err = await cli(server, "read", "counted", "--consumer", "c", "--idle-timeout", "0.5", "--progress")
+    assert (code, out) == (0, "x\ny\n")
+    assert err.rsplit("\r", 1)[-1].startswith("2 messages, ")
+    # Not asked for and not a terminal: nothing on stderr.
+    assert await cli(server, "read", "counted", "--consumer", "c", "--idle-timeout", "0.5") == (0, "", "")
 
 
 async def test_serve_runs_a_local_server_until_interrupted() -> None:

@@ -8,45 +8,77 @@
 The endpoint comes from ``--endpoint`` or ``YDB_ENDPOINT`` (default ``grpc://localhost:2136``),
 the database from ``--database``, ``YDB_DATABASE`` or the connection string (default ``/local``).
 Exit codes: 0 success, 1 the operation failed, 2 the command line is wrong, 130 interrupted.
+Every failure is reported as one line on standard error, without a traceback (``--traceback``
+shows it).
 """
 
 from __future__ import annotations
+
+import os
+
+# The command reports failures itself, in one line; gRPC's own error log would add more.
+os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 
 import argparse
 import asyncio
 import base64
 import contextlib
 import datetime as dt
+import errno
 import json
-import os
+import socket
 import sys
 import time
+import traceback
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, BinaryIO, TextIO
+from urllib.parse import urlsplit
 
 from .._codecs import LZ4_CODEC, Codec, lz4_encode
 from .._credentials import AccessTokenCredentials, Credentials, StaticCredentials
 from .._driver import Driver
 from .._errors import InvalidArgumentError, YdbTopicError
+from .._version import __version__
 from ..reader import TopicSelector
 from ..topic.types import ConsumerSettings
 
 CODECS = {"raw": Codec.RAW, "gzip": Codec.GZIP, "zstd": Codec.ZSTD, "lz4": LZ4_CODEC}
+PROG = "ydb-topic-async"
 
 
 class UsageFailure(Exception):
     """A command-line mistake found after parsing (exit code 2)."""
 
 
+class CommandFailure(Exception):
+    """The operation failed for a reason the message explains in full (exit code 1)."""
+
+
+def _plain(text: str) -> str:
+    """Docstring text for a terminal: without the reStructuredText literal markers."""
+    return text.replace("``", "")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ydb-topic-async", description=__doc__.splitlines()[0])
-    parser.add_argument("--endpoint", default=os.environ.get("YDB_ENDPOINT", "grpc://localhost:2136"))
-    parser.add_argument("--database", default=os.environ.get("YDB_DATABASE"))
+    summary, _, details = (__doc__ or "").partition("\n\n")
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description=_plain(summary),
+        epilog="examples:\n" + _plain(details).rstrip(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("--traceback", action="store_true", help="show the traceback of an unexpected failure")
+    parser.add_argument("--endpoint", default=os.environ.get("YDB_ENDPOINT", "grpc://localhost:2136"),
+                        help="grpc://host:port or grpcs://host:port (default: YDB_ENDPOINT or grpc://localhost:2136)")
+    parser.add_argument("--database", default=os.environ.get("YDB_DATABASE"),
+                        help="database path (default: YDB_DATABASE, the endpoint's ?database=, or /local)")
     parser.add_argument("--token", default=os.environ.get("YDB_TOKEN"), help="an access token")
     parser.add_argument("--user", help="log in as this user (password from --password or YDB_PASSWORD)")
     parser.add_argument("--password", default=os.environ.get("YDB_PASSWORD"))
     parser.add_argument("--timeout", type=_positive_float, default=10.0,
                         help="seconds to wait for the server to answer at start (default: 10)")
+    parser.set_defaults(usage=parser)
     commands = parser.add_subparsers(dest="command", required=True)
 
     topic = commands.add_parser("topic", help="create, describe, alter or drop a topic").add_subparsers(
@@ -69,12 +101,15 @@ def _parser() -> argparse.ArgumentParser:
     alter.add_argument("--drop-consumer", action="append", default=[])
     drop = topic.add_parser("drop", help="delete a topic")
     drop.add_argument("path")
+    for command in (create, describe, alter, drop):
+        command.set_defaults(usage=command)
 
     consumer = commands.add_parser("consumer", help="inspect consumers").add_subparsers(dest="action", required=True)
     consumer_describe = consumer.add_parser("describe", help="committed offsets and lag per partition")
     consumer_describe.add_argument("path")
     consumer_describe.add_argument("name")
     consumer_describe.add_argument("--json", action="store_true")
+    consumer_describe.set_defaults(usage=consumer_describe)
 
     write = commands.add_parser("write", help="write lines from stdin or a file, one message each")
     write.add_argument("path")
@@ -84,6 +119,7 @@ def _parser() -> argparse.ArgumentParser:
     write.add_argument("--rate", type=_positive_float, help="at most this many messages per second")
     write.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                        help="show a progress bar on stderr (default: when stderr is a terminal)")
+    write.set_defaults(usage=write)
 
     read = commands.add_parser("read", help="read messages")
     read.add_argument("path")
@@ -97,12 +133,27 @@ def _parser() -> argparse.ArgumentParser:
                       help="without --follow, stop after this many idle seconds (default: 2)")
     read.add_argument("--format", choices=("raw", "json"), default="raw")
     read.add_argument("--no-commit", action="store_true", help="do not commit what was read")
+    read.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                      help="show the count and rate of messages read on stderr, with a bar when --count is given"
+                           " (default: when stderr is a terminal and stdout is not)")
+    read.set_defaults(usage=read)
 
     serve = commands.add_parser("serve", help="run the local topic server")
     serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=2136)
+    serve.add_argument("--port", type=_port, default=2136, help="port to listen on (0: any free port)")
     serve.add_argument("--serve-database", default="/local", dest="serve_database")
+    serve.set_defaults(usage=serve)
     return parser
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 65535, got {text!r}")
+    return value
 
 
 def _positive_int(text: str) -> int:
@@ -141,10 +192,52 @@ async def _driver(args: argparse.Namespace) -> AsyncIterator[Driver]:
     database = args.database
     if database is None and "database=" not in args.endpoint:
         database = "/local"
-    async with Driver(args.endpoint, database, _credentials(args)) as driver:
-        # Writers and readers reconnect forever; fail fast instead when nothing listens.
-        await driver.wait_ready(args.timeout)
+    driver = Driver(args.endpoint, database, _credentials(args))
+    try:
+        # Writers and readers reconnect forever; fail fast instead when nothing answers.
+        await _connect(driver, args.timeout)
         yield driver
+    finally:
+        await driver.close()
+
+
+async def _connect(driver: Driver, timeout: float) -> None:
+    """Open ``driver`` and wait until its server answers: a ``CommandFailure`` otherwise.
+
+    A refused connection fails at once instead of after ``timeout``; a server that accepts
+    connections and never answers fails after ``timeout``, whatever the waiting raised.
+    """
+    where = f"{driver.endpoint} (database {driver.database})"
+    silent = f"no YDB endpoint answered at {where} within {timeout:g}s"
+    try:
+        async with asyncio.timeout(timeout):
+            await _probe(driver.endpoint, where)
+            await driver.open()
+            await driver.wait_ready(timeout)
+    except TimeoutError as exc:
+        raise CommandFailure(str(exc) if isinstance(exc, YdbTopicError) else silent) from None
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise  # a real cancellation (Ctrl-C): let it end the command
+        # gRPC can end an abandoned call with a bare CancelledError: still nobody answered.
+        raise CommandFailure(silent) from None
+
+
+async def _probe(endpoint: str, where: str) -> None:
+    """Open and close one TCP connection to ``endpoint``: refused or unresolvable fails now."""
+    url = urlsplit(endpoint)
+    try:
+        _, writer = await asyncio.open_connection(url.hostname, url.port)
+    except OSError as exc:
+        if exc.errno and not isinstance(exc, socket.gaierror):
+            reason = os.strerror(exc.errno)  # not asyncio's "Connect call failed (...)"
+        else:
+            reason = exc.strerror or str(exc) or type(exc).__name__
+        raise CommandFailure(f"cannot connect to {where}: {reason}") from None
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
 
 
 def _codec_list(text: str | None) -> list[int]:
@@ -157,6 +250,7 @@ def _codec_list(text: str | None) -> list[int]:
 
 
 async def _topic(args: argparse.Namespace, out: TextIO) -> None:
+    codecs = _codec_list(args.codecs) if args.action == "create" else []  # a mistake fails before connecting
     async with _driver(args) as driver:
         client = driver.topic
         retention = dt.timedelta(hours=args.retention_hours) if getattr(args, "retention_hours", None) else None
@@ -165,7 +259,7 @@ async def _topic(args: argparse.Namespace, out: TextIO) -> None:
                 args.path,
                 min_active_partitions=args.partitions,
                 retention_period=retention,
-                supported_codecs=_codec_list(args.codecs),
+                supported_codecs=codecs,
                 consumers=[ConsumerSettings(name) for name in args.consumer],
             )
             print(f"created {client.full_path(args.path)}", file=out)
@@ -228,21 +322,33 @@ async def _consumer(args: argparse.Namespace, out: TextIO) -> None:
 
 class Progress:
     """A one-line progress bar on a stream: a bar with a percentage when the total is known,
-    else a counter; both with the rate. Redrawn at most every ``interval`` seconds."""
+    else a counter; both with the rate. Redrawn at most every ``interval`` seconds.
+
+    The total is in bytes (``total_bytes``, writing a file) or in messages (``total_messages``,
+    reading a given count).
+    """
 
     WIDTH = 30
 
-    def __init__(self, stream: TextIO, total_bytes: int | None, interval: float = 0.2) -> None:
+    def __init__(
+        self,
+        stream: TextIO,
+        total_bytes: int | None = None,
+        interval: float = 0.2,
+        *,
+        total_messages: int | None = None,
+    ) -> None:
         self.stream = stream
         self.total_bytes = total_bytes
+        self.total_messages = total_messages
         self.interval = interval
         self.messages = 0
         self.bytes = 0
         self.started = time.monotonic()
         self._drawn = 0.0
 
-    def advance(self, size: int) -> None:
-        self.messages += 1
+    def advance(self, size: int, messages: int = 1) -> None:
+        self.messages += messages
         self.bytes += size
         now = time.monotonic()
         if now - self._drawn >= self.interval:
@@ -252,8 +358,12 @@ class Progress:
     def line(self) -> str:
         elapsed = max(time.monotonic() - self.started, 1e-9)
         rate = f"{self.messages / elapsed:,.0f} msg/s"
+        done: float | None = None
         if self.total_bytes:
             done = min(self.bytes / self.total_bytes, 1.0)
+        elif self.total_messages:
+            done = min(self.messages / self.total_messages, 1.0)
+        if done is not None:
             filled = round(done * self.WIDTH)
             bar = "#" * filled + "-" * (self.WIDTH - filled)
             return f"[{bar}] {done:4.0%} {self.messages:,} messages, {rate}"
@@ -337,6 +447,8 @@ async def _read(args: argparse.Namespace, out: TextIO) -> None:
         topics: Any = TopicSelector(args.path, partitions=args.partition) if args.partition else args.path
     else:
         topics = TopicSelector(args.path, start_offsets={p: args.offset or 0 for p in args.partition})
+    show = args.progress if args.progress is not None else sys.stderr.isatty() and not out.isatty()
+    progress = Progress(sys.stderr, total_messages=args.count) if show else None
     seen = 0
     async with _driver(args) as driver, driver.topic.reader(topics, consumer=args.consumer) as reader:
         while args.count is None or seen < args.count:
@@ -353,16 +465,44 @@ async def _read(args: argparse.Namespace, out: TextIO) -> None:
                 line = _as_json(message) if args.format == "json" else message.data.decode("utf-8", "replace")
                 print(line, file=out, flush=args.follow)
             seen += len(batch)
+            if progress is not None:
+                progress.advance(sum(len(message.data) for message in batch), len(batch))
             if args.consumer and not args.no_commit:
                 reader.commit(batch)
+    if progress is not None:
+        progress.draw(final=True)
 
 
 async def _serve(args: argparse.Namespace, out: TextIO) -> None:
     from ..testing import LocalTopicServer
 
-    async with LocalTopicServer(args.host, args.port, args.serve_database) as server:
+    _check_port_free(args.host, args.port)
+    try:
+        server = LocalTopicServer(args.host, args.port, args.serve_database)
+        await server.start()
+    except RuntimeError as exc:  # gRPC reports a failed bind this way
+        raise CommandFailure(f"cannot serve on {args.host}:{args.port}: {str(exc).split(';')[0]}") from None
+    async with server:
         print(f"local YDB topic server: {server.connection_string}", file=out, flush=True)
         await server.wait_closed()
+
+
+def _check_port_free(host: str, port: int) -> None:
+    """Fail with one clear line when ``host:port`` cannot be listened on (busy, or not ours)."""
+    if port == 0:
+        return
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError as exc:
+        raise CommandFailure(f"cannot serve on {host}:{port}: {exc.strerror or exc}") from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            reason = "the port is in use" if exc.errno == errno.EADDRINUSE else exc.strerror or str(exc)
+            raise CommandFailure(f"cannot serve on {host}:{port}: {reason}") from None
 
 
 COMMANDS = {"topic": _topic, "consumer": _consumer, "write": _write, "read": _read, "serve": _serve}
@@ -380,15 +520,30 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         asyncio.run(COMMANDS[args.command](args, stream))
     except (UsageFailure, InvalidArgumentError) as exc:
         # InvalidArgumentError: the SDK refused a value taken from the command line.
-        parser.print_usage(sys.stderr)
-        print(f"ydb-topic-async: error: {exc}", file=sys.stderr)
+        usage: argparse.ArgumentParser = args.usage
+        usage.print_usage(sys.stderr)
+        print(f"{usage.prog}: error: {_one_line(exc)}", file=sys.stderr)
         return 2
-    except YdbTopicError as exc:
-        print(f"ydb-topic-async: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
-    except OSError as exc:
-        print(f"ydb-topic-async: {exc}", file=sys.stderr)
-        return 1
     except KeyboardInterrupt:
         return 130
-    return 0
+    except CommandFailure as exc:
+        _fail(str(exc))
+    except YdbTopicError as exc:
+        _fail(f"{type(exc).__name__}: {_one_line(exc)}")
+    except OSError as exc:
+        _fail(_one_line(exc))
+    except (Exception, asyncio.CancelledError) as exc:
+        if args.traceback:
+            traceback.print_exc()
+        _fail(f"unexpected {type(exc).__name__}: {_one_line(exc) or '(no message)'} (--traceback shows where)")
+    else:
+        return 0
+    return 1
+
+
+def _fail(message: str) -> None:
+    print(f"{PROG}: {message}", file=sys.stderr)
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
