@@ -43,6 +43,7 @@ from .topic import (
 from .topic.types import AlterConsumerSettings, PartitionLocation
 from .writer import (
     InitInfo,
+    KeyedWriter,
     Message,
     Skipped,
     TopicWriter,
@@ -81,6 +82,7 @@ __all__ = [
     "TopicClient",
     "TopicDescription",
     "InitInfo",
+    "KeyedWriter",
     "MessageBatch",
     "PartitionSession",
     "PartitionStatus",

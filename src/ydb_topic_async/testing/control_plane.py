@@ -94,6 +94,12 @@ def _partition_info(p: Partition, include_stats: bool, include_location: bool) -
     if include_location:
         info.partition_location.node_id = p.node_id
         info.partition_location.generation = p.generation
+    if p.key_range:
+        info.key_range.SetInParent()
+        if p.from_bound is not None:
+            info.key_range.from_bound = p.from_bound
+        if p.to_bound is not None:
+            info.key_range.to_bound = p.to_bound
     return info
 
 

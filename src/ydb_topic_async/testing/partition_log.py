@@ -26,6 +26,8 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
+from .._key_ranges import even_bounds, middle
+
 DEFAULT_RETENTION = dt.timedelta(hours=18)
 
 
@@ -79,6 +81,11 @@ class Partition:
         self.active = True
         self.parent_ids: list[int] = list(parent_ids)
         self.child_ids: list[int] = []
+        self.from_bound: bytes | None = None
+        self.to_bound: bytes | None = None
+        """The key range ``[from_bound, to_bound)`` of a partition of an auto-partitioned topic."""
+        self.key_range = False
+        """True when the partition has a key range (None bounds are then open ends)."""
         self.generation = 1
         self.node_id = 1
         """The node reported as the partition's location (tests set it to simulate a cluster)."""
@@ -224,6 +231,10 @@ class Topic:
         self.settings = settings
         self.owner = owner
         self.partitions: list[Partition] = [Partition(self, i) for i in range(max(1, settings.min_active_partitions))]
+        if settings.auto_partitioning_strategy not in (0, 1):  # not UNSPECIFIED or DISABLED
+            # As YDB: an auto-partitioned topic's partitions divide the key space evenly.
+            for partition, (low, high) in zip(self.partitions, even_bounds(len(self.partitions)), strict=True):
+                partition.from_bound, partition.to_bound, partition.key_range = low, high, True
         self.consumers: dict[str, Consumer] = {}
         self.producer_partition: dict[str, int] = {}
         self.group_partition: dict[str, int] = {}
@@ -283,8 +294,13 @@ class Topic:
         if not parent.active:
             raise StorageError("BAD_REQUEST", f"partition {partition_id} of {self.path} is already inactive")
         children = []
-        for _ in range(2):
+        bounds = [parent.from_bound, None, parent.to_bound]
+        if parent.key_range:
+            bounds[1] = middle(parent.from_bound, parent.to_bound)
+        for i in range(2):
             child = Partition(self, len(self.partitions), parent_ids=[partition_id])
+            if parent.key_range:
+                child.from_bound, child.to_bound, child.key_range = bounds[i], bounds[i + 1], True
             self.partitions.append(child)
             children.append(child.partition_id)
         parent.active = False

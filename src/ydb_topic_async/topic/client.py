@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
     from .._driver import Driver
     from ..reader.reader import ReaderOptions, TopicReader, TopicsArg
+    from ..writer.keyed import KeyedWriter, KeyedWriterOptions
     from ..writer.tx_writer import TxWriter
     from ..writer.writer import TopicWriter, WriterOptions
 
@@ -87,6 +88,16 @@ class TopicClient:
         from ..writer import TopicWriter
 
         writer = TopicWriter(self._driver, path, **options)
+        self._own(writer)
+        return writer
+
+    def keyed_writer(self, path: str, **options: Unpack[KeyedWriterOptions]) -> KeyedWriter:
+        """A ``KeyedWriter`` for ``path``: ``write(message, key=...)`` spreads messages over the
+        topic's partitions by key, in order per key. Options as for ``KeyedWriter``. Closing the
+        driver closes it."""
+        from ..writer.keyed import KeyedWriter
+
+        writer = KeyedWriter(self._driver, path, **options)
         self._own(writer)
         return writer
 

@@ -89,7 +89,11 @@ class PartitionLocation:
 
 @dataclass(frozen=True)
 class PartitionInfo:
-    """One partition of a topic. Inactive partitions were split; their children take the writes."""
+    """One partition of a topic. Inactive partitions were split; their children take the writes.
+
+    ``from_bound``/``to_bound``: the partition's key range ``[from_bound, to_bound)`` when the
+    topic is auto-partitioned (``None``: an open end, or no range reported).
+    """
 
     partition_id: int
     active: bool
@@ -97,6 +101,8 @@ class PartitionInfo:
     parent_partition_ids: tuple[int, ...] = ()
     stats: PartitionStats | None = None
     location: PartitionLocation | None = None
+    from_bound: bytes | None = None
+    to_bound: bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -273,7 +279,16 @@ def partition_from_proto(msg: Any) -> PartitionInfo:
             if msg.HasField("partition_location")
             else None
         ),
+        from_bound=_bound(msg.key_range, "from_bound"),
+        to_bound=_bound(msg.key_range, "to_bound"),
     )
+
+
+def _bound(key_range: Any, which: str) -> bytes | None:
+    if not key_range.HasField(which):
+        return None
+    value: bytes = getattr(key_range, which)
+    return value or None
 
 
 def topic_from_proto(msg: Any, path: str) -> TopicDescription:

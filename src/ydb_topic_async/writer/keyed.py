@@ -1,0 +1,642 @@
+"""``KeyedWriter``: messages spread over a topic's partitions by key, in order per key.
+
+One ``TopicWriter`` per partition ("lane"), opened on first use, writes with producer id
+``{producer_id}_{partition_id}`` and seq_nos the keyed writer assigns, so every partition keeps
+YDB's exactly-once deduplication. A key goes to the partition whose key range holds the key's
+MD5 hash: the ranges the server reports for an auto-partitioned topic, or else an even split of
+the active partitions (``_key_ranges``).
+
+When a partition splits, its lane fails with OVERLOADED (the partition is inactive). The keyed
+writer then holds new writes back, reads the new partitions and their ranges, asks the server
+which of the lane's unacknowledged messages the old partition stored (the last seq_no of the
+lane's producer id), and sends the rest, in their order, to the partitions their keys now belong
+to, before any later message. A lane that is merely overloaded is replaced after a back-off and
+resends its messages with their seq_nos, which the server deduplicates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import contextlib
+import datetime as dt
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from functools import partial
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, overload
+
+from .. import _codecs
+from .._errors import (
+    InvalidArgumentError,
+    OperationTimeoutError,
+    OverloadedError,
+    WriterClosedError,
+)
+from .._key_ranges import even_bounds, key_hash
+from .._retry import RetryPolicy, as_ydb_error
+from ..observability.logging import sdk_logger
+from ..topic.types import AutoPartitioningStrategy, TopicDescription
+from .messages import Message, MetadataInput, Skipped, WriteResult
+from .writer import DEFAULT_MAX_BUFFER_BYTES, DEFAULT_MAX_BUFFER_MESSAGES, TopicWriter
+
+if TYPE_CHECKING:
+    from typing_extensions import TypedDict
+
+    from .._driver import Driver
+
+    class KeyedWriterOptions(TypedDict, total=False):
+        """The keyword arguments of ``KeyedWriter`` (and ``driver.topic.keyed_writer``)."""
+
+        producer_id: str | None
+        direct_write: bool
+        session_metadata: Mapping[str, str] | None
+        codec: int | None
+        encoders: Mapping[int, _codecs.Transform] | None
+        auto_created_at: bool
+        max_buffer_messages: int | None
+        max_buffer_bytes: int | None
+        buffer_wait_timeout: float | None
+        retry: RetryPolicy | None
+        max_request_size: int | None
+        token_refresh_interval: float
+        init_timeout: float
+
+logger = sdk_logger("writer")
+
+Key = str | bytes
+"""A message key: ``str`` is hashed as UTF-8."""
+OneMessage = bytes | str | Message
+ManyMessages = list[OneMessage] | tuple[OneMessage, ...]
+
+
+@dataclass(frozen=True)
+class _StopOnOverload(RetryPolicy):
+    """The user's policy, except that OVERLOADED ends the lane: the keyed writer finds out why."""
+
+    inner: RetryPolicy = field(default_factory=RetryPolicy)
+
+    def next_delay(self, error: BaseException, attempt: int, started: float, *, idempotent: bool) -> float | None:
+        if isinstance(as_ydb_error(error), OverloadedError):
+            return None
+        return self.inner.next_delay(error, attempt, started, idempotent=idempotent)
+
+
+class _Entry:
+    """One accepted message, until the partition it finally lands in acknowledges it."""
+
+    __slots__ = ("created_at", "data", "done", "index", "metadata", "partition_id", "position", "result", "seq_no")
+
+    def __init__(
+        self, data: bytes, metadata: MetadataInput | None, created_at: dt.datetime | None, position: bytes
+    ) -> None:
+        self.data = data
+        self.metadata = metadata
+        self.created_at = created_at
+        self.position = position
+        """The key's hash: where the message belongs in the key space."""
+        self.partition_id = -1
+        """The partition whose lane took it last, and ``seq_no`` its number there (-1: none yet)."""
+        self.seq_no = 0
+        self.index = 0
+        """Acceptance order over the whole keyed writer (flush waits by it)."""
+        self.done = False
+        self.result: asyncio.Future[WriteResult] | None = None
+
+
+class _Lane:
+    """The writer of one partition and its unacknowledged entries, in seq_no order."""
+
+    __slots__ = ("failed", "lock", "next_seq_no", "partition_id", "pending", "writer")
+
+    def __init__(self, partition_id: int, writer: TopicWriter, next_seq_no: int) -> None:
+        self.partition_id = partition_id
+        self.writer = writer
+        self.next_seq_no = next_seq_no
+        self.pending: deque[_Entry] = deque()
+        self.lock = asyncio.Lock()
+        """Held while numbering and handing over a call's messages: seq_nos must grow."""
+        self.failed = False
+
+
+class _Routes:
+    """Active partitions by the lower bound of their key range."""
+
+    def __init__(self, description: TopicDescription) -> None:
+        active = sorted((p for p in description.partitions if p.active), key=lambda p: p.partition_id)
+        if not active:
+            raise InvalidArgumentError(f"topic {description.path} has no active partition")
+        ranged = description.auto_partitioning.strategy not in (
+            AutoPartitioningStrategy.UNSPECIFIED,
+            AutoPartitioningStrategy.DISABLED,
+        ) or any(p.from_bound is not None or p.to_bound is not None for p in active)
+        if ranged:
+            pairs = sorted((p.from_bound or b"", p.partition_id) for p in active)
+        else:
+            # No ranges from the server: the split YDB gives a topic with this many partitions.
+            pairs = [(low or b"", p.partition_id) for p, (low, _) in zip(active, even_bounds(len(active)), strict=True)]
+        self.lower_bounds = [low for low, _ in pairs]
+        self.partition_ids = [pid for _, pid in pairs]
+
+    def partition_for(self, position: bytes) -> int:
+        return self.partition_ids[max(bisect.bisect_right(self.lower_bounds, position) - 1, 0)]
+
+
+class KeyedWriter:
+    """Writes messages to the partitions of one topic by key: one key's messages stay in order.
+
+    Use it as ``async with driver.topic.keyed_writer(path, producer_id=...) as writer`` and call
+    ``write(message, key=...)``. The key's hash picks the partition (stable across processes and
+    runs while the topic keeps its partitions); each partition gets its own producer id,
+    ``{producer_id}_{partition_id}``, so exactly-once deduplication holds as with ``TopicWriter``.
+    When an auto-partitioned topic splits a partition, keys follow the new partitions' key
+    ranges, and a key's later messages are stored after its earlier ones. Partitions added by
+    ``alter_topic`` are used by keyed writers opened afterwards.
+
+    ``write`` buffers, ``write_with_ack`` waits for the server, ``flush`` waits for everything
+    written so far, ``close`` (on exit) flushes and stops. The options are ``TopicWriter``'s;
+    the buffer limits apply to each partition. Messages are numbered by the writer:
+    ``Message.seq_no`` is not accepted. A message whose acknowledgement was lost as its
+    partition split, and which that partition had stored, resolves as ``Skipped``.
+    """
+
+    def __init__(
+        self,
+        driver: Driver,
+        path: str,
+        *,
+        producer_id: str | None = None,
+        direct_write: bool = False,
+        session_metadata: Mapping[str, str] | None = None,
+        codec: int | None = None,
+        encoders: Mapping[int, _codecs.Transform] | None = None,
+        auto_created_at: bool = True,
+        max_buffer_messages: int | None = DEFAULT_MAX_BUFFER_MESSAGES,
+        max_buffer_bytes: int | None = DEFAULT_MAX_BUFFER_BYTES,
+        buffer_wait_timeout: float | None = None,
+        retry: RetryPolicy | None = None,
+        max_request_size: int | None = None,
+        token_refresh_interval: float = 5.0,
+        init_timeout: float = 30.0,
+    ) -> None:
+        self.path = driver.topic.full_path(path)
+        if producer_id is None:
+            producer_id = uuid.uuid4().hex
+        elif not isinstance(producer_id, str) or not producer_id or len(producer_id) > 2000:
+            raise InvalidArgumentError("producer_id must be a non-empty string of at most 2000 characters")
+        self.producer_id = producer_id
+        self._driver = driver
+        self._retry = retry or driver.retry
+        self._auto_created_at = auto_created_at
+        self._options: dict[str, Any] = {
+            "direct_write": direct_write,
+            "session_metadata": session_metadata,
+            "codec": codec,
+            "encoders": encoders,
+            "auto_seqno": False,
+            "auto_created_at": False,  # the keyed writer stamps each message once, resends included
+            "max_buffer_messages": max_buffer_messages,
+            "max_buffer_bytes": max_buffer_bytes,
+            "buffer_wait_timeout": buffer_wait_timeout,
+            "retry": _StopOnOverload(fast=self._retry.fast, slow=self._retry.slow, inner=self._retry),
+            "max_request_size": max_request_size,
+            "token_refresh_interval": token_refresh_interval,
+            "init_timeout": init_timeout,
+        }
+        # Checks every option now, as TopicWriter does, rather than at the first write.
+        TopicWriter(driver, self.path, producer_id=producer_id, partition_id=0, **self._options)
+        self._routes: _Routes | None = None
+        self._lanes: dict[int, _Lane] = {}
+        self._opening: dict[int, asyncio.Future[_Lane]] = {}
+        self._order: deque[_Entry] = deque()
+        """Accepted entries by index; acknowledged ones are dropped from the left."""
+        self._next_index = 0
+        self._flush_waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
+        self._broken: asyncio.Queue[_Lane] = asyncio.Queue()
+        self._steady = asyncio.Event()
+        """Clear while a failed lane is being replaced or its partition's split handled."""
+        self._steady.set()
+        self._overloads: dict[int, tuple[int, float]] = {}
+        """Partition id -> (consecutive overloads, when the first one happened)."""
+        self._open_lock = asyncio.Lock()
+        self._supervisor: asyncio.Task[None] | None = None
+        self._failure: BaseException | None = None
+        self._closed = False
+        self._stopping = False
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    async def __aenter__(self) -> KeyedWriter:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if isinstance(exc, asyncio.CancelledError):
+            await self._shutdown(WriterClosedError("keyed writer was closed by cancellation"))
+            return
+        try:
+            await self.close()
+        except Exception:
+            if exc is None:
+                raise
+            logger.warning("closing keyed writer %s after an error also failed", self.path, exc_info=True)
+
+    async def open(self) -> None:
+        """Read the topic's partitions (``write`` does this too)."""
+        self._check_usable()
+        if self._routes is not None:
+            return
+        async with self._open_lock:
+            if self._routes is None:
+                description = await self._driver.topic.describe_topic(self.path)
+                self._routes = _Routes(description)
+                self._supervisor = asyncio.get_running_loop().create_task(
+                    self._supervise(), name=f"keyed writer {self.path}"
+                )
+
+    async def close(self, timeout: float | None = None) -> None:
+        """Wait for every acknowledgement, then stop; raises the writer's failure if it failed.
+
+        ``OperationTimeoutError`` when ``timeout`` passes first (the unacknowledged messages
+        fail with it). A second call does nothing.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        reason: BaseException = WriterClosedError("keyed writer was closed before these messages were acknowledged")
+        timed_out = False
+        try:
+            if self._failure is None:
+                async with asyncio.timeout(timeout):
+                    await self._wait_acked(self._next_index)
+        except TimeoutError:
+            timed_out = True
+            reason = OperationTimeoutError(f"keyed writer close timed out after {timeout}s")
+        except Exception:
+            pass  # the failure is raised below
+        finally:
+            await self._shutdown(reason)
+        if timed_out:
+            raise reason
+        if self._failure is not None:
+            raise self._failure.with_traceback(None)
+
+    async def _shutdown(self, reason: BaseException) -> None:
+        self._closed = True
+        self._stopping = True
+        supervisor, self._supervisor = self._supervisor, None
+        if supervisor is not None:
+            supervisor.cancel()
+            await asyncio.wait([supervisor])
+        lanes, self._lanes = list(self._lanes.values()), {}
+        for lane in lanes:
+            with contextlib.suppress(Exception):
+                await lane.writer.close(timeout=0 if self._failure or self._unacked() else None)
+        self._fail_pending(reason)
+
+    @property
+    def closed(self) -> bool:
+        """True once ``close`` was called."""
+        return self._closed
+
+    @property
+    def failure(self) -> BaseException | None:
+        """The error that ended this writer for good, or None."""
+        return self._failure
+
+    def _check_usable(self) -> None:
+        if self._failure is not None:
+            raise self._failure.with_traceback(None)
+        if self._closed:
+            raise WriterClosedError(f"keyed writer for {self.path} is closed")
+
+    # --- routing --------------------------------------------------------------------------
+
+    def partition_for(self, key: Key) -> int:
+        """The partition ``key`` goes to now (after ``open``)."""
+        if self._routes is None:
+            raise WriterClosedError("the keyed writer is not open yet: call open() or enter it first")
+        return self._routes.partition_for(key_hash(_key_bytes(key)))
+
+    def _lane_producer_id(self, partition_id: int) -> str:
+        return f"{self.producer_id}_{partition_id}"
+
+    async def _lane(self, partition_id: int) -> _Lane:
+        lane = self._lanes.get(partition_id)
+        if lane is not None:
+            return lane
+        opening = self._opening.get(partition_id)
+        if opening is None:
+            opening = asyncio.get_running_loop().create_future()
+            self._opening[partition_id] = opening
+            try:
+                lane = await self._new_lane(partition_id)
+            except BaseException as exc:
+                opening.set_exception(exc)
+                opening.exception()  # retrieved: concurrent callers get it through the future too
+                raise
+            finally:
+                del self._opening[partition_id]
+            self._lanes[partition_id] = lane
+            opening.set_result(lane)
+            return lane
+        return await asyncio.shield(opening)
+
+    async def _new_lane(self, partition_id: int) -> _Lane:
+        writer = TopicWriter(
+            self._driver, self.path, producer_id=self._lane_producer_id(partition_id), partition_id=partition_id,
+            **self._options,
+        )
+        try:
+            info = await writer.wait_init()
+        except OverloadedError:
+            # Split or overloaded already: a failed lane, recovered like any other.
+            lane = _Lane(partition_id, writer, 1)
+            self._lane_failed(lane)
+            return lane
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await writer.close(timeout=0)
+            raise
+        return _Lane(partition_id, writer, info.last_seq_no + 1)
+
+    # --- writing --------------------------------------------------------------------------
+
+    async def write(self, messages: OneMessage | ManyMessages, *, key: Key) -> None:
+        """Buffer one message or a list of them under ``key``; return without waiting for the server."""
+        await self._accept(messages, key, False)
+
+    @overload
+    async def write_with_ack(self, messages: OneMessage, *, key: Key) -> WriteResult: ...
+
+    @overload
+    async def write_with_ack(self, messages: ManyMessages, *, key: Key) -> list[WriteResult]: ...
+
+    async def write_with_ack(self, messages: OneMessage | ManyMessages, *, key: Key) -> WriteResult | list[WriteResult]:
+        """Write under ``key`` and wait until the server stored each message (``Written``/``Skipped``)."""
+        entries = await self._accept(messages, key, True)
+        futures = [e.result for e in entries if e.result is not None]
+        if futures:
+            await asyncio.wait(futures)
+        results = [f.result() for f in futures]
+        return results if isinstance(messages, (list, tuple)) else results[0]
+
+    async def _accept(self, messages: OneMessage | ManyMessages, key: Key, with_results: bool) -> list[_Entry]:
+        self._check_usable()
+        position = key_hash(_key_bytes(key))
+        created_at = dt.datetime.now(dt.UTC) if self._auto_created_at else None
+        if isinstance(messages, (list, tuple)):
+            entries = [_entry(m, position, created_at) for m in messages]
+        else:
+            entries = [_entry(messages, position, created_at)]
+        if not entries:
+            return []
+        if with_results:
+            loop = asyncio.get_running_loop()
+            for entry in entries:
+                entry.result = loop.create_future()
+        await self.open()
+        while True:
+            await self._steady.wait()
+            self._check_usable()
+            assert self._routes is not None
+            lane = await self._lane(self._routes.partition_for(position))
+            if lane.failed:
+                continue  # being replaced: wait for that
+            try:
+                await self._hand_over(lane, entries)
+            except OverloadedError:
+                # The lane broke before taking them (its partition split or is overloaded).
+                self._lane_failed(lane)
+                continue
+            return entries
+
+    async def _hand_over(self, lane: _Lane, entries: list[_Entry]) -> None:
+        """Give ``entries`` to ``lane``'s writer: numbered after its last seq_no, except those it
+        had already, which keep their number so that the server can drop what it stored."""
+        pid = lane.partition_id
+        async with lane.lock:
+            numbers: list[int] = []
+            free = lane.next_seq_no
+            for entry in entries:
+                number = entry.seq_no if entry.partition_id == pid else max(free, numbers[-1] + 1 if numbers else 0)
+                numbers.append(number)
+                free = max(free, number + 1)
+            messages: list[OneMessage] = [
+                Message(e.data, seq_no=n, created_at=e.created_at, metadata=e.metadata)
+                for e, n in zip(entries, numbers, strict=True)
+            ]
+            futures = await lane.writer.write_with_ack_future(messages)
+            lane.next_seq_no = free
+            for entry, number, future in zip(entries, numbers, futures, strict=True):
+                entry.partition_id = pid
+                entry.seq_no = number
+                if not entry.index:
+                    self._next_index += 1
+                    entry.index = self._next_index
+                    self._order.append(entry)
+                lane.pending.append(entry)
+                future.add_done_callback(partial(self._on_ack, lane, entry))
+
+    def _on_ack(self, lane: _Lane, entry: _Entry, future: asyncio.Future[WriteResult]) -> None:
+        if future.cancelled():
+            return
+        error = future.exception()
+        if error is None:
+            self._overloads.pop(lane.partition_id, None)
+            self._settle(entry, future.result())
+            while lane.pending and lane.pending[0].done:
+                lane.pending.popleft()
+        elif self._stopping:
+            pass  # closing: the entry fails with the close's reason
+        elif isinstance(error, OverloadedError):
+            self._lane_failed(lane)
+        else:
+            self._fail(error)
+
+    def _settle(self, entry: _Entry, result: WriteResult) -> None:
+        entry.done = True
+        entry.data = b""
+        if entry.result is not None and not entry.result.done():
+            entry.result.set_result(result)
+        order = self._order
+        while order and order[0].done:
+            order.popleft()
+        waiters = self._flush_waiters
+        while waiters and (not order or order[0].index > waiters[0][0]):
+            _, waiter = waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def _unacked(self) -> bool:
+        return any(not e.done for e in self._order)
+
+    async def _wait_acked(self, mark: int) -> None:
+        """Wait until every entry with an index up to ``mark`` is acknowledged."""
+        while self._order and self._order[0].done:
+            self._order.popleft()
+        if not self._order or self._order[0].index > mark:
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self._flush_waiters.append((mark, waiter))
+        await waiter
+
+    async def flush(self, timeout: float | None = None) -> None:
+        """Wait until every message written before this call is acknowledged."""
+        self._check_usable()
+        try:
+            async with asyncio.timeout(timeout):
+                await self._wait_acked(self._next_index)
+        except TimeoutError:
+            raise OperationTimeoutError(f"keyed writer flush timed out after {timeout}s") from None
+
+    # --- failures, overloads and splits ------------------------------------------------------
+
+    def _lane_failed(self, lane: _Lane) -> None:
+        if lane.failed or self._stopping or self._failure is not None:
+            return
+        lane.failed = True
+        self._steady.clear()
+        self._broken.put_nowait(lane)
+
+    async def _supervise(self) -> None:
+        while True:
+            lane = await self._broken.get()
+            try:
+                await self._recover(lane)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self._fail(exc)
+                return
+            if self._broken.empty():
+                self._steady.set()
+
+    async def _recover(self, lane: _Lane) -> None:
+        pid = lane.partition_id
+        error = lane.writer.failure or OverloadedError(f"partition {pid} is overloaded")
+        with contextlib.suppress(Exception):
+            await lane.writer.close(timeout=0)
+        if self._lanes.get(pid) is lane:
+            del self._lanes[pid]
+        entries = [e for e in lane.pending if not e.done]
+        lane.pending.clear()
+        description = await self._driver.topic.describe_topic(self.path)
+        info = next((p for p in description.partitions if p.partition_id == pid), None)
+        if info is not None and info.active:
+            # Only overloaded: back off, then resend with the same seq_nos (the server drops what it has).
+            await self._back_off(pid, error)
+            if entries:
+                await self._distribute(entries, lambda _: pid)
+            return
+        self._routes = _Routes(description)
+        stored = await self._last_stored_seq_no(pid)
+        logger.info(
+            "keyed writer %s: partition %d was split; %d unacknowledged messages, %d of them stored there",
+            self.path, pid, len(entries), sum(1 for e in entries if e.partition_id == pid and e.seq_no <= stored),
+        )
+        leftovers = []
+        for entry in entries:
+            if entry.partition_id == pid and entry.seq_no <= stored:
+                self._settle(entry, Skipped(pid, entry.seq_no))
+            else:
+                leftovers.append(entry)
+        await self._distribute(leftovers, self._route)
+
+    def _route(self, entry: _Entry) -> int:
+        assert self._routes is not None
+        return self._routes.partition_for(entry.position)
+
+    async def _distribute(self, entries: list[_Entry], target: Callable[[_Entry], int]) -> None:
+        """Hand ``entries`` over, in order, to the lanes ``target`` picks; a lane that breaks
+        before taking its share keeps the entries for its own recovery."""
+        groups: dict[int, list[_Entry]] = {}
+        for entry in entries:
+            groups.setdefault(target(entry), []).append(entry)
+        for pid, group in groups.items():
+            lane = await self._lane(pid)
+            try:
+                await self._hand_over(lane, group)
+            except OverloadedError:
+                lane.pending.extend(group)
+                self._lane_failed(lane)
+
+    async def _back_off(self, partition_id: int, error: BaseException) -> None:
+        attempt, started = self._overloads.get(partition_id, (0, time.monotonic()))
+        self._overloads[partition_id] = (attempt + 1, started)
+        delay = self._retry.next_delay(error, attempt + 1, started, idempotent=True)
+        if delay is None:
+            raise error
+        logger.info("keyed writer %s: partition %d overloaded; resending in %.3fs", self.path, partition_id, delay)
+        await asyncio.sleep(delay)
+
+    async def _last_stored_seq_no(self, partition_id: int) -> int:
+        """The last seq_no the lane's producer id stored: a handshake without a partition tells it,
+        since the server carries a producer's seq_no from a split partition to its children."""
+        probe = TopicWriter(
+            self._driver, self.path, producer_id=self._lane_producer_id(partition_id),
+            **{**self._options, "retry": self._retry},
+        )
+        try:
+            return (await probe.wait_init()).last_seq_no
+        finally:
+            await probe.close()
+
+    def _fail(self, error: BaseException) -> None:
+        if self._failure is not None:
+            return
+        self._failure = error
+        logger.error("keyed writer %s failed: %r", self.path, error)
+        self._fail_pending(error)
+        self._steady.set()  # writes waiting for a recovery see the failure
+
+    def _fail_pending(self, error: BaseException) -> None:
+        for entry in self._order:
+            if not entry.done:
+                entry.done = True
+                if entry.result is not None and not entry.result.done():
+                    entry.result.set_exception(error.with_traceback(None))
+                    entry.result.exception()  # reported through flush/close too: no "never retrieved"
+        self._order.clear()
+        waiters, self._flush_waiters = self._flush_waiters, deque()
+        for _, waiter in waiters:
+            if not waiter.done():
+                waiter.set_exception(error.with_traceback(None))
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "failed" if self._failure else "open"
+        return f"KeyedWriter({self.path!r}, producer_id={self.producer_id!r}, {state})"
+
+
+def _key_bytes(key: Key) -> bytes:
+    if isinstance(key, str):
+        return key.encode()
+    if isinstance(key, (bytes, bytearray, memoryview)):
+        return bytes(key)
+    raise InvalidArgumentError(f"key must be str or bytes, not {type(key).__name__}")
+
+
+def _entry(message: OneMessage, position: bytes, now: dt.datetime | None) -> _Entry:
+    if isinstance(message, (bytes, str)):
+        data = message if isinstance(message, bytes) else message.encode()
+        return _Entry(data, None, now, position)
+    if isinstance(message, Message):
+        if message.seq_no is not None:
+            raise InvalidArgumentError("a keyed writer numbers messages itself: do not set Message.seq_no")
+        payload = message.data
+        if isinstance(payload, str):
+            data = payload.encode()
+        elif isinstance(payload, (bytes, bytearray, memoryview)):
+            data = bytes(payload)
+        else:
+            raise InvalidArgumentError(f"Message.data must be bytes or str, not {type(payload).__name__}")
+        return _Entry(data, message.metadata, message.created_at or now, position)
+    raise InvalidArgumentError(f"a message must be bytes, str or Message, not {type(message).__name__}")
+
+
+__all__ = ["Key", "KeyedWriter"]

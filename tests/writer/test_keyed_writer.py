@@ -1,0 +1,239 @@
+"""The keyed writer: partitions by key hash, order per key, exactly-once, autopartitioning splits.
+
+Routing follows YDB: a key's place is the MD5 digest of its bytes, compared with the partitions'
+key ranges ``[from_bound, to_bound)``; a topic's initial ranges split the 128-bit space evenly
+(ydb-platform/ydb: ydb/core/persqueue/writer/partition_chooser.cpp TMd5Converter,
+ydb/core/tx/schemeshard/schemeshard__operation_create_pq.cpp with RangeFromShardNumber). One
+producer id per partition, ``{producer_id}_{partition_id}``, as the official SDKs' keyed writers
+do (ydb-platform/ydb-go-sdk: internal/topic/topicmultiwriter; ydb-platform/ydb: the C++ SDK's
+TKeyedWriteSession).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections import defaultdict
+
+import pytest
+
+from ydb_topic_async import (
+    AutoPartitioningSettings,
+    AutoPartitioningStrategy,
+    Codec,
+    Driver,
+    InvalidArgumentError,
+    KeyedWriter,
+    Message,
+    RetryPolicy,
+    Skipped,
+    WriterClosedError,
+    Written,
+)
+from ydb_topic_async.testing import LocalTopicServer, StoredMessage
+
+from ..observability._recording import eventually
+
+pytestmark = pytest.mark.timeout(60)
+
+AUTO = AutoPartitioningSettings(strategy=AutoPartitioningStrategy.SCALE_UP)
+
+
+def expected_partition(key: str, partitions: int) -> int:
+    """Independent of the SDK: the MD5 of the key as a 128-bit number, in n equal slices whose
+    upper bounds are ``(i + 1) * ((2**128 - 1) // n) - 1``, the last one open."""
+    value = int.from_bytes(hashlib.md5(key.encode()).digest(), "big")
+    slice_ = (2**128 - 1) // partitions
+    return next(i for i in range(partitions) if i == partitions - 1 or value < (i + 1) * slice_ - 1)
+
+
+def stored(server: LocalTopicServer, topic: str) -> dict[int, list[StoredMessage]]:
+    t = server.storage.topic(topic)
+    return {p.partition_id: list(p.messages) for p in t.partitions}
+
+
+def by_key(messages: dict[int, list[StoredMessage]]) -> dict[str, list[tuple[int, str]]]:
+    """key -> [(partition, payload)] in storage order, with the key taken from the payload 'key:n'."""
+    result: dict[str, list[tuple[int, str]]] = defaultdict(list)
+    for pid in sorted(messages):
+        for m in messages[pid]:
+            text = m.data.decode()
+            result[text.split(":")[0]].append((pid, text))
+    return result
+
+
+async def test_keys_go_to_stable_partitions_in_order(server: LocalTopicServer, driver: Driver) -> None:
+    await driver.topic.create_topic("orders", min_active_partitions=4)
+    keys = [f"customer-{i}" for i in range(40)]
+    async with driver.topic.keyed_writer("orders", producer_id="shop") as writer:
+        for n in range(5):
+            for key in keys:
+                await writer.write(f"{key}:{n}".encode(), key=key)
+        assert {key: writer.partition_for(key) for key in keys} == {key: expected_partition(key, 4) for key in keys}
+    placed = by_key(stored(server, "orders"))
+    for key in keys:
+        assert placed[key] == [(expected_partition(key, 4), f"{key}:{n}") for n in range(5)], key
+    assert len({expected_partition(key, 4) for key in keys}) == 4  # the keys spread over every partition
+    for pid, messages in stored(server, "orders").items():
+        assert {m.producer_id for m in messages} == {f"shop_{pid}"}
+        assert [m.seq_no for m in messages] == list(range(1, len(messages) + 1))
+
+
+async def test_the_same_key_lands_in_the_same_partition_from_another_process_run(
+    server: LocalTopicServer, driver: Driver
+) -> None:
+    await driver.topic.create_topic("stable", min_active_partitions=3)
+    async with driver.topic.keyed_writer("stable", producer_id="a") as first:
+        placed = [(await first.write_with_ack(b"x", key=f"k{i}")).partition_id for i in range(12)]  # type: ignore[union-attr]
+    async with driver.topic.keyed_writer("stable", producer_id="b") as second:
+        again = [(await second.write_with_ack(b"y", key=f"k{i}")).partition_id for i in range(12)]  # type: ignore[union-attr]
+    assert placed == again == [expected_partition(f"k{i}", 3) for i in range(12)]
+
+
+async def test_write_with_ack_and_lists(server: LocalTopicServer, driver: Driver) -> None:
+    await driver.topic.create_topic("acks", min_active_partitions=2)
+    async with driver.topic.keyed_writer("acks", producer_id="p", codec=Codec.ZSTD) as writer:
+        one = await writer.write_with_ack("single", key=b"bytes-key")
+        many = await writer.write_with_ack([b"a", Message("b", metadata={"m": "1"})], key="str-key")
+    assert isinstance(one, Written) and one.partition_id == expected_partition("bytes-key", 2)
+    assert [type(r) for r in many] == [Written, Written]
+    assert {r.partition_id for r in many} == {expected_partition("str-key", 2)}
+    assert many[1].offset == many[0].offset + 1  # type: ignore[union-attr]
+    second = stored(server, "acks")[expected_partition("str-key", 2)][-1]
+    assert second.metadata == (("m", b"1"),) and second.codec == Codec.ZSTD
+
+
+async def test_resends_after_lost_acks_are_stored_once(server: LocalTopicServer, driver: Driver) -> None:
+    await driver.topic.create_topic("once", min_active_partitions=3)
+    server.faults.drop_write_stream_after(7)
+    async with driver.topic.keyed_writer("once", producer_id="p") as writer:
+        for n in range(30):
+            await writer.write(f"k{n % 6}:{n}".encode(), key=f"k{n % 6}")
+    assert server.faults.dropped_streams == 1
+    placed = by_key(stored(server, "once"))
+    assert sum(len(v) for v in placed.values()) == 30
+    for k in range(6):
+        assert [text for _, text in placed[f"k{k}"]] == [f"k{k}:{n}" for n in range(k, 30, 6)]
+
+
+async def test_keys_follow_a_split_and_keep_their_order(server: LocalTopicServer, driver: Driver) -> None:
+    await driver.topic.create_topic("auto", min_active_partitions=2, auto_partitioning=AUTO)
+    keys = [f"user-{i}" for i in range(24)]
+    async with driver.topic.keyed_writer("auto", producer_id="p") as writer:
+        for key in keys:
+            await writer.write_with_ack(f"{key}:0", key=key)
+        children = server.storage.split_partition("auto", 0)
+        for n in (1, 2):
+            for key in keys:
+                await writer.write(f"{key}:{n}", key=key)
+        await writer.flush()
+        moved = {key: writer.partition_for(key) for key in keys}
+    described = await driver.topic.describe_topic("auto")
+    ranges = {p.partition_id: (p.from_bound, p.to_bound) for p in described.partitions}
+    assert ranges[children[0]][1] == ranges[children[1]][0]  # the parent's range, cut in two
+    placed = by_key(stored(server, "auto"))
+    for key in keys:
+        first = expected_partition(key, 2)
+        texts = [text for _, text in placed[key]]
+        assert texts == [f"{key}:0", f"{key}:1", f"{key}:2"], key
+        if first == 0:
+            position = hashlib.md5(key.encode()).digest()
+            child = children[0] if position < (ranges[children[0]][1] or b"") else children[1]
+            assert moved[key] == child
+            assert [pid for pid, _ in placed[key]] == [0, child, child]
+        else:
+            assert [pid for pid, _ in placed[key]] == [1, 1, 1]
+    assert {moved[key] for key in keys} == {1, *children}
+    for child in children:
+        assert {m.producer_id for m in stored(server, "auto")[child]} <= {f"p_{child}"}
+
+
+async def test_unacknowledged_messages_of_a_split_partition_are_stored_once(
+    server: LocalTopicServer, driver: Driver
+) -> None:
+    """The stream breaks after storing some of 5 messages (their acks lost), and the partition splits
+    before the writer reconnects: those stay where they are (and resolve as Skipped), the others
+    go to a child, after them."""
+    await driver.topic.create_topic("split", min_active_partitions=1, auto_partitioning=AUTO)
+    patient = RetryPolicy(max_attempts=None, max_elapsed=None)
+    writer = driver.topic.keyed_writer("split", producer_id="p", retry=patient)
+    await writer.write_with_ack(b"k:0", key="k")
+    server.faults.drop_write_stream_after(2)
+    server.faults.fail_next("StreamWrite", "UNAVAILABLE", times=1000)
+    results = []
+    for n in range(1, 6):  # one request each, mostly: the stream breaks after the second
+        results.append(asyncio.ensure_future(writer.write_with_ack(f"k:{n}", key="k")))
+        await asyncio.sleep(0.05)
+    try:
+        await eventually(lambda: server.faults.dropped_streams == 1)
+        children = server.storage.split_partition("split", 0)
+    finally:
+        server.faults.clear()
+    done = await asyncio.wait_for(asyncio.gather(*results), 20)
+    await writer.close(timeout=10)
+    kept = len(server.storage.read("split", 0)) - 1
+    assert 2 <= kept < 5
+    # Stored before the split: acknowledged then (Written) or with the ack lost (Skipped).
+    assert isinstance(done[kept - 1], Skipped)
+    assert all(isinstance(r, Written) for r in done[kept:])
+    child = writer_child(done[-1])
+    assert child in children
+    assert [r.partition_id for r in done] == [0] * kept + [child] * (5 - kept)
+    texts = [m.data.decode() for m in server.storage.read("split", 0)] + [
+        m.data.decode() for m in server.storage.read("split", child)
+    ]
+    assert texts == [f"k:{n}" for n in range(6)]
+    other = next(c for c in children if c != child)
+    assert server.storage.read("split", other) == []
+
+
+def writer_child(result: object) -> int:
+    assert isinstance(result, Written)
+    return result.partition_id
+
+
+async def test_an_overloaded_partition_is_retried_not_rerouted(server: LocalTopicServer, driver: Driver) -> None:
+    await driver.topic.create_topic("busy", min_active_partitions=2)
+    async with driver.topic.keyed_writer("busy", producer_id="p") as writer:
+        await writer.write_with_ack(b"first", key="k")
+        server.faults.drop_write_streams()
+        server.faults.fail_next("StreamWrite", "OVERLOADED")
+        result = await asyncio.wait_for(writer.write_with_ack(b"second", key="k"), 30)
+    assert isinstance(result, Written) and result.partition_id == expected_partition("k", 2)
+    assert [m.data for m in server.storage.read("busy", result.partition_id)] == [b"first", b"second"]
+
+
+async def test_close_flushes_and_later_writes_fail(server: LocalTopicServer, driver: Driver) -> None:
+    await driver.topic.create_topic("closing", min_active_partitions=2)
+    writer = driver.topic.keyed_writer("closing", producer_id="p")
+    for n in range(50):
+        await writer.write(b"m%d" % n, key=str(n))
+    await writer.close()
+    assert sum(len(v) for v in stored(server, "closing").values()) == 50
+    with pytest.raises(WriterClosedError):
+        await writer.write(b"late", key="k")
+    await writer.close()  # a second close does nothing
+
+
+async def test_closing_the_driver_closes_its_keyed_writers(server: LocalTopicServer) -> None:
+    async with Driver(server.endpoint, server.database) as driver:
+        await driver.topic.create_topic("owned", min_active_partitions=2)
+        writer = driver.topic.keyed_writer("owned", producer_id="p")
+        await writer.write(b"kept", key="k")
+    assert writer.closed
+    assert [m.data for p in stored(server, "owned").values() for m in p] == [b"kept"]
+
+
+async def test_mistakes_are_refused_at_the_call(driver: Driver) -> None:
+    await driver.topic.create_topic("strict", min_active_partitions=2)
+    with pytest.raises(InvalidArgumentError, match="max_buffer_messages"):
+        driver.topic.keyed_writer("strict", max_buffer_messages=0)
+    async with driver.topic.keyed_writer("strict", producer_id="p") as writer:
+        with pytest.raises(InvalidArgumentError, match="key must be str or bytes"):
+            await writer.write(b"x", key=17)  # type: ignore[arg-type]
+        with pytest.raises(InvalidArgumentError, match="numbers messages itself"):
+            await writer.write(Message(b"x", seq_no=5), key="k")
+        with pytest.raises(TypeError):
+            await writer.write(b"x")  # type: ignore[call-arg]
+        await writer.write_with_ack(b"fine", key="k")
+    assert isinstance(writer, KeyedWriter)
