@@ -1,6 +1,6 @@
 """An aiohttp service that publishes events to a topic and consumes them in the background.
 
-    pip install "ydb-topic-async[aiohttp]"
+    pip install -e ".[aiohttp]"               # in a clone of the repository
     python examples/aiohttp_app.py            # on an embedded local topic server, port 8080
     YDB_ENDPOINT=grpc://host:2136 YDB_DATABASE=/db python examples/aiohttp_app.py
 

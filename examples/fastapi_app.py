@@ -1,6 +1,6 @@
 """A FastAPI service that publishes events to a topic and consumes them in the background.
 
-    pip install "ydb-topic-async[fastapi]" uvicorn
+    pip install -e ".[fastapi]" uvicorn             # in a clone of the repository
     python examples/fastapi_app.py                  # on an embedded local topic server, port 8000
     YDB_ENDPOINT=grpc://host:2136 YDB_DATABASE=/db python examples/fastapi_app.py
 

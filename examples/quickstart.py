@@ -8,17 +8,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 
-from ydb_topic_async import AlreadyExistsError, Codec, Driver, Written
+from ydb_topic_async import Codec, Driver, Written
 from ydb_topic_async.testing import LocalTopicServer
 
 
 async def run(endpoint: str, database: str) -> None:
     async with Driver(endpoint, database) as driver:
         await driver.wait_ready(timeout=10)
-        with contextlib.suppress(AlreadyExistsError):
-            await driver.topic.create_topic("quickstart", consumers=["printer"])
+        await driver.topic.create_topic("quickstart", consumers=["printer"], exists_ok=True)
 
         # The producer id makes the server drop any resend of a seq_no it already stored.
         async with driver.topic.writer("quickstart", producer_id="quickstart", codec=Codec.ZSTD) as writer:

@@ -1,0 +1,135 @@
+"""The README's Python blocks, run as a reader of the README would run them.
+
+Every ```python block of README.md (and the complete program of docs/getting-started.md) must
+be claimed by one test here, so a block cannot rot unnoticed: a new block fails
+``test_every_block_is_run`` until a test runs it. Blocks run against the local topic server; the
+only change made to them is the endpoint, ``grpc://localhost:2136``, which becomes the test
+server's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import pathlib
+import re
+import subprocess
+import sys
+import textwrap
+from typing import Any
+
+import pytest
+
+from ydb_topic_async import Driver
+from ydb_topic_async.testing import LocalTopicServer
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+GETTING_STARTED = ROOT / "docs" / "getting-started.md"
+ENDPOINT = "grpc://localhost:2136"
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def python_blocks(path: pathlib.Path) -> list[str]:
+    return re.findall(r"^```python\n(.*?)^```$", path.read_text(), re.MULTILINE | re.DOTALL)
+
+
+def block(path: pathlib.Path, marker: str) -> str:
+    """The one Python block of ``path`` that contains ``marker``."""
+    found = [b for b in python_blocks(path) if marker in b]
+    assert len(found) == 1, f"{path.name}: {len(found)} Python blocks contain {marker!r}"
+    return found[0]
+
+
+QUICKSTART = "asyncio.run(main())"
+TRANSACTIONS = "driver.query.retry_tx(one_batch)"
+LOCAL_SERVER = "async def test_something()"
+KEYED = "driver.topic.keyed_writer("
+CLAIMED = {README: (QUICKSTART, TRANSACTIONS, LOCAL_SERVER, KEYED)}
+
+
+def test_every_block_is_run() -> None:
+    for path, markers in CLAIMED.items():
+        for code in python_blocks(path):
+            claims = [m for m in markers if m in code]
+            assert len(claims) == 1, f"no test here runs this block of {path.name}:\n{code}"
+
+
+def with_endpoint(code: str, server: LocalTopicServer) -> str:
+    assert ENDPOINT in code
+    return code.replace(ENDPOINT, server.endpoint)
+
+
+async def run_script(code: str, tmp_path: pathlib.Path) -> str:
+    script = tmp_path / "script.py"
+    script.write_text(code)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, str(script), cwd=tmp_path,
+        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, err.decode()
+    return out.decode()
+
+
+@pytest.mark.parametrize("path", [README, GETTING_STARTED], ids=["README", "getting-started"])
+async def test_quickstart_runs_and_runs_again(
+    server: LocalTopicServer, tmp_path: pathlib.Path, path: pathlib.Path
+) -> None:
+    code = with_endpoint(block(path, QUICKSTART), server)
+    first = await run_script(code, tmp_path)
+    assert re.search(r"^Written\(partition_id=\d+, offset=1, seq_no=2\)$", first, re.MULTILINE), first
+    assert re.search(r"^[01] b'(fire and forget|confirmed)'$", first, re.MULTILINE), first
+    # A second run finds the topic there, appends, and reads on from the committed offset.
+    second = await run_script(code, tmp_path)
+    assert re.search(r"^Written\(partition_id=\d+, offset=3, seq_no=4\)$", second, re.MULTILINE), second
+    offsets = [int(line.split()[0]) for line in second.splitlines() if line[:1].isdigit()]
+    assert offsets and min(offsets) >= 2, second
+
+
+def test_quickstart_type_checks_strictly_outside_the_repository(tmp_path: pathlib.Path) -> None:
+    """A user's typed script in a directory of its own: ``mypy --strict`` finds the installed package."""
+    pytest.importorskip("mypy", reason="mypy comes with the dev extra")
+    (tmp_path / "user_script.py").write_text(block(README, QUICKSTART))
+    (tmp_path / "mypy.ini").write_text("[mypy]\n")  # the user's settings, not this repository's
+    done = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "user_script.py"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=110,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Success: no issues found in 1 source file" in done.stdout
+
+
+async def run_fragment(code: str, names: dict[str, Any]) -> dict[str, Any]:
+    """Run a block that uses ``await`` at the top level, with ``names`` defined; returns its names."""
+    source = "async def __fragment():\n" + textwrap.indent(code, "    ") + "\n    return locals()\n"
+    namespace = dict(names)
+    exec(compile(source, "<README block>", "exec"), namespace)
+    result: dict[str, Any] = await namespace["__fragment"]()
+    return result
+
+
+async def test_transactions_block(server: LocalTopicServer, driver: Driver) -> None:
+    await driver.topic.create_topic("orders", consumers=["transformer"])
+    await driver.topic.create_topic("orders-enriched")
+    async with driver.topic.writer("orders", producer_id="shop") as writer:
+        await writer.write([b"order 1", b"order 2"])
+
+    def enrich(data: bytes) -> bytes:
+        return data + b" (enriched)"
+
+    await run_fragment(block(README, TRANSACTIONS), {"driver": driver, "enrich": enrich})
+    assert [m.data for m in server.storage.read("orders-enriched", 0)] == [b"order 1 (enriched)", b"order 2 (enriched)"]
+    assert server.storage.committed_offsets("orders", "transformer") == {0: 2}
+
+
+async def test_local_server_block() -> None:
+    names = await run_fragment(block(README, LOCAL_SERVER), {})
+    await names["test_something"]()
+
+
+async def test_keyed_writer_block(server: LocalTopicServer, driver: Driver) -> None:
+    await driver.topic.create_topic("events", min_active_partitions=4)
+    await run_fragment(block(README, KEYED), {"driver": driver})
+    stored = [m for p in range(4) for m in server.storage.read("events", p)]
+    assert [m.data for m in stored] == [b"order 1 created", b"order 1 paid"]
