@@ -16,6 +16,7 @@ import json
 import os
 import random
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -24,7 +25,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
 
-from .. import Driver, TopicSelector, YdbTopicError
+from .. import Codec, Driver, TopicSelector, YdbTopicError
 
 CLICKS = "demo/clicks"
 REVENUE = "demo/revenue"
@@ -34,6 +35,50 @@ PAGES = ("/", "/search", "/product", "/cart", "/checkout")
 EVENT_SPAN_SECONDS = 600
 """Event times are spread over ten minutes, so the job's one-minute windows have data."""
 BASE_TIME = 1_700_000_000
+JAVA_NEEDED = 17
+INSTALL_JAVA = "apt install openjdk-17-jre-headless (Debian, Ubuntu) / brew install openjdk@17 (macOS)"
+SPARK_LOG = os.path.join(tempfile.gettempdir(), "ydb-topic-async-demo-spark.log")
+"""Where Spark's own output goes: the terminal shows the demo's."""
+
+
+def java_problem() -> str | None:
+    """Why Spark cannot start here (no Java, or one older than 17), or None."""
+    home = os.environ.get("JAVA_HOME")
+    java = os.path.join(home, "bin", "java") if home else shutil.which("java")
+    if not java or not os.path.exists(java):
+        return "no java found" + (f" in JAVA_HOME={home}" if home else " on PATH")
+    try:
+        done = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"{java} does not run: {exc}"
+    match = re.search(r'version "(\d+)(?:\.(\d+))?', done.stderr + done.stdout)
+    if match is None:
+        return f"{java} -version says no version"
+    major = int(match.group(1))
+    if major == 1 and match.group(2):  # "1.8.0": Java 8
+        major = int(match.group(2))
+    if major < JAVA_NEEDED:
+        return f"{java} is Java {major}"
+    return None
+
+
+@contextlib.contextmanager
+def output_to(path: str) -> Iterator[None]:
+    """Point this process's standard error at ``path`` meanwhile.
+
+    Spark's JVM, started by the session, and its Python workers inherit the descriptor: their
+    log lines go to the file for the rest of their life, not to the terminal.
+    """
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(path, "wb") as log:
+            os.dup2(log.fileno(), 2)
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def make_event(rng: random.Random, n: int, events: int) -> dict[str, object]:
@@ -96,7 +141,7 @@ async def setup_and_produce(url: str, db: str, events: int, producers: int) -> d
                 await driver.topic.drop_topic(path)
         await driver.topic.create_topic(CLICKS, min_active_partitions=4, consumers=[CONSUMER])
         await driver.topic.create_topic(REVENUE, min_active_partitions=2)
-        writers = [driver.topic.writer(CLICKS, producer_id=f"web-{i}", codec=4) for i in range(producers)]
+        writers = [driver.topic.writer(CLICKS, producer_id=f"web-{i}", codec=Codec.ZSTD) for i in range(producers)]
         try:
             for n in range(events):
                 event = make_event(rng, n, events)
@@ -208,17 +253,31 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-per-trigger", type=int, default=5_000, help="Spark's maxOffsetsPerTrigger")
     args = parser.parse_args(argv)
 
+    # Before anything else: without Java, Spark would fail only after the events were sent.
+    problem = java_problem()
+    if problem is not None:
+        raise SystemExit(f"Java {JAVA_NEEDED} is required to run Spark ({problem}): {INSTALL_JAVA}")
+
     started = time.perf_counter()
     with database(args.endpoint, args.database) as (url, db), tempfile.TemporaryDirectory() as tmp:
         expected = asyncio.run(setup_and_produce(url, db, args.events, args.producers))
-        print("spark     starting the streaming job (local[2]) ...", flush=True)
+        print(f"spark     starting the streaming job (local[2]); Spark's log: {SPARK_LOG}", flush=True)
         spark_started = time.perf_counter()
-        batches = run_spark_job(url, db, args.max_per_trigger, os.path.join(tmp, "checkpoint"))
+        try:
+            with output_to(SPARK_LOG):
+                batches = run_spark_job(url, db, args.max_per_trigger, os.path.join(tmp, "checkpoint"))
+        except SystemExit as exc:
+            raise SystemExit(f"{exc.code} (Spark's log: {SPARK_LOG})") from None
+        except Exception as exc:
+            first_line = (str(exc).strip().splitlines() or [""])[0]
+            raise SystemExit(
+                f"the Spark job failed: {type(exc).__name__}: {first_line} (Spark's log: {SPARK_LOG})"
+            ) from None
         print(f"spark     {batches} micro-batches in {time.perf_counter() - spark_started:.1f}s")
         results = asyncio.run(read_results(url, db))
 
     print(f"\n{'country':<8}{'events':>8}{'revenue':>12}{'busiest minute':>16}")
-    failed = False
+    mismatched = []
     for country in sorted(expected, key=lambda c: -expected[c][1]):
         rows = [r for (_, c), r in results.items() if c == country]
         events = sum(r["events"] for r in rows)
@@ -226,13 +285,20 @@ def main(argv: list[str] | None = None) -> None:
         busiest = max(rows, key=lambda r: r["revenue"])["minute"] if rows else "-"
         print(f"{country:<8}{events:>8}{revenue:>12.2f}{busiest:>16}")
         want_events, want_revenue = expected[country]
-        failed |= events != want_events or abs(revenue - want_revenue) > 0.05
+        if events != want_events or abs(revenue - want_revenue) > 0.05:
+            mismatched.append(
+                f"{country}: {events} events / {revenue:.2f} read, {want_events} / {want_revenue:.2f} sent"
+            )
     print(
         f"\n{args.events} events -> {len(results)} (minute, country) aggregates in {REVENUE}; "
         f"total {time.perf_counter() - started:.1f}s"
     )
-    if failed:
-        raise SystemExit("demo failed: the aggregates do not match the events sent")
+    if mismatched:
+        raise SystemExit("demo failed: the aggregates do not match the events sent: " + "; ".join(mismatched))
+    print(
+        f"checked {len(results)} results against what was sent: events and revenue of all"
+        f" {len(expected)} countries match the {args.events} events"
+    )
 
 
 if __name__ == "__main__":
