@@ -116,10 +116,13 @@ async def test_resends_after_lost_acks_are_stored_once(server: LocalTopicServer,
         assert [text for _, text in placed[f"k{k}"]] == [f"k{k}:{n}" for n in range(k, 30, 6)]
 
 
-async def test_keys_follow_a_split_and_keep_their_order(server: LocalTopicServer, driver: Driver) -> None:
+@pytest.mark.parametrize("direct_write", [False, True], ids=["via-any-node", "direct-write"])
+async def test_keys_follow_a_split_and_keep_their_order(
+    server: LocalTopicServer, driver: Driver, direct_write: bool
+) -> None:
     await driver.topic.create_topic("auto", min_active_partitions=2, auto_partitioning=AUTO)
     keys = [f"user-{i}" for i in range(24)]
-    async with driver.topic.keyed_writer("auto", producer_id="p") as writer:
+    async with driver.topic.keyed_writer("auto", producer_id="p", direct_write=direct_write) as writer:
         for key in keys:
             await writer.write_with_ack(f"{key}:0", key=key)
         children = server.storage.split_partition("auto", 0)

@@ -580,7 +580,7 @@ class KeyedWriter:
         since the server carries a producer's seq_no from a split partition to its children."""
         probe = TopicWriter(
             self._driver, self.path, producer_id=self._lane_producer_id(partition_id),
-            **{**self._options, "retry": self._retry},
+            **{**self._options, "retry": self._retry, "direct_write": False},
         )
         try:
             return (await probe.wait_init()).last_seq_no
