@@ -1,7 +1,7 @@
 """The README's Python blocks, run as a reader of the README would run them.
 
-Every ```python block of README.md (and the complete program of docs/getting-started.md) must
-be claimed by one test here, so a block cannot rot unnoticed: a new block fails
+Every ```python block of README.md and docs/from-kafka.md (and the complete program of
+docs/getting-started.md) must be claimed by one test here, so a block cannot rot unnoticed: a new block fails
 ``test_every_block_is_run`` until a test runs it. Blocks run against the local topic server; the
 only change made to them is the endpoint, ``grpc://localhost:2136``, which becomes the test
 server's.
@@ -25,6 +25,7 @@ from ydb_topic_async.testing import LocalTopicServer
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 GETTING_STARTED = ROOT / "docs" / "getting-started.md"
+FROM_KAFKA = ROOT / "docs" / "from-kafka.md"
 ENDPOINT = "grpc://localhost:2136"
 
 pytestmark = pytest.mark.timeout(120)
@@ -45,7 +46,7 @@ QUICKSTART = "asyncio.run(main())"
 TRANSACTIONS = "driver.query.retry_tx(one_batch)"
 LOCAL_SERVER = "async def test_something()"
 KEYED = "driver.topic.keyed_writer("
-CLAIMED = {README: (QUICKSTART, TRANSACTIONS, LOCAL_SERVER, KEYED)}
+CLAIMED = {README: (QUICKSTART, TRANSACTIONS, LOCAL_SERVER, KEYED), FROM_KAFKA: (KEYED,)}
 
 
 def test_every_block_is_run() -> None:
@@ -133,3 +134,13 @@ async def test_keyed_writer_block(server: LocalTopicServer, driver: Driver) -> N
     await run_fragment(block(README, KEYED), {"driver": driver})
     stored = [m for p in range(4) for m in server.storage.read("events", p)]
     assert [m.data for m in stored] == [b"order 1 created", b"order 1 paid"]
+
+
+async def test_from_kafka_keyed_writer_block(server: LocalTopicServer, driver: Driver) -> None:
+    await driver.topic.create_topic("orders", min_active_partitions=3)
+    names = await run_fragment(block(FROM_KAFKA, KEYED), {"driver": driver})
+    stored = [m for p in range(3) for m in server.storage.read("orders", p)]
+    assert sorted(m.data for m in stored) == sorted(
+        [b'{"order": 1, "state": "created"}', b'{"order": 1, "state": "paid"}', b'{"order": 2}']
+    )
+    assert names["result"].partition_id in range(3)
