@@ -34,6 +34,28 @@ async def test_write_with_ack_reports_partition_offset_and_seq_no(driver: yta.Dr
     ]
 
 
+async def test_the_handshake_names_the_producer_as_its_message_group(
+    server: Any, driver: yta.Driver, topic: str
+) -> None:
+    """Older YDB versions refuse a producer id without a message group or partition; the official
+    SDKs send ``message_group_id = producer_id``, and so does this writer."""
+    inits: list[Any] = []
+    handshake = server.writes._handshake
+
+    def recording(init: Any) -> Any:
+        inits.append(init)
+        return handshake(init)
+
+    server.writes._handshake = recording
+    async with driver.topic.writer(topic, producer_id="p") as writer:
+        await writer.write_with_ack(b"x")
+    async with driver.topic.writer(topic, producer_id="q", partition_id=0) as writer:
+        await writer.write_with_ack(b"y")
+    assert [(i.producer_id, i.WhichOneof("partitioning"), i.message_group_id) for i in inits] == [
+        ("p", "message_group_id", "p"), ("q", "partition_id", "")
+    ]
+
+
 async def test_wait_init_describes_the_session(driver: yta.Driver, topic: str) -> None:
     async with driver.topic.writer(topic, producer_id="fresh") as writer:
         info = await writer.wait_init(timeout=5)
