@@ -150,6 +150,7 @@ async def test_metadata_created_at_and_session_metadata_are_stored(
     [
         ([("k", "1"), ("k", "2")], "duplicate metadata key"),
         ({"k": "x" * 4096}, "4096"),
+        ({"ключ": "я" * 2046}, "4096"),  # 2,050 characters, but 4,100 bytes: YDB counts bytes
         ({"": "v"}, "non-empty"),
         ({"k": 5}, "bytes or str"),
     ],
