@@ -113,6 +113,30 @@ async def test_a_full_partition_answers_overloaded(channel: grpc.aio.Channel, se
     assert await write(channel, "t", "p", [4], size=400_000) == [(4, "written", 3)]
 
 
+async def test_a_split_parent_whose_data_expired_hands_over_its_children(
+    channel: grpc.aio.Channel, server: LocalTopicServer
+) -> None:
+    """A split parent emptied by retention has nothing left to read: it is finished, so readers
+    get the children straight away, and a reader already on the parent gets its
+    EndPartitionSession without reading or committing anything."""
+    await create_topic(channel, "t", consumers=("c",))
+    await write(channel, "t", "p", [1, 2])
+    aware = RawReader(channel)
+    await aware.init("t", consumer="c", auto_partitioning=True)
+    parent = (await aware.start_all(1))[0]
+    server.storage.split_partition("t", 0)
+    server.advance_time(25 * 3600)
+    end = (await aware.expect("end_partition_session")).end_partition_session
+    assert (end.partition_session_id, list(end.child_partition_ids)) == (parent, [1, 2])
+    assert sorted(await aware.start_all(2)) == [1, 2]
+    await aware.close()
+    later = RawReader(channel)
+    await later.init("t", consumer="c")
+    assert sorted(await later.start_all(2)) == [1, 2]
+    await later.nothing("start_partition_session_request")  # the parent is finished
+    await later.close()
+
+
 async def test_retention_runs_on_its_own() -> None:
     """Retention also runs periodically, without ``advance_time``."""
     async with (

@@ -486,7 +486,7 @@ class ReadService:
                 and not state.end_sent
                 and not partition.active
                 and session.auto_partitioning
-                and state.read_offset >= partition.end_offset
+                and max(state.read_offset, partition.start_offset) >= partition.end_offset  # read, or expired
             ):
                 state.end_sent = True
                 message = FromServer(status=SUCCESS)
