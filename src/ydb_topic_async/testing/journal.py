@@ -140,10 +140,12 @@ class Journal:
         if self._fd is None:
             return
         payload = marshal.dumps(record)
-        view = memoryview(_HEADER.pack(len(payload), zlib.crc32(payload)) + payload)
-        while view:
-            written = os.write(self._fd, view)
-            view = view[written:]
+        # Header and payload go out separately (no copy of a large payload); a record cut
+        # between them is detected at replay, and nothing is acknowledged before both are out.
+        for part in (_HEADER.pack(len(payload), zlib.crc32(payload)), payload):
+            view = memoryview(part)
+            while view:
+                view = view[os.write(self._fd, view) :]
 
     # --- what the storage records ---------------------------------------------------------
 

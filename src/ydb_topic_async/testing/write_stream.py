@@ -306,6 +306,8 @@ class WriteService:
 
     def _store(self, session: _Session, batch: _Batch, waited: float, handle: Any) -> Any:
         started = time.perf_counter()
+        if not session.topic.alive:  # dropped while the request waited for its quota
+            raise StorageError("SCHEME_ERROR", f"topic {session.topic.path} was dropped")
         partition, source_id, tx = session.partition, session.source_id, batch.tx
         storage = self.server.storage
         written_at = storage.clock.now_ns() // 1_000_000 * 1_000_000
