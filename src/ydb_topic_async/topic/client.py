@@ -134,7 +134,8 @@ class TopicClient:
         auto_partitioning: t.AutoPartitioningSettings | None = None,
         timeout: float | None = None,
     ) -> None:
-        """Create a topic. ``ALREADY_EXISTS`` raises ``AlreadyExistsError``."""
+        """Create a topic. When a topic exists at ``path`` already, YDB answers success and leaves
+        it as it is (its settings are not compared with these)."""
         for value, what in (
             (min_active_partitions, "min_active_partitions"),
             (max_active_partitions, "max_active_partitions"),
