@@ -8,10 +8,21 @@ from ydb_topic_async import AlreadyExistsError, Driver, SchemeError
 from ydb_topic_async.testing import LocalTopicServer
 
 
-async def test_second_create_raises_without_exists_ok(driver: Driver) -> None:
-    await driver.topic.create_topic("twice")
+async def test_second_create_succeeds_and_changes_nothing(driver: Driver) -> None:
+    """YDB answers SUCCESS to creating a topic that exists (the local server does the same)."""
+    await driver.topic.create_topic("twice", min_active_partitions=2)
+    await driver.topic.create_topic("twice", min_active_partitions=5)
+    assert len((await driver.topic.describe_topic("twice")).partitions) == 2
+
+
+async def test_already_exists_raises_without_exists_ok(server: LocalTopicServer, driver: Driver) -> None:
+    """A server that answers ALREADY_EXISTS instead: an error without ``exists_ok``, success with it."""
+    await driver.topic.create_topic("strict")
+    server.faults.fail_next("CreateTopic", "ALREADY_EXISTS")
     with pytest.raises(AlreadyExistsError):
-        await driver.topic.create_topic("twice")
+        await driver.topic.create_topic("strict")
+    server.faults.fail_next("CreateTopic", "ALREADY_EXISTS")
+    await driver.topic.create_topic("strict", exists_ok=True)
 
 
 async def test_exists_ok_leaves_an_existing_topic_as_it_is(server: LocalTopicServer, driver: Driver) -> None:

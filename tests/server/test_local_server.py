@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import sys
 
 import grpc
@@ -53,17 +54,24 @@ async def test_no_producer_id_means_no_deduplication(
     await raw.close()
 
 
-async def test_new_producers_are_spread_round_robin_and_stay_bound(
+async def test_new_producers_are_placed_by_the_md5_of_their_id_and_stay_bound(
     driver: yta.Driver, channel: grpc.aio.Channel
 ) -> None:
+    """YDB places a new producer by the MD5 of its id over the partitions (ydb-platform/ydb,
+    ydb/services/persqueue_v1/actors/write_session_actor.ipp: CalculateFirstClassPartition, and
+    ydb/services/lib/sharding/sharding.cpp: ShardFromDecimal), not round-robin."""
     await driver.topic.create_topic("rr", min_active_partitions=3)
-    partitions = []
-    for i in range(6):
-        raw = RawWriter(channel)
-        partitions.append((await raw.init("rr", producer_id=f"p{i % 3}")).init_response.partition_id)
-        await raw.close()
-    assert sorted(partitions[:3]) == [0, 1, 2]
-    assert partitions[3:] == partitions[:3]
+    slice_size = (2**128 - 1) // 3
+    producers = [f"p{i}" for i in range(12)]
+    expected = [min(int(hashlib.md5(p.encode()).hexdigest(), 16) // slice_size, 2) for p in producers]
+    assert len(set(expected)) > 1  # the ids spread over several partitions
+    for _ in range(2):  # a second session of each producer keeps its partition
+        chosen = []
+        for producer in producers:
+            raw = RawWriter(channel)
+            chosen.append((await raw.init("rr", producer_id=producer)).init_response.partition_id)
+            await raw.close()
+        assert chosen == expected
 
 
 async def test_handshake_errors(driver: yta.Driver, channel: grpc.aio.Channel) -> None:

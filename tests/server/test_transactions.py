@@ -318,7 +318,7 @@ async def test_bad_offset_updates_are_refused_and_end_the_transaction(
     await create_topic(channel, "bad", consumers=("c",))
     tx_id = await session.begin()
     op = await session.update_offsets(tx_id, "bad", "nobody", [(0, 1)])
-    assert (op.status, op.issues[0].message) == (StatusIds.SCHEME_ERROR, "topic /local/bad has no consumer 'nobody'")
+    assert (op.status, op.issues[0].message) == (StatusIds.BAD_REQUEST, "topic /local/bad has no consumer 'nobody'")
     assert (await session.commit(tx_id)).status == StatusIds.NOT_FOUND
     tx_id = await session.begin()
     assert (await session.update_offsets(tx_id, "bad", "c", [(2, 2)])).status == StatusIds.BAD_REQUEST
@@ -457,3 +457,37 @@ async def test_a_write_stream_breaks_after_holding_transactional_writes(
     assert stored(server, "held") == [(0, "p", 1), (1, "p", 2)]
     await again.close()
     writer.call.cancel()
+
+
+async def test_overlapping_offset_ranges_are_refused_at_the_call(
+    channel: grpc.aio.Channel, server: LocalTopicServer, session: Session
+) -> None:
+    """UpdateOffsetsInTransaction refuses ranges that overlap, inside one call or with a range the
+    transaction already holds, at that call (BAD_REQUEST, and the transaction ends), not at commit
+    (ydb/services/persqueue_v1/actors/update_offsets_in_transaction_actor.cpp and the KQP topic
+    operations that merge the ranges)."""
+    await create_topic(channel, "t", consumers=("c",))
+    await write_messages(channel, "t", 6)
+    tx_id = await session.begin()
+    op = await session.update_offsets(tx_id, "t", "c", [(0, 2), (1, 3)])
+    assert op.status == StatusIds.BAD_REQUEST and "overlaps" in op.issues[0].message
+    assert (await session.commit(tx_id)).status == StatusIds.NOT_FOUND
+    tx_id = await session.begin()
+    assert (await session.update_offsets(tx_id, "t", "c", [(0, 3)])).status == StatusIds.SUCCESS
+    assert (await session.update_offsets(tx_id, "t", "c", [(2, 4)])).status == StatusIds.BAD_REQUEST
+    assert server.storage.committed_offsets("t", "c") == {0: 0}
+
+
+async def test_committing_offsets_past_the_partition_end_fails(
+    channel: grpc.aio.Channel, server: LocalTopicServer, session: Session
+) -> None:
+    """Offsets a transaction commits must lie within the partition: a range past its end makes the
+    commit fail (ABORTED) with nothing applied (the partition checks the transaction's offsets when
+    it commits: ydb/core/persqueue/partition.cpp, TPartition::ExecUserActionOrTransaction)."""
+    await create_topic(channel, "t", consumers=("c",))
+    await write_messages(channel, "t", 3)
+    tx_id = await session.begin()
+    assert (await session.update_offsets(tx_id, "t", "c", [(0, 5)])).status == StatusIds.SUCCESS
+    committed = await session.commit(tx_id)
+    assert committed.status == StatusIds.ABORTED and "beyond the partition's end 3" in committed.issues[0].message
+    assert server.storage.committed_offsets("t", "c") == {0: 0}

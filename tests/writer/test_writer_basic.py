@@ -34,6 +34,28 @@ async def test_write_with_ack_reports_partition_offset_and_seq_no(driver: yta.Dr
     ]
 
 
+async def test_the_handshake_names_the_producer_as_its_message_group(
+    server: Any, driver: yta.Driver, topic: str
+) -> None:
+    """Older YDB versions refuse a producer id without a message group or partition; the official
+    SDKs send ``message_group_id = producer_id``, and so does this writer."""
+    inits: list[Any] = []
+    handshake = server.writes._handshake
+
+    def recording(init: Any) -> Any:
+        inits.append(init)
+        return handshake(init)
+
+    server.writes._handshake = recording
+    async with driver.topic.writer(topic, producer_id="p") as writer:
+        await writer.write_with_ack(b"x")
+    async with driver.topic.writer(topic, producer_id="q", partition_id=0) as writer:
+        await writer.write_with_ack(b"y")
+    assert [(i.producer_id, i.WhichOneof("partitioning"), i.message_group_id) for i in inits] == [
+        ("p", "message_group_id", "p"), ("q", "partition_id", "")
+    ]
+
+
 async def test_wait_init_describes_the_session(driver: yta.Driver, topic: str) -> None:
     async with driver.topic.writer(topic, producer_id="fresh") as writer:
         info = await writer.wait_init(timeout=5)
@@ -117,7 +139,7 @@ async def test_metadata_created_at_and_session_metadata_are_stored(
     first, second = stored(server, topic)
     assert first.data == "привет".encode()
     assert first.metadata == (("k", b"v"), ("bin", b"\x00\x01"))
-    assert first.created_at_ns == 1714979289_123456000  # 2024-05-06T07:08:09.123456Z
+    assert first.created_at_ns == 1714979289_123000000  # 2024-05-06T07:08:09.123Z: YDB keeps milliseconds
     assert second.metadata == (("a", b"1"), ("b", b"2"))
     assert abs(second.created_at_ns - time.time_ns()) < 30 * 10**9
     assert dict(first.write_session_meta) == {"app": "billing"}
@@ -128,6 +150,7 @@ async def test_metadata_created_at_and_session_metadata_are_stored(
     [
         ([("k", "1"), ("k", "2")], "duplicate metadata key"),
         ({"k": "x" * 4096}, "4096"),
+        ({"ключ": "я" * 2046}, "4096"),  # 2,050 characters, but 4,100 bytes: YDB counts bytes
         ({"": "v"}, "non-empty"),
         ({"k": 5}, "bytes or str"),
     ],

@@ -29,7 +29,9 @@ class TopicSelector:
     ``partitions``: only these partition ids (default: all). ``read_from``: skip messages
     written before this time. ``max_lag``: skip messages older than this when read.
     ``start_offsets``: partition id -> first offset to read (mainly for readers without a
-    consumer); its keys are the partitions to read when ``partitions`` is not given.
+    consumer); its keys are the partitions to read when ``partitions`` is not given. With a
+    consumer, YDB refuses a start below the consumer's committed offset (BadRequestError): move
+    the committed offset back with ``TopicClient.commit_offset`` to read again.
     """
 
     path: str

@@ -424,11 +424,13 @@ def write_records(options: SourceOptions, producer_id: str, records: Iterator[Re
             for data, metadata, partition in records:
                 writer = writers.get(partition)
                 if writer is None:
-                    # One writer per target partition, all with this task's producer id: the
-                    # server deduplicates per (producer, partition), and seq_nos only grow.
+                    # One writer per target partition. YDB binds a producer id to one partition,
+                    # so each explicit partition gets its own id (derived, hence stable across
+                    # retries); seq_nos only grow within each.
                     writer = driver.topic.writer(
-                        options.topic, producer_id=producer_id, partition_id=partition,
-                        auto_seqno=False, codec=options.codec,
+                        options.topic,
+                        producer_id=producer_id if partition is None else f"{producer_id}-p{partition}",
+                        partition_id=partition, auto_seqno=False, codec=options.codec,
                     )
                     writers[partition] = writer
                 await writer.write(Message(data, seq_no=seq_no, metadata=metadata))

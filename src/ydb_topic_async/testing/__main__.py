@@ -20,7 +20,13 @@ def _user(value: str) -> tuple[str, str]:
 async def serve(args: argparse.Namespace) -> None:
     users = dict(args.user) if args.user else None
     async with LocalTopicServer(
-        args.host, args.port, args.database, users=users, token_ttl=args.token_ttl
+        args.host,
+        args.port,
+        args.database,
+        users=users,
+        token_ttl=args.token_ttl,
+        data_dir=args.data_dir,
+        write_quotas=args.write_quotas,
     ) as server:
         print(f"local YDB topic server: {server.connection_string}", flush=True)
         stop = asyncio.Event()
@@ -40,6 +46,10 @@ def main(argv: list[str] | None = None) -> None:
                         help="require authentication; may be repeated")
     parser.add_argument("--token-ttl", type=float, default=None, metavar="SECONDS",
                         help="expire login tokens after this many seconds (default: never)")
+    parser.add_argument("--data-dir", default=None, metavar="DIR",
+                        help="keep acknowledged topics, messages and offsets in DIR across restarts and crashes")
+    parser.add_argument("--write-quotas", action="store_true",
+                        help="throttle writes to each partition's write speed (1 MiB/s by default), as YDB does")
     asyncio.run(serve(parser.parse_args(argv)))
 
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import grpc
+from google.protobuf.message import DecodeError
 
 from ._replies import failure, issues, metadata
 
@@ -30,6 +31,8 @@ class Inbox:
         self.messages: deque[Any] = deque()
         self.closed = False
         self.error: BaseException | None = None
+        self.unparsable = ""
+        """Why a client message could not be parsed; the handler then ends the stream with an error."""
         self._requests = requests
         self._wakeup = wakeup
         self._task = asyncio.get_running_loop().create_task(self._pump(), name="local-server stream inbox")
@@ -41,6 +44,8 @@ class Inbox:
                 self._wakeup.set()
         except asyncio.CancelledError:
             raise
+        except DecodeError as exc:
+            self.unparsable = f"cannot parse a client message: {exc}"
         except Exception as exc:  # the client went away: the handler ends the stream
             self.error = exc
         finally:
@@ -79,6 +84,8 @@ async def receive_handshake(
     injected = server.faults.take_status(method)
     if injected is not None:
         return None, reply_cls(status=injected, issues=issues("injected failure"))
+    if inbox.unparsable:
+        await context.abort(grpc.StatusCode.INTERNAL, inbox.unparsable)
     if first is None or first.WhichOneof("client_message") != "init_request":
         return None, failure(reply_cls, "BAD_REQUEST", f"the first message of {method} must be an InitRequest")
     return first.init_request, None

@@ -1,48 +1,219 @@
-"""Unary topic methods of the local server: create, describe, alter, drop, commit offset."""
+"""Unary topic methods of the local server: create, describe, alter, drop, commit offset.
+
+Validation and defaults follow YDB's schema actors (``ydb/core/persqueue/public/schema``:
+``create_topic``, ``common``, ``validation``) and its scheme shard:
+
+- CreateTopic at the database root, inside a topic or where a directory is: SCHEME_ERROR.
+  Creating a topic that already exists succeeds and changes nothing (the scheme shard answers
+  "path exist, request accepts it", which the topic service reports as SUCCESS).
+- BAD_REQUEST for: unknown attributes, retention <= 0 or over 31 days, codec ids that are
+  neither known codecs nor custom ones (>= 10000), consumer names with ``/`` or ``|``, consumer
+  codecs not covering the topic's, utilization percents outside 0..100, a negative
+  stabilization window, a storage limit together with auto-partitioning, write speed above
+  50 MiB/s, a burst above both twice the speed and 1 MB, Durations and Timestamps out of the
+  protobuf range, more than 20,000 partitions. A metering mode outside a serverless database:
+  PRECONDITION_FAILED.
+- Defaults: retention 24 h, write speed and burst 1 MiB/s; with auto-partitioning, max active
+  partitions = min unless set, up 90 %, down 30 %, stabilization window 300 s.
+- AlterTopic dropping or altering a consumer that does not exist: NOT_FOUND.
+- DescribeConsumer with stats always sets write/read times and lags (zero when nothing was
+  written or read), names itself ``<topic>/<consumer>``; consumers carry ``_service_type``.
+- CommitOffset: an unknown consumer is BAD_REQUEST, a partition that does not exist SCHEME_ERROR.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
-import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from .._proto import ydb_scheme_pb2
 from .._proto import ydb_topic_pb2 as pb
 from ._replies import duration, timestamp
-from .partition_log import Consumer, Partition, StorageError, Topic, TopicSettings, TopicStorage
+from .partition_log import (
+    DEFAULT_RETENTION,
+    DEFAULT_WRITE_SPEED,
+    KEY_SPACE,
+    SERVICE_TYPE,
+    Consumer,
+    Partition,
+    StorageError,
+    Topic,
+    TopicSettings,
+    TopicStorage,
+)
 
 if TYPE_CHECKING:
-    from .read_stream import ReaderInfo
+    from .read_balancer import ReaderInfo
 
-MAX_PARTITIONS = 1000
+MAX_PARTITIONS = 20_000
+MAX_RETENTION = dt.timedelta(days=31)
+MAX_WRITE_SPEED = 50 * 1024 * 1024
+MIB = 1024 * 1024
+_CUSTOM_CODEC = 10_000
+_KNOWN_CODECS = frozenset({1, 2, 3, 4})
+_DURATION_LIMIT_S = 315_576_000_000
+_TIMESTAMP_RANGE_S = (-62_135_596_800, 253_402_300_799)
+_STRATEGY_DISABLED = 1
+_DEFAULT_UP_PERCENT = 90
+_DEFAULT_DOWN_PERCENT = 30
+_DEFAULT_WINDOW_S = 300.0
+_INTEGER_ATTRIBUTES = frozenset({
+    "_partitions_per_tablet", "_abc_id", "_max_partition_storage_size", "_message_group_seqno_retention_period_ms",
+    "_max_partition_message_groups_seqno_stored",
+})
+_BOOLEAN_ATTRIBUTES = frozenset({"_allow_unauthenticated_read", "_allow_unauthenticated_write"})
+_TEXT_ATTRIBUTES = frozenset({"_abc_slug", "_federation_account", "_cleanup_policy", "_timestamp_type"})
+_DAY_NS = 86_400_000_000_000
 
 
 def _bad(message: str) -> StorageError:
     return StorageError("BAD_REQUEST", message)
 
 
-def _codecs(codecs: Any) -> list[int]:
+def _seconds(d: Any, what: str) -> float:
+    """A google.protobuf.Duration in seconds; BAD_REQUEST when it is outside the protobuf range."""
+    if not (-_DURATION_LIMIT_S <= d.seconds <= _DURATION_LIMIT_S and -999_999_999 <= d.nanos <= 999_999_999) or (
+        d.seconds * d.nanos < 0
+    ):
+        raise _bad(f"{what} is not a valid duration: {d.seconds} seconds and {d.nanos} nanos")
+    return float(d.seconds + d.nanos / 1e9)
+
+
+def _timestamp_ns(t: Any, what: str) -> int:
+    low, high = _TIMESTAMP_RANGE_S
+    if not (low <= t.seconds <= high and 0 <= t.nanos <= 999_999_999):
+        raise _bad(f"{what} is not a valid timestamp: {t.seconds} seconds and {t.nanos} nanos")
+    return int(t.ToNanoseconds())
+
+
+def _codecs(codecs: Any, owner: str = "") -> list[int]:
     out = list(codecs)
     for c in out:
-        if c <= 0:
-            raise _bad(f"invalid codec id {c}")
+        if c not in _KNOWN_CODECS and c < _CUSTOM_CODEC:
+            raise _bad(f"Unknown codec{owner} with value {c}")
     return out
 
 
+def _retention(d: Any) -> dt.timedelta:
+    seconds = _seconds(d, "retention_period")
+    if seconds <= 0:
+        raise _bad(f"retention_period must be positive, provided {seconds} seconds")
+    retention = dt.timedelta(seconds=seconds)
+    if retention > MAX_RETENTION:
+        raise _bad(f"retention_period must be at most {MAX_RETENTION.days} days, provided {seconds} seconds")
+    return retention
+
+
+def _write_speed(speed: int, burst: int) -> tuple[int, int]:
+    """Resolved (speed, burst): 0 means the default 1 MiB/s, and the burst defaults to the speed."""
+    if speed < 0 or burst < 0:
+        raise _bad("partition write speed and burst must not be negative")
+    speed = speed or DEFAULT_WRITE_SPEED
+    if speed > MAX_WRITE_SPEED:
+        raise _bad(f"partition write speed must be at most {MAX_WRITE_SPEED} bytes/s, provided {speed}")
+    burst = burst or speed
+    if burst > speed * 2 and burst > 1_000_000:
+        raise _bad(f"Invalid write burst in partition specified: {burst} vs {max(speed * 2, 1_000_000)}")
+    return speed, burst
+
+
+def _attributes(attributes: Mapping[str, str]) -> dict[str, str]:
+    for name, value in attributes.items():
+        if name in _INTEGER_ATTRIBUTES:
+            if value and not value.isdigit():
+                raise _bad(f"Attribute {name} is {value}, which is not a non-negative integer")
+        elif name in _BOOLEAN_ATTRIBUTES:
+            if value and value.lower() not in ("true", "false", "1", "0"):
+                raise _bad(f"Attribute {name} is {value}, which is not bool")
+        elif name not in _TEXT_ATTRIBUTES:
+            raise _bad(f"Attribute {name} is not supported")
+    return dict(attributes)
+
+
+def _consumer_attributes(name: str, attributes: Mapping[str, str]) -> dict[str, str]:
+    """What YDB keeps of a consumer's attributes: its service type (other keys are not stored)."""
+    service = attributes.get("_service_type") or SERVICE_TYPE
+    if service != SERVICE_TYPE:
+        raise _bad(f"Unknown _service_type '{service}' for consumer '{name}'")
+    version = attributes.get("_version", "")
+    if version and not version.isdigit():
+        raise _bad(f"Attribute for consumer '{name}' _version is {version}, which is not ui32")
+    return {"_service_type": service}
+
+
 def _consumer_from_proto(msg: Any) -> Consumer:
-    if not msg.name:
-        raise _bad("consumer name must not be empty")
+    name = msg.name
+    if not name:
+        raise _bad("consumer with empty name is forbidden")
+    if "/" in name or "|" in name:
+        raise _bad(f"consumer '{name}' has illegal symbols")
+    read_from_ns = 0
+    if msg.HasField("read_from"):
+        if msg.read_from.seconds < 0:
+            raise _bad(f"read_from of consumer '{name}' can't be negative, provided {msg.read_from.seconds}")
+        read_from_ns = _timestamp_ns(msg.read_from, f"read_from of consumer '{name}'")
+    availability = None
+    if msg.HasField("availability_period"):
+        seconds = _seconds(msg.availability_period, f"availability_period of consumer '{name}'")
+        if seconds < 0:
+            raise _bad(f"Invalid availability_period for consumer '{name}': duration seconds cannot be negative")
+        availability = seconds or None
+    if msg.important and availability is not None:
+        raise _bad(
+            f"Consumer '{name}' has both an important flag and a limited availability_period, which are mutually "
+            "exclusive"
+        )
     return Consumer(
-        name=msg.name,
+        name=name,
         important=msg.important,
-        read_from_ns=msg.read_from.ToNanoseconds() if msg.HasField("read_from") else 0,
-        supported_codecs=_codecs(msg.supported_codecs.codecs),
-        attributes=dict(msg.attributes),
-        availability_period_s=(
-            msg.availability_period.ToTimedelta().total_seconds() if msg.HasField("availability_period") else None
-        ),
+        read_from_ns=read_from_ns,
+        supported_codecs=_codecs(msg.supported_codecs.codecs, f" for consumer '{name}'"),
+        attributes=_consumer_attributes(name, msg.attributes),
+        availability_period_s=availability,
     )
+
+
+def _check_consumer_codecs(topic_codecs: list[int], consumers: Mapping[str, Consumer]) -> None:
+    for consumer in consumers.values():
+        if consumer.supported_codecs and topic_codecs:
+            for codec in topic_codecs:
+                if codec not in consumer.supported_codecs:
+                    raise _bad(
+                        f"for consumer '{consumer.name}' got unsupported codec {codec} which is supported by topic"
+                    )
+
+
+def _check_metering(mode: int) -> None:
+    if mode:
+        raise StorageError("PRECONDITION_FAILED", "Metering mode can only be specified in a serverless database")
+
+
+def _check_autopartitioning(s: TopicSettings) -> None:
+    if not s.autopartitioned:
+        return
+    if s.max_active_partitions and s.max_active_partitions < s.min_active_partitions:
+        raise _bad(
+            "Max active partitions must be greater than or equal to partitions count or equals zero (unlimited), "
+            f"provided {s.max_active_partitions} and {s.min_active_partitions}"
+        )
+    for what, percent in (("up", s.up_utilization_percent), ("down", s.down_utilization_percent)):
+        if not 0 <= percent <= 100:
+            raise _bad(f"Partition scale {what} threshold percent must be between 0 and 100, provided {percent}")
+    if s.stabilization_window_s is not None and s.stabilization_window_s <= 0:
+        raise _bad(
+            f"Partition scale threshold time must be greater then 1 second, provided {s.stabilization_window_s} seconds"
+        )
+    if s.retention_storage_mb:
+        raise _bad("Auto partitioning is incompatible with retention storage bytes option")
+
+
+def _partition_count(count: int) -> int:
+    if count < 0:
+        raise _bad(f"Partitions count must be non-negative, provided {count}")
+    if count > MAX_PARTITIONS:
+        raise _bad(f"Partitions count must be at most {MAX_PARTITIONS}, provided {count}")
+    return count
 
 
 def _consumer_to_proto(c: Consumer) -> pb.Consumer:
@@ -55,51 +226,63 @@ def _consumer_to_proto(c: Consumer) -> pb.Consumer:
     return msg
 
 
-def _partition_stats(p: Partition) -> pb.PartitionStats:
+def _bytes_written(stat: Any, p: Partition, now_ns: int) -> None:
+    stat.per_minute = p.bytes_written_since(now_ns - 60_000_000_000)
+    stat.per_hour = p.bytes_written_since(now_ns - 3_600_000_000_000)
+    stat.per_day = p.bytes_written_since(now_ns - _DAY_NS)
+
+
+def _partition_stats(p: Partition, now_ns: int) -> pb.PartitionStats:
     stats = pb.PartitionStats(store_size_bytes=p.bytes_stored, partition_node_id=p.node_id)
     stats.partition_offsets.start = p.start_offset
     stats.partition_offsets.end = p.end_offset
-    if p.last_write_ns:
-        stats.last_write_time.CopyFrom(timestamp(p.last_write_ns))
+    stats.last_write_time.CopyFrom(timestamp(p.last_write_ns))
+    last = p.message_at(p.end_offset - 1)
+    write_lag = (last.written_at_ns - last.created_at_ns) / 1e9 if last and last.created_at_ns else 0.0
+    stats.max_write_time_lag.CopyFrom(duration(max(write_lag, 0.0)))
+    _bytes_written(stats.bytes_written, p, now_ns)
     return stats
 
 
 def _consumer_stats(stats: Any, consumer: Consumer, p: Partition, now_ns: int) -> None:
-    """Offsets and lags of one consumer on one partition (lags are zero when nothing waits)."""
+    """Offsets, times and lags of one consumer on one partition (zero when nothing waits or was read)."""
     committed = consumer.committed_offset(p)
     stats.committed_offset = committed
     stats.last_read_offset = max(consumer.read_up_to.get(p.partition_id, 0), committed)
-    last_read = consumer.last_read_ns.get(p.partition_id)
-    if last_read:
-        stats.last_read_time.CopyFrom(timestamp(last_read))
+    stats.last_read_time.CopyFrom(timestamp(consumer.last_read_ns.get(p.partition_id, 0)))
     first_uncommitted = p.message_at(committed)
     lag = (now_ns - first_uncommitted.written_at_ns) / 1e9 if first_uncommitted else 0.0
-    stats.max_committed_time_lag.CopyFrom(duration(lag))
+    stats.max_committed_time_lag.CopyFrom(duration(max(lag, 0.0)))
     first_unread = p.message_at(stats.last_read_offset)
-    stats.max_read_time_lag.CopyFrom(duration((now_ns - first_unread.written_at_ns) / 1e9 if first_unread else 0.0))
+    read_lag = (now_ns - first_unread.written_at_ns) / 1e9 if first_unread else 0.0
+    stats.max_read_time_lag.CopyFrom(duration(max(read_lag, 0.0)))
     last = p.message_at(stats.last_read_offset - 1)
     write_lag = (last.written_at_ns - last.created_at_ns) / 1e9 if last and last.created_at_ns else 0.0
     stats.max_write_time_lag.CopyFrom(duration(max(write_lag, 0.0)))
+    stats.bytes_read.SetInParent()
 
 
-def _partition_info(p: Partition, include_stats: bool, include_location: bool) -> Any:
+def _key_range(info: Any, p: Partition) -> None:
+    if p.key_from:
+        info.key_range.from_bound = p.key_from.to_bytes(16, "big")
+    if p.key_to < KEY_SPACE:
+        info.key_range.to_bound = p.key_to.to_bytes(16, "big")
+
+
+def _partition_info(p: Partition, include_stats: bool, include_location: bool, now_ns: int) -> Any:
     info = pb.DescribeTopicResult.PartitionInfo(
         partition_id=p.partition_id,
         active=p.active,
         child_partition_ids=p.child_ids,
         parent_partition_ids=p.parent_ids,
     )
+    if p.topic.settings.autopartitioned or p.parent_ids or p.child_ids:
+        _key_range(info, p)
     if include_stats:
-        info.partition_stats.CopyFrom(_partition_stats(p))
+        info.partition_stats.CopyFrom(_partition_stats(p, now_ns))
     if include_location:
         info.partition_location.node_id = p.node_id
         info.partition_location.generation = p.generation
-    if p.key_range:
-        info.key_range.SetInParent()
-        if p.from_bound is not None:
-            info.key_range.from_bound = p.from_bound
-        if p.to_bound is not None:
-            info.key_range.to_bound = p.to_bound
     return info
 
 
@@ -109,53 +292,69 @@ class ControlPlane:
     def __init__(self, storage: TopicStorage) -> None:
         self.storage = storage
 
+    # --- create -------------------------------------------------------------------------------
+
     def create_topic(self, req: Any) -> pb.CreateTopicResult:
+        storage = self.storage
+        full = storage.normalize(req.path)
+        if full == storage.database:
+            raise StorageError("SCHEME_ERROR", f"cannot create a topic at the database root {full}")
+        settings = self._settings(req)
+        consumers: dict[str, Consumer] = {}
+        for msg in req.consumers:
+            consumer = _consumer_from_proto(msg)
+            if consumer.name in consumers:
+                raise _bad(f"Duplicate consumer name {consumer.name}")
+            consumers[consumer.name] = consumer
+        _check_consumer_codecs(settings.supported_codecs, consumers)
+        if full in storage.topics:
+            return pb.CreateTopicResult()  # already there: YDB accepts it and changes nothing
+        storage.create(full, settings, consumers.values())
+        return pb.CreateTopicResult()
+
+    @staticmethod
+    def _settings(req: Any) -> TopicSettings:
         ps = req.partitioning_settings
-        if ps.min_active_partitions < 0 or ps.max_active_partitions < 0 or ps.partition_count_limit < 0:
+        min_active = max(1, _partition_count(ps.min_active_partitions))
+        if ps.max_active_partitions < 0 or ps.partition_count_limit < 0:
             raise _bad("partition counts must not be negative")
-        if ps.min_active_partitions > MAX_PARTITIONS:
-            raise _bad(f"at most {MAX_PARTITIONS} partitions are supported")
-        if ps.max_active_partitions and ps.max_active_partitions < ps.min_active_partitions:
-            raise _bad("max_active_partitions must not be below min_active_partitions")
-        if req.retention_storage_mb < 0 or req.partition_write_speed_bytes_per_second < 0:
-            raise _bad("retention_storage_mb and write speed must not be negative")
-        retention = req.retention_period.ToTimedelta() if req.HasField("retention_period") else None
-        if retention is not None and retention < dt.timedelta(0):
-            raise _bad("retention_period must not be negative")
-        names = [c.name for c in req.consumers]
-        if len(set(names)) != len(names):
-            raise _bad(f"duplicate consumer names: {names}")
+        if req.retention_storage_mb < 0:
+            raise _bad(f"retention_storage_mb must not be negative, provided {req.retention_storage_mb}")
+        _check_metering(req.metering_mode)
+        speed, burst = _write_speed(req.partition_write_speed_bytes_per_second, req.partition_write_burst_bytes)
         aps = ps.auto_partitioning_settings
+        write = aps.partition_write_speed
+        window = _seconds(write.stabilization_window, "stabilization_window") if write.HasField(
+            "stabilization_window") else 0.0
         settings = TopicSettings(
-            min_active_partitions=max(1, ps.min_active_partitions),
+            min_active_partitions=min_active,
             max_active_partitions=ps.max_active_partitions,
             partition_count_limit=ps.partition_count_limit,
-            auto_partitioning_strategy=aps.strategy,
-            stabilization_window_s=(
-                aps.partition_write_speed.stabilization_window.ToTimedelta().total_seconds()
-                if aps.partition_write_speed.HasField("stabilization_window")
-                else None
-            ),
-            up_utilization_percent=aps.partition_write_speed.up_utilization_percent,
-            down_utilization_percent=aps.partition_write_speed.down_utilization_percent,
-            retention=retention or TopicSettings().retention,
+            auto_partitioning_strategy=aps.strategy or _STRATEGY_DISABLED,
+            retention=_retention(req.retention_period) if req.HasField("retention_period") else DEFAULT_RETENTION,
             retention_storage_mb=req.retention_storage_mb,
             supported_codecs=_codecs(req.supported_codecs.codecs),
-            partition_write_speed_bytes_per_second=req.partition_write_speed_bytes_per_second,
-            partition_write_burst_bytes=req.partition_write_burst_bytes,
-            attributes=dict(req.attributes),
+            partition_write_speed_bytes_per_second=speed,
+            partition_write_burst_bytes=burst,
+            attributes=_attributes(req.attributes),
             metering_mode=req.metering_mode,
         )
-        consumers = [_consumer_from_proto(c) for c in req.consumers]
-        topic = self.storage.create(req.path, settings)
-        topic.consumers = {c.name: c for c in consumers}
-        return pb.CreateTopicResult()
+        if settings.autopartitioned:
+            settings.max_active_partitions = settings.max_active_partitions or min_active
+            settings.up_utilization_percent = write.up_utilization_percent or _DEFAULT_UP_PERCENT
+            settings.down_utilization_percent = write.down_utilization_percent or _DEFAULT_DOWN_PERCENT
+            settings.stabilization_window_s = window or _DEFAULT_WINDOW_S  # a negative one is refused
+        _check_autopartitioning(settings)
+        return settings
+
+    # --- describe -----------------------------------------------------------------------------
 
     def describe_topic(self, req: Any) -> pb.DescribeTopicResult:
         topic = self.storage.topic(req.path)
         s = topic.settings
+        now = self.storage.clock.now_ns()
         result = pb.DescribeTopicResult(
-            partitions=[_partition_info(p, req.include_stats, req.include_location) for p in topic.partitions],
+            partitions=[_partition_info(p, req.include_stats, req.include_location, now) for p in topic.partitions],
             retention_storage_mb=s.retention_storage_mb,
             partition_write_speed_bytes_per_second=s.partition_write_speed_bytes_per_second,
             partition_write_burst_bytes=s.partition_write_burst_bytes,
@@ -170,8 +369,7 @@ class ControlPlane:
         rps.partition_count_limit = s.partition_count_limit
         rps.auto_partitioning_settings.strategy = s.auto_partitioning_strategy  # type: ignore[assignment]
         speed = rps.auto_partitioning_settings.partition_write_speed
-        if s.stabilization_window_s is not None:
-            speed.stabilization_window.CopyFrom(duration(s.stabilization_window_s))
+        speed.stabilization_window.CopyFrom(duration(s.stabilization_window_s or 0.0))
         speed.up_utilization_percent = s.up_utilization_percent
         speed.down_utilization_percent = s.down_utilization_percent
         result.retention_period.CopyFrom(duration(s.retention.total_seconds()))
@@ -179,23 +377,27 @@ class ControlPlane:
         if req.include_stats:
             result.topic_stats.store_size_bytes = sum(p.bytes_stored for p in topic.partitions)
             last = max((p.last_write_ns for p in topic.partitions), default=0)
-            if last:
-                result.topic_stats.min_last_write_time.CopyFrom(timestamp(last))
+            result.topic_stats.min_last_write_time.CopyFrom(timestamp(last))
+            result.topic_stats.max_write_time_lag.CopyFrom(duration(0))
+            stat = result.topic_stats.bytes_written
+            for p in topic.partitions:
+                stat.per_minute += p.bytes_written_since(now - 60_000_000_000)
+                stat.per_hour += p.bytes_written_since(now - 3_600_000_000_000)
+                stat.per_day += p.bytes_written_since(now - _DAY_NS)
         return result
 
     def describe_partition(self, req: Any) -> pb.DescribePartitionResult:
         topic = self.storage.topic(req.path)
         partition = topic.partition(req.partition_id)
-        return pb.DescribePartitionResult(
-            partition=_partition_info(partition, req.include_stats, req.include_location)
-        )
+        info = _partition_info(partition, req.include_stats, req.include_location, self.storage.clock.now_ns())
+        return pb.DescribePartitionResult(partition=info)
 
     def describe_consumer(self, req: Any, read_sessions: Mapping[tuple[str, str, int], ReaderInfo]) -> Any:
         topic = self.storage.topic(req.path)
-        consumer = topic.consumer(req.consumer)
+        consumer = topic.consumer(req.consumer, "SCHEME_ERROR")
         result = pb.DescribeConsumerResult(consumer=_consumer_to_proto(consumer))
-        result.self.CopyFrom(self._entry(topic, name=req.consumer))
-        now = time.time_ns()
+        result.self.CopyFrom(self._entry(topic, name=f"{topic.path.rsplit('/', 1)[-1]}/{consumer.name}"))
+        now = self.storage.clock.now_ns()
         for p in topic.partitions:
             info = result.partitions.add(
                 partition_id=p.partition_id,
@@ -203,103 +405,160 @@ class ControlPlane:
                 child_partition_ids=p.child_ids,
                 parent_partition_ids=p.parent_ids,
             )
-            info.partition_stats.CopyFrom(_partition_stats(p))
-            _consumer_stats(info.partition_consumer_stats, consumer, p, now)
-            owner = read_sessions.get((topic.path, consumer.name, p.partition_id))
-            if owner is not None:
+            if req.include_stats:
+                info.partition_stats.CopyFrom(_partition_stats(p, now))
                 stats = info.partition_consumer_stats
-                stats.read_session_id = owner.read_session_id
-                stats.reader_name = owner.reader_name
-                stats.connection_node_id = 1
-                stats.partition_read_session_create_time.CopyFrom(timestamp(owner.assigned_at_ns))
+                _consumer_stats(stats, consumer, p, now)
+                owner = read_sessions.get((topic.path, consumer.name, p.partition_id))
+                if owner is not None:
+                    stats.read_session_id = owner.read_session_id
+                    stats.reader_name = owner.reader_name
+                    stats.connection_node_id = 1
+                    stats.partition_read_session_create_time.CopyFrom(timestamp(owner.assigned_at_ns))
             if req.include_location:
                 info.partition_location.node_id = p.node_id
                 info.partition_location.generation = p.generation
         return result
 
+    # --- alter --------------------------------------------------------------------------------
+
     def alter_topic(self, req: Any) -> pb.AlterTopicResult:
         topic = self.storage.topic(req.path)
-        s = topic.settings
+        current = topic.settings
+        new = TopicSettings(**{name: getattr(current, name) for name in TopicSettings.__dataclass_fields__})
+        new.supported_codecs = list(current.supported_codecs)
+        new.attributes = dict(current.attributes)
         aps = req.alter_partitioning_settings
-        new_min = aps.set_min_active_partitions if aps.HasField("set_min_active_partitions") else None
-        if new_min is not None:
+        new_min = None
+        if aps.HasField("set_min_active_partitions"):
+            new_min = max(1, _partition_count(aps.set_min_active_partitions))
             if new_min < len(topic.active_partitions):
-                raise _bad(
-                    f"cannot decrease the partition count from {len(topic.active_partitions)} to {new_min}"
-                )
-            if new_min > MAX_PARTITIONS:
-                raise _bad(f"at most {MAX_PARTITIONS} partitions are supported")
-        if aps.HasField("set_max_active_partitions") and aps.set_max_active_partitions < 0:
-            raise _bad("max_active_partitions must not be negative")
-        if req.HasField("set_retention_period") and req.set_retention_period.ToTimedelta() < dt.timedelta(0):
-            raise _bad("retention_period must not be negative")
-        for name in req.drop_consumers:
-            if name not in topic.consumers:
-                raise _bad(f"cannot drop consumer {name!r}: topic {topic.path} has no such consumer")
-        for c in req.add_consumers:
-            if c.name in topic.consumers and c.name not in req.drop_consumers:
-                raise StorageError("ALREADY_EXISTS", f"consumer {c.name!r} already exists")
-        for c in req.alter_consumers:
-            if c.name not in topic.consumers:
-                raise _bad(f"cannot alter consumer {c.name!r}: topic {topic.path} has no such consumer")
-        added = [_consumer_from_proto(c) for c in req.add_consumers]
-        new_codecs = _codecs(req.set_supported_codecs.codecs) if req.HasField("set_supported_codecs") else None
-
-        # Everything is validated: apply.
-        if new_min is not None:
-            topic.add_partitions(new_min - len(topic.active_partitions))
-            s.min_active_partitions = new_min
+                raise _bad(f"cannot decrease the partition count from {len(topic.active_partitions)} to {new_min}")
+            new.min_active_partitions = new_min
         if aps.HasField("set_max_active_partitions"):
-            s.max_active_partitions = aps.set_max_active_partitions
+            if aps.set_max_active_partitions < 0:
+                raise _bad(f"Partitions count must be non-negative, provided {aps.set_max_active_partitions}")
+            new.max_active_partitions = aps.set_max_active_partitions
         if aps.HasField("set_partition_count_limit"):
-            s.partition_count_limit = aps.set_partition_count_limit
+            new.partition_count_limit = aps.set_partition_count_limit
         if aps.HasField("alter_auto_partitioning_settings"):
             alter = aps.alter_auto_partitioning_settings
             if alter.HasField("set_strategy"):
-                s.auto_partitioning_strategy = alter.set_strategy
+                was = new.autopartitioned
+                new.auto_partitioning_strategy = alter.set_strategy or _STRATEGY_DISABLED
+                if new.autopartitioned and not was:
+                    new.max_active_partitions = new.max_active_partitions or new.min_active_partitions
+                    new.up_utilization_percent = new.up_utilization_percent or _DEFAULT_UP_PERCENT
+                    new.down_utilization_percent = new.down_utilization_percent or _DEFAULT_DOWN_PERCENT
+                    new.stabilization_window_s = new.stabilization_window_s or _DEFAULT_WINDOW_S
             speed = alter.set_partition_write_speed
             if speed.HasField("set_stabilization_window"):
-                s.stabilization_window_s = speed.set_stabilization_window.ToTimedelta().total_seconds()
+                new.stabilization_window_s = _seconds(speed.set_stabilization_window, "stabilization_window")
             if speed.HasField("set_up_utilization_percent"):
-                s.up_utilization_percent = speed.set_up_utilization_percent
+                new.up_utilization_percent = speed.set_up_utilization_percent
             if speed.HasField("set_down_utilization_percent"):
-                s.down_utilization_percent = speed.set_down_utilization_percent
+                new.down_utilization_percent = speed.set_down_utilization_percent
         if req.HasField("set_retention_period"):
-            s.retention = req.set_retention_period.ToTimedelta()
+            new.retention = _retention(req.set_retention_period)
         if req.HasField("set_retention_storage_mb"):
-            s.retention_storage_mb = req.set_retention_storage_mb
-        if new_codecs is not None:
-            s.supported_codecs = new_codecs
-        if req.HasField("set_partition_write_speed_bytes_per_second"):
-            s.partition_write_speed_bytes_per_second = req.set_partition_write_speed_bytes_per_second
-        if req.HasField("set_partition_write_burst_bytes"):
-            s.partition_write_burst_bytes = req.set_partition_write_burst_bytes
-        if req.set_metering_mode:
-            s.metering_mode = req.set_metering_mode
-        for key, value in req.alter_attributes.items():
+            if req.set_retention_storage_mb < 0:
+                raise _bad(f"retention_storage_mb must not be negative, provided {req.set_retention_storage_mb}")
+            new.retention_storage_mb = req.set_retention_storage_mb
+        if req.HasField("set_supported_codecs"):
+            new.supported_codecs = _codecs(req.set_supported_codecs.codecs)
+        if req.HasField("set_partition_write_speed_bytes_per_second") or req.HasField(
+            "set_partition_write_burst_bytes"
+        ):
+            speed_value = (
+                req.set_partition_write_speed_bytes_per_second
+                if req.HasField("set_partition_write_speed_bytes_per_second")
+                else new.partition_write_speed_bytes_per_second
+            )
+            burst_value = (
+                req.set_partition_write_burst_bytes
+                if req.HasField("set_partition_write_burst_bytes")
+                else new.partition_write_burst_bytes
+            )
+            new.partition_write_speed_bytes_per_second, new.partition_write_burst_bytes = _write_speed(
+                speed_value, burst_value
+            )
+        _check_metering(req.set_metering_mode)
+        for key, value in _attributes(req.alter_attributes).items():
             if value:
-                s.attributes[key] = value
+                new.attributes[key] = value
             else:
-                s.attributes.pop(key, None)
+                new.attributes.pop(key, None)
+        _check_autopartitioning(new)
+
+        consumers = dict(topic.consumers)
         for name in req.drop_consumers:
-            del topic.consumers[name]
-        for consumer in added:
-            topic.consumers[consumer.name] = consumer
+            if name not in consumers:
+                raise StorageError(
+                    "NOT_FOUND", f"cannot drop consumer {name!r}: topic {topic.path} has no such consumer"
+                )
+            del consumers[name]
+        for msg in req.add_consumers:
+            consumer = _consumer_from_proto(msg)
+            if consumer.name in consumers:
+                raise StorageError("ALREADY_EXISTS", f"Duplicate consumer name {consumer.name}")
+            consumers[consumer.name] = consumer
+        altered: dict[str, Consumer] = {}
         for c in req.alter_consumers:
-            consumer = topic.consumers[c.name]
-            if c.HasField("set_important"):
-                consumer.important = c.set_important
-            if c.HasField("set_read_from"):
-                consumer.read_from_ns = c.set_read_from.ToNanoseconds()
-            if c.HasField("set_supported_codecs"):
-                consumer.supported_codecs = _codecs(c.set_supported_codecs.codecs)
-            for key, value in c.alter_attributes.items():
-                if value:
-                    consumer.attributes[key] = value
-                else:
-                    consumer.attributes.pop(key, None)
-        self.storage.notify()
+            if c.name not in consumers:
+                raise StorageError(
+                    "NOT_FOUND", f"cannot alter consumer {c.name!r}: topic {topic.path} has no such consumer"
+                )
+            altered[c.name] = self._altered_consumer(consumers[c.name], c)
+        consumers.update(altered)
+        _check_consumer_codecs(new.supported_codecs, consumers)
+
+        # Everything is validated: apply.
+        if new_min is not None and new_min > len(topic.active_partitions):
+            topic.add_partitions(new_min - len(topic.active_partitions))
+        topic.settings = new
+        topic.consumers = consumers
+        self.storage.changed(topic)
         return pb.AlterTopicResult()
+
+    @staticmethod
+    def _altered_consumer(consumer: Consumer, c: Any) -> Consumer:
+        """A copy of ``consumer`` with an AlterConsumer applied (the original stays as it is until commit)."""
+        changed = Consumer(
+            name=consumer.name,
+            important=consumer.important,
+            read_from_ns=consumer.read_from_ns,
+            supported_codecs=list(consumer.supported_codecs),
+            attributes=dict(consumer.attributes),
+            availability_period_s=consumer.availability_period_s,
+            committed=consumer.committed,
+            read_up_to=consumer.read_up_to,
+            last_read_ns=consumer.last_read_ns,
+        )
+        if c.HasField("set_important"):
+            changed.important = c.set_important
+        if c.HasField("set_read_from"):
+            changed.read_from_ns = _timestamp_ns(c.set_read_from, f"read_from of consumer '{c.name}'")
+        if c.HasField("set_supported_codecs"):
+            changed.supported_codecs = _codecs(c.set_supported_codecs.codecs, f" for consumer '{c.name}'")
+        if c.HasField("set_availability_period"):
+            seconds = _seconds(c.set_availability_period, f"availability_period of consumer '{c.name}'")
+            if seconds < 0:
+                raise _bad(f"Invalid availability_period for consumer '{c.name}': duration seconds cannot be negative")
+            changed.availability_period_s = seconds or None
+        if c.HasField("reset_availability_period"):
+            changed.availability_period_s = None
+        if changed.important and changed.availability_period_s is not None:
+            raise _bad(
+                f"Consumer '{c.name}' has both an important flag and a limited availability_period, which are "
+                "mutually exclusive"
+            )
+        attributes = dict(changed.attributes)
+        for key, value in c.alter_attributes.items():
+            attributes[key] = value
+        changed.attributes = _consumer_attributes(c.name, attributes)
+        return changed
+
+    # --- drop, commit -------------------------------------------------------------------------
 
     def drop_topic(self, req: Any) -> pb.DropTopicResult:
         self.storage.drop(req.path)
@@ -308,7 +567,7 @@ class ControlPlane:
     def commit_offset(self, req: Any) -> pb.CommitOffsetResult:
         topic = self.storage.topic(req.path)
         consumer = topic.consumer(req.consumer)
-        partition = topic.partition(req.partition_id)
+        partition = topic.partition(req.partition_id, "SCHEME_ERROR")
         if req.offset < 0 or req.offset > partition.end_offset:
             raise _bad(f"offset {req.offset} is outside [0, {partition.end_offset}] of partition {req.partition_id}")
         consumer.commit(partition, req.offset)

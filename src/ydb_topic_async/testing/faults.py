@@ -118,6 +118,11 @@ class Faults:
     def unregister(self, handle: StreamHandle) -> None:
         self._streams.discard(handle)
 
+    def wake_all(self) -> None:
+        """Wake every open stream's handler (the server is stopping: waits must end)."""
+        for handle in self._streams:
+            handle.wakeup.set()
+
     def serve_sessions(self, sessions: SessionKiller) -> None:
         self._sessions = sessions
 

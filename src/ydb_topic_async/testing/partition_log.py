@@ -2,33 +2,50 @@
 
 Everything the server knows lives here, in plain Python objects owned by one event loop:
 
-- ``TopicStorage``: path -> ``Topic``; creation, lookup, drop, and change notification.
-- ``Topic``: settings, ``Consumer``s, partitions, and which partition each producer id and
-  message group is bound to.
-- ``Partition``: the append-only log of ``StoredMessage``s (offset = index + start offset),
-  deduplication state (producer id -> max seq_no), the active flag and the parent/child links
-  that auto-partitioning splits create.
+- ``TopicStorage``: path -> ``Topic``; creation, lookup, drop, change notification, and the
+  optional ``Journal`` that makes acknowledged state durable.
+- ``Topic``: settings, ``Consumer``s, partitions, and which partition each source id (producer
+  id or message group id) is bound to.
+- ``Partition``: the append-only log of ``StoredMessage``s (offset = index + start offset; the
+  start moves when retention deletes old messages), deduplication state (source id -> max
+  seq_no), the active flag, the parent/child links and the hash-key range that splits create.
+
+Partition choice follows YDB: a new source id is placed by the MD5 of its name, over the active
+partitions of a plain topic or by key range on a topic that was split (auto-partitioning).
 
 Stream handlers never poll: they register a wake-up event (``TopicStorage.listen``) and are woken
 whenever anything they may care about changes (an append, a commit, a split); code that follows a
 single partition can ``await partition.wait_for_offset(n)`` instead. Tests split a partition with
-``TopicStorage.split_partition`` and inspect messages with ``TopicStorage.read``. Writes inside a transaction go to a
-``PendingWrites`` hold and reach the log only at commit, at consecutive offsets; the consumer
-offsets a transaction commits wait in ``PendingOffsets`` and are checked and applied with them.
+``TopicStorage.split_partition`` and inspect messages with ``TopicStorage.read``. Writes inside a
+transaction go to a ``PendingWrites`` hold and reach the log only at commit, at consecutive
+offsets; the consumer offsets a transaction commits wait in ``PendingOffsets`` and are checked and
+applied with them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import hashlib
 import itertools
-import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
-from .._key_ranges import even_bounds, middle
+from .clock import ServerClock
 
-DEFAULT_RETENTION = dt.timedelta(hours=18)
+if TYPE_CHECKING:
+    from .journal import Journal
+
+DEFAULT_RETENTION = dt.timedelta(hours=24)
+DEFAULT_WRITE_SPEED = 1_048_576
+"""Bytes per second a partition accepts by default (and its default burst)."""
+KEY_SPACE = 1 << 128
+"""Source ids hash to keys in [0, KEY_SPACE); partitions own key ranges of it."""
+SERVICE_TYPE = "data-streams"
+"""The consumer service type a YDB database uses by default."""
+
+_AUTOPARTITIONING_OFF = (0, 1)  # AUTO_PARTITIONING_STRATEGY_UNSPECIFIED, _DISABLED
 
 
 class StorageError(Exception):
@@ -38,6 +55,24 @@ class StorageError(Exception):
         super().__init__(message)
         self.status = status
         self.message = message
+
+
+def source_key(source_id: str) -> int:
+    """The 128-bit hash key of a source id (MD5, big-endian), as YDB places producers."""
+    return int.from_bytes(hashlib.md5(source_id.encode()).digest(), "big")
+
+
+def shard_of(key: int, count: int) -> int:
+    """Which of ``count`` equal slices of the key space holds ``key``."""
+    return min(key // ((KEY_SPACE - 1) // count), count - 1)
+
+
+def even_key_ranges(count: int) -> list[tuple[int, int]]:
+    """``count`` consecutive [from, to) ranges covering the key space, as a new topic's partitions get."""
+    if count == 1:
+        return [(0, KEY_SPACE)]
+    step = (KEY_SPACE - 1) // count
+    return [(n * step, KEY_SPACE if n == count - 1 else (n + 1) * step) for n in range(count)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,17 +110,19 @@ class NewMessage:
 class Partition:
     """One partition: an append-only message log plus deduplication state."""
 
-    def __init__(self, topic: Topic, partition_id: int, parent_ids: Iterable[int] = ()) -> None:
+    def __init__(
+        self,
+        topic: Topic,
+        partition_id: int,
+        parent_ids: Iterable[int] = (),
+        key_range: tuple[int, int] = (0, KEY_SPACE),
+    ) -> None:
         self.topic = topic
         self.partition_id = partition_id
         self.active = True
         self.parent_ids: list[int] = list(parent_ids)
         self.child_ids: list[int] = []
-        self.from_bound: bytes | None = None
-        self.to_bound: bytes | None = None
-        """The key range ``[from_bound, to_bound)`` of a partition of an auto-partitioned topic."""
-        self.key_range = False
-        """True when the partition has a key range (None bounds are then open ends)."""
+        self.key_from, self.key_to = key_range
         self.generation = 1
         self.node_id = 1
         """The node reported as the partition's location (tests set it to simulate a cluster)."""
@@ -94,31 +131,37 @@ class Partition:
         self.max_seq_no: dict[str, int] = {}
         self.last_write_ns = 0
         self.bytes_stored = 0
+        self.write_quota: Any = None
+        """The partition's write-quota bucket, when the server models quotas (see ``quotas``)."""
         self._waiters: set[asyncio.Event] = set()
 
     @property
     def end_offset(self) -> int:
         return self.start_offset + len(self.messages)
 
-    def last_seq_no(self, producer_id: str) -> int:
-        return self.max_seq_no.get(producer_id, 0)
+    def last_seq_no(self, source_id: str) -> int:
+        return self.max_seq_no.get(source_id, 0)
 
-    def is_duplicate(self, producer_id: str, seq_no: int) -> bool:
-        """True when ``producer_id`` already wrote ``seq_no`` (or a later one) here."""
-        return bool(producer_id) and seq_no <= self.max_seq_no.get(producer_id, 0)
+    def is_duplicate(self, source_id: str, seq_no: int) -> bool:
+        """True when ``source_id`` already wrote ``seq_no`` (or a later one) here."""
+        return bool(source_id) and seq_no <= self.max_seq_no.get(source_id, 0)
+
+    def owns_key(self, key: int) -> bool:
+        return self.key_from <= key < self.key_to
 
     def append(self, msg: NewMessage, written_at_ns: int | None = None) -> StoredMessage:
-        """Store ``msg`` at the next offset (the caller checked deduplication)."""
+        """Store ``msg`` at the next offset (the caller checked deduplication); written now unless told."""
+        if written_at_ns is None:
+            written_at_ns = self.topic.owner.clock.now_ns() // 1_000_000 * 1_000_000
         if not self.active:
             raise StorageError(
                 "OVERLOADED", f"partition {self.partition_id} is inactive (split); write to its children"
             )
-        now = written_at_ns or time.time_ns()
         stored = StoredMessage(
-            offset=self.end_offset,
+            offset=self.start_offset + len(self.messages),
             seq_no=msg.seq_no,
             created_at_ns=msg.created_at_ns,
-            written_at_ns=now,
+            written_at_ns=written_at_ns,
             producer_id=msg.producer_id,
             message_group_id=msg.message_group_id,
             codec=msg.codec,
@@ -127,13 +170,28 @@ class Partition:
             metadata=msg.metadata,
             write_session_meta=msg.write_session_meta,
         )
-        self.messages.append(stored)
-        if msg.producer_id:
-            self.max_seq_no[msg.producer_id] = max(self.max_seq_no.get(msg.producer_id, 0), msg.seq_no)
-        self.last_write_ns = now
-        self.bytes_stored += len(msg.data)
+        self.restore(stored)
         self._wake()
         return stored
+
+    def restore(self, stored: StoredMessage) -> None:
+        """Put an already stored message back at the end of the log (a journal replay)."""
+        self.messages.append(stored)
+        source = stored.producer_id
+        if source and stored.seq_no > self.max_seq_no.get(source, 0):
+            self.max_seq_no[source] = stored.seq_no
+        self.last_write_ns = stored.written_at_ns
+        self.bytes_stored += len(stored.data)
+
+    def truncate(self, offset: int) -> int:
+        """Delete the messages below ``offset`` (retention); their seq_nos stay known. Returns how many."""
+        count = min(offset, self.end_offset) - self.start_offset
+        if count <= 0:
+            return 0
+        self.bytes_stored -= sum(len(m.data) for m in self.messages[:count])
+        del self.messages[:count]
+        self.start_offset += count
+        return count
 
     async def wait_for_offset(self, offset: int) -> bool:
         """Wait until the log holds a message at ``offset``; False if the partition became inactive first.
@@ -173,6 +231,15 @@ class Partition:
                 return m.offset
         return self.end_offset
 
+    def bytes_written_since(self, since_ns: int) -> int:
+        """Bytes of the stored messages written at or after ``since_ns``."""
+        total = 0
+        for m in reversed(self.messages):
+            if m.written_at_ns < since_ns:
+                break
+            total += len(m.data)
+        return total
+
 
 @dataclass
 class Consumer:
@@ -189,12 +256,20 @@ class Consumer:
     """Partition id -> the offset after the last message sent to a reader of this consumer."""
     last_read_ns: dict[int, int] = field(default_factory=dict)
 
+    def stored_offset(self, partition: Partition) -> int:
+        """The committed offset as recorded, even when retention deleted data above it."""
+        return self.committed.get(partition.partition_id, 0)
+
     def committed_offset(self, partition: Partition) -> int:
+        """Where this consumer resumes: the recorded offset, or the partition's start when retention passed it."""
         return max(self.committed.get(partition.partition_id, 0), partition.start_offset)
 
     def commit(self, partition: Partition, offset: int) -> None:
-        """Set the committed offset of ``partition`` (validated by the caller)."""
+        """Set (and journal) the committed offset of ``partition``, validated by the caller."""
         self.committed[partition.partition_id] = offset
+        journal = partition.topic.owner.journal
+        if journal is not None:
+            journal.committed(partition.topic.path, self.name, partition.partition_id, offset)
 
     def record_read(self, partition: Partition, next_offset: int, now_ns: int) -> None:
         """A reader of this consumer was sent ``partition``'s messages up to ``next_offset``."""
@@ -205,7 +280,7 @@ class Consumer:
 
 @dataclass
 class TopicSettings:
-    """The settings a topic was created (or altered) with."""
+    """The settings a topic was created (or altered) with, defaults resolved as YDB resolves them."""
 
     min_active_partitions: int = 1
     max_active_partitions: int = 0
@@ -217,72 +292,114 @@ class TopicSettings:
     retention: dt.timedelta = DEFAULT_RETENTION
     retention_storage_mb: int = 0
     supported_codecs: list[int] = field(default_factory=list)
-    partition_write_speed_bytes_per_second: int = 0
-    partition_write_burst_bytes: int = 0
+    partition_write_speed_bytes_per_second: int = DEFAULT_WRITE_SPEED
+    partition_write_burst_bytes: int = DEFAULT_WRITE_SPEED
     attributes: dict[str, str] = field(default_factory=dict)
     metering_mode: int = 0
 
+    @property
+    def autopartitioned(self) -> bool:
+        return self.auto_partitioning_strategy not in _AUTOPARTITIONING_OFF
+
 
 class Topic:
-    """A topic: settings, consumers, partitions and producer/message-group bindings."""
+    """A topic: settings, consumers, partitions and source-id bindings."""
 
     def __init__(self, path: str, settings: TopicSettings, owner: TopicStorage) -> None:
         self.path = path
         self.settings = settings
         self.owner = owner
-        self.partitions: list[Partition] = [Partition(self, i) for i in range(max(1, settings.min_active_partitions))]
-        if settings.auto_partitioning_strategy not in (0, 1):  # not UNSPECIFIED or DISABLED
-            # As YDB: an auto-partitioned topic's partitions divide the key space evenly.
-            for partition, (low, high) in zip(self.partitions, even_bounds(len(self.partitions)), strict=True):
-                partition.from_bound, partition.to_bound, partition.key_range = low, high, True
+        count = max(1, settings.min_active_partitions)
+        self.partitions: list[Partition] = [
+            Partition(self, i, key_range=key_range) for i, key_range in enumerate(even_key_ranges(count))
+        ]
         self.consumers: dict[str, Consumer] = {}
-        self.producer_partition: dict[str, int] = {}
-        self.group_partition: dict[str, int] = {}
-        self.created_ns = time.time_ns()
+        self.source_partition: dict[str, int] = {}
+        """Source id (producer id or message group id) -> the partition it writes to."""
+        self.created_ns = owner.clock.now_ns()
+        self.dropped = False
+        self.watchers: set[asyncio.Event] = set()
+        """Wake-up events of the streams open on this topic: set when the topic is dropped."""
         self._round_robin = itertools.count()
 
-    def partition(self, partition_id: int) -> Partition:
+    @property
+    def alive(self) -> bool:
+        """Not dropped (a topic recreated under the same path is a different ``Topic``)."""
+        return not self.dropped
+
+    def partition(self, partition_id: int, status: str = "BAD_REQUEST") -> Partition:
         if 0 <= partition_id < len(self.partitions):
             return self.partitions[partition_id]
-        raise StorageError("BAD_REQUEST", f"topic {self.path} has no partition {partition_id}")
+        raise StorageError(status, f"topic {self.path} has no partition {partition_id}")
 
     @property
     def active_partitions(self) -> list[Partition]:
         return [p for p in self.partitions if p.active]
 
-    def consumer(self, name: str) -> Consumer:
+    def consumer(self, name: str, status: str = "BAD_REQUEST") -> Consumer:
         try:
             return self.consumers[name]
         except KeyError:
-            raise StorageError("SCHEME_ERROR", f"topic {self.path} has no consumer {name!r}") from None
+            raise StorageError(status, f"topic {self.path} has no consumer {name!r}") from None
 
     def next_active_partition(self) -> Partition:
+        """Round robin over the active partitions (writers without a source id)."""
         active = self.active_partitions
         return active[next(self._round_robin) % len(active)]
 
-    def bind_producer(self, producer_id: str) -> Partition:
-        """The partition ``producer_id`` writes to; a new producer gets the next active one."""
-        bound = self.producer_partition.get(producer_id)
-        if bound is not None:
-            partition = self.partitions[bound]
-            if partition.active:
-                return partition
-            # The partition was split: the producer moves on to a child, keeping its seq_no.
-            child = self.partitions[partition.child_ids[hash(producer_id) % len(partition.child_ids)]]
-            child.max_seq_no[producer_id] = max(child.last_seq_no(producer_id), partition.last_seq_no(producer_id))
-            self.producer_partition[producer_id] = child.partition_id
-            return child
-        partition = self.next_active_partition()
-        self.producer_partition[producer_id] = partition.partition_id
+    def partition_for_key(self, key: int) -> Partition:
+        """The active partition a new source id with hash ``key`` is placed on."""
+        active = self.active_partitions
+        if self.settings.autopartitioned or len(active) != len(self.partitions):
+            for partition in active:
+                if partition.owns_key(key):
+                    return partition
+        return active[shard_of(key, len(active))]
+
+    def bound_partition(self, source_id: str) -> Partition | None:
+        """The partition ``source_id`` is bound to; a split moves it (and its seq_no) to the child owning its key."""
+        bound = self.source_partition.get(source_id)
+        if bound is None:
+            return None
+        partition = self.partitions[bound]
+        if partition.active:
+            return partition
+        key = source_key(source_id)
+        while not partition.active and partition.child_ids:
+            children = [self.partitions[c] for c in partition.child_ids]
+            child = next((c for c in children if c.owns_key(key)), children[0])
+            self.inherit_seq_no(source_id, partition, child)
+            partition = child
+        self.bind(source_id, partition)
         return partition
 
-    def bind_group(self, group: str) -> Partition:
-        bound = self.group_partition.get(group)
-        if bound is not None and self.partitions[bound].active:
-            return self.partitions[bound]
-        partition = self.next_active_partition()
-        self.group_partition[group] = partition.partition_id
-        return partition
+    def inherit_seq_no(self, source_id: str, parent: Partition, child: Partition) -> None:
+        """A source moving from ``parent`` to its descendant ``child`` keeps its seq_no there (journaled)."""
+        last = parent.last_seq_no(source_id)
+        if last > child.last_seq_no(source_id):
+            child.max_seq_no[source_id] = last
+            journal = self.owner.journal
+            if journal is not None:
+                journal.seq_no_inherited(self.path, child.partition_id, source_id, last)
+
+    def bind(self, source_id: str, partition: Partition) -> None:
+        """Bind ``source_id`` to ``partition`` (journaled: the binding outlives a restart)."""
+        if self.source_partition.get(source_id) == partition.partition_id:
+            return
+        self.source_partition[source_id] = partition.partition_id
+        journal = self.owner.journal
+        if journal is not None:
+            journal.bound(self.path, source_id, partition.partition_id)
+
+    def descends_from(self, partition: Partition, ancestor_id: int) -> bool:
+        """Whether ``partition`` is ``ancestor_id`` or was split off it."""
+        todo = [partition.partition_id]
+        while todo:
+            pid = todo.pop()
+            if pid == ancestor_id:
+                return True
+            todo.extend(self.partitions[pid].parent_ids)
+        return False
 
     def add_partitions(self, count: int) -> None:
         for _ in range(count):
@@ -293,21 +410,17 @@ class Topic:
         parent = self.partition(partition_id)
         if not parent.active:
             raise StorageError("BAD_REQUEST", f"partition {partition_id} of {self.path} is already inactive")
+        middle = (parent.key_from + parent.key_to) // 2
         children = []
-        bounds = [parent.from_bound, None, parent.to_bound]
-        if parent.key_range:
-            bounds[1] = middle(parent.from_bound, parent.to_bound)
-        for i in range(2):
-            child = Partition(self, len(self.partitions), parent_ids=[partition_id])
-            if parent.key_range:
-                child.from_bound, child.to_bound, child.key_range = bounds[i], bounds[i + 1], True
+        for key_range in ((parent.key_from, middle), (middle, parent.key_to)):
+            child = Partition(self, len(self.partitions), parent_ids=[partition_id], key_range=key_range)
             self.partitions.append(child)
             children.append(child.partition_id)
         parent.active = False
         parent.child_ids = children
         parent.generation += 1
         parent._wake()
-        self.owner.notify()
+        self.owner.changed(self)
         return children[0], children[1]
 
 
@@ -320,37 +433,35 @@ class PendingWrites:
     def add(self, partition: Partition, msg: NewMessage) -> None:
         self.messages.append((partition, msg))
 
-    def is_duplicate(self, partition: Partition, producer_id: str, seq_no: int) -> bool:
-        """True when ``producer_id`` wrote ``seq_no`` (or a later one) to ``partition``, stored or held here."""
-        if partition.is_duplicate(producer_id, seq_no):
+    def is_duplicate(self, partition: Partition, source_id: str, seq_no: int) -> bool:
+        """True when ``source_id`` wrote ``seq_no`` (or a later one) to ``partition``, stored or held here."""
+        if partition.is_duplicate(source_id, seq_no):
             return True
-        return bool(producer_id) and any(
-            p is partition and m.producer_id == producer_id and seq_no <= m.seq_no for p, m in self.messages
+        return bool(source_id) and any(
+            p is partition and m.producer_id == source_id and seq_no <= m.seq_no for p, m in self.messages
         )
 
     def check(self) -> None:
         """Raise ABORTED when a held message can no longer be appended (topic dropped, partition split)."""
         for partition, _ in self.messages:
             topic = partition.topic
-            if topic.owner.topics.get(topic.path) is not topic:
+            if not topic.alive:
                 raise StorageError("ABORTED", f"topic {topic.path} was dropped while the transaction wrote to it")
             if not partition.active:
                 raise StorageError(
                     "ABORTED", f"partition {partition.partition_id} of {topic.path} was split during the transaction"
                 )
 
-    def apply(self) -> int:
-        """Append every held message, partition by partition at consecutive offsets; returns how many.
+    def apply(self, written_at_ns: int | None = None) -> list[tuple[Partition, StoredMessage]]:
+        """Append every held message, partition by partition at consecutive offsets; returns what was stored.
 
         Deduplication is checked again here: a producer may have written the same seq_no outside
         the transaction since it was held.
         """
-        stored = 0
-        committed_at = time.time_ns()  # one write time: the whole transaction lands at once
+        stored = []
         for partition, msg in self.messages:
             if not partition.is_duplicate(msg.producer_id, msg.seq_no):
-                partition.append(msg, committed_at)
-                stored += 1
+                stored.append((partition, partition.append(msg, written_at_ns)))
         self.messages.clear()
         return stored
 
@@ -368,6 +479,10 @@ class PendingOffsets:
 
     def __init__(self) -> None:
         self.ranges: dict[tuple[str, str, int], list[tuple[int, int]]] = {}
+
+    def overlapping(self, path: str, consumer: str, partition_id: int, start: int, end: int) -> bool:
+        """Whether [start, end) overlaps a range already recorded for the same partition."""
+        return any(s < end and start < e for s, e in self.ranges.get((path, consumer, partition_id), ()))
 
     def add(self, path: str, consumer: str, partition_id: int, start: int, end: int) -> None:
         self.ranges.setdefault((path, consumer, partition_id), []).append((start, end))
@@ -409,9 +524,12 @@ class PendingOffsets:
 class TopicStorage:
     """All topics of the local server's database."""
 
-    def __init__(self, database: str) -> None:
+    def __init__(self, database: str, clock: ServerClock | None = None) -> None:
         self.database = database
+        self.clock = clock or ServerClock()
         self.topics: dict[str, Topic] = {}
+        self.journal: Journal | None = None
+        """Where acknowledged changes are recorded before they are acknowledged (durable mode)."""
         self._listeners: set[asyncio.Event] = set()
 
     # --- paths ----------------------------------------------------------------------------
@@ -425,7 +543,7 @@ class TopicStorage:
             if full != self.database and not full.startswith(self.database + "/"):
                 raise StorageError("SCHEME_ERROR", f"path {path} is outside database {self.database}")
             return full
-        return f"{self.database}/{path.rstrip('/')}"
+        return f"{self.database}/{path.strip('/')}"
 
     def topic(self, path: str) -> Topic:
         full = self.normalize(path)
@@ -434,18 +552,66 @@ class TopicStorage:
             raise StorageError("SCHEME_ERROR", f"path {full} does not exist")
         return topic
 
-    def create(self, path: str, settings: TopicSettings) -> Topic:
+    def check_new_path(self, full: str) -> None:
+        """SCHEME_ERROR unless a topic may be created at ``full`` (an absolute, normalized path).
+
+        As in YDB's scheme shard: not the database root, not inside a topic (a topic is not a
+        directory), and not where a directory (a prefix of existing topic paths) already is.
+        """
+        if full == self.database:
+            raise StorageError("SCHEME_ERROR", f"cannot create a topic at the database root {full}")
+        parent = full.rsplit("/", 1)[0]
+        while len(parent) > len(self.database):
+            if parent in self.topics:
+                raise StorageError("SCHEME_ERROR", f"path {parent} is a topic, not a directory: cannot create {full}")
+            parent = parent.rsplit("/", 1)[0]
+        prefix = full + "/"
+        if any(other.startswith(prefix) for other in self.topics):
+            raise StorageError("SCHEME_ERROR", f"path {full} is a directory, not a topic")
+
+    def create(self, path: str, settings: TopicSettings, consumers: Iterable[Consumer] = ()) -> Topic:
         full = self.normalize(path)
         if full in self.topics:
             raise StorageError("ALREADY_EXISTS", f"path {full} already exists")
+        self.check_new_path(full)
         topic = Topic(full, settings, self)
+        topic.consumers = {c.name: c for c in consumers}
         self.topics[full] = topic
-        self.notify()
+        self.changed(topic)
         return topic
 
     def drop(self, path: str) -> None:
-        full = self.topic(path).path
-        del self.topics[full]
+        topic = self.topic(path)
+        del self.topics[topic.path]
+        topic.dropped = True
+        for wakeup in topic.watchers:
+            wakeup.set()
+        if self.journal is not None:
+            self.journal.dropped(topic.path)
+        self.notify()
+
+    def changed(self, topic: Topic) -> None:
+        """``topic``'s settings, consumers or partitions changed: journal them and wake the streams."""
+        if self.journal is not None:
+            self.journal.topic_changed(topic)
+        self.notify()
+
+    # --- writes outside streams -------------------------------------------------------------
+
+    def appended(self, partition: Partition, count: int) -> None:
+        """The last ``count`` messages of ``partition`` were just appended: journal them."""
+        if self.journal is not None:
+            self.journal.appended(partition, partition.messages[-count:])
+
+    def apply_transaction(
+        self, offsets: list[tuple[Consumer, Partition, int]], writes: PendingWrites
+    ) -> None:
+        """Commit a checked transaction's offsets and held writes together (one journal record)."""
+        for consumer, partition, offset in offsets:
+            consumer.committed[partition.partition_id] = offset
+        stored = writes.apply(self.clock.now_ns() // 1_000_000 * 1_000_000)
+        if self.journal is not None:
+            self.journal.transaction(offsets, stored)
         self.notify()
 
     # --- inspection for tests ---------------------------------------------------------------

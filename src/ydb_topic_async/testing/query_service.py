@@ -147,11 +147,8 @@ class QueryService:
             tx.discard()
             self.aborted_transactions += 1
             raise
-        for consumer, partition, offset in offsets:
-            consumer.commit(partition, offset)
-        tx.writes.apply()
+        storage.apply_transaction(offsets, tx.writes)
         self.committed_transactions += 1
-        storage.notify()
 
     def rollback(self, session_id: str, tx_id: str) -> None:
         tx = self.transaction(session_id, tx_id)
@@ -309,7 +306,7 @@ class QueryService:
             if not request.consumer:
                 raise StorageError("BAD_REQUEST", "consumer must not be empty")
             storage = self.server.storage
-            recorded = []
+            recorded: list[tuple[str, int, int, int]] = []
             for topic_offsets in request.topics:
                 topic = storage.topic(topic_offsets.path)
                 topic.consumer(request.consumer)
@@ -321,6 +318,16 @@ class QueryService:
                                 "BAD_REQUEST",
                                 f"offset range [{r.start}, {r.end}) of partition {partition.partition_id} is empty "
                                 "or negative",
+                            )
+                        key = (topic.path, partition.partition_id)
+                        if tx.offsets.overlapping(topic.path, request.consumer, *key[1:], r.start, r.end) or any(
+                            (path, pid) == key and start < r.end and r.start < end
+                            for path, pid, start, end in recorded
+                        ):
+                            raise StorageError(
+                                "BAD_REQUEST",
+                                f"offset range [{r.start}, {r.end}) of partition {partition.partition_id} of "
+                                f"{topic.path} overlaps a range already added to the transaction",
                             )
                         recorded.append((topic.path, partition.partition_id, r.start, r.end))
         except StorageError:

@@ -1,15 +1,27 @@
-"""StreamRead on the local server: partition sessions, balancing, byte credit, commits.
+"""StreamRead on the local server: handshake, partition sessions, byte credit, reads, commits.
 
-Readers of one consumer share the partitions of a topic (``ConsumerGroup``): each partition is
-owned by at most one read session, partitions are spread evenly, and when readers join or leave
-the surplus is moved with a graceful StopPartitionSessionRequest; the new owner gets the
-partition only once the old one confirmed (or after ``graceful_stop_timeout``, with a
-non-graceful stop). Readers without a consumer read the partitions they name, independently.
+As in YDB (``ydb/services/persqueue_v1/actors/read_session_actor`` and ``partition_actor``):
 
-Auto-partitioning: a child partition is handed out only after every parent is finished (inactive,
-and committed to its end). A reader that has read an inactive partition to its end gets an
-EndPartitionSession naming the children; once it commits the end, the session is stopped and the
-children are assigned.
+- Handshake: a consumer must exist on every topic read (BAD_REQUEST otherwise); a topic that
+  does not exist is left out as long as another one resolves (SCHEME_ERROR when none does).
+  Reading without a consumer needs explicit partition ids: without them the init response is
+  sent, then BAD_REQUEST ends the session.
+- Which session reads which partition is decided by the read balancer (``read_balancer``).
+- StartPartitionSessionRequest carries the committed offset, also as ``partition_offsets.start``
+  (as the PartitionSessionStatusResponse does). The client's StartPartitionSessionResponse may
+  set ``read_offset`` (below the committed offset: BAD_REQUEST) and ``commit_offset`` (moving
+  the committed offset forward up to the read position; a lower one is ignored). Data below the
+  committed offset is never served; below the partition's start (retention), reading starts at
+  the first message still stored.
+- Data goes out within the client's byte credit; each ReadResponse carries one partition, and
+  its ``bytes_size`` (the serialized size of the whole response) is what the credit is charged.
+- Commits: a range that is empty, overlaps a pending one or starts below the committed offset is
+  BAD_REQUEST (the session ends), as is a CommitOffsetRequest without ranges. A range after a
+  gap waits, unanswered, until the gap is filled; the CommitOffsetResponse then carries the new
+  committed offset.
+- A StopPartitionSessionResponse the server did not ask for (no graceful stop pending) is
+  BAD_REQUEST; for a partition session the server already forgot, it is ignored.
+- A topic dropped under an open session ends it with SCHEME_ERROR.
 """
 
 from __future__ import annotations
@@ -30,6 +42,7 @@ from .._proto import ydb_topic_pb2 as pb
 from ._inbox import Inbox, receive_handshake
 from ._replies import SUCCESS, failure, timestamp
 from .partition_log import Consumer, Partition, StorageError, StoredMessage, Topic
+from .read_balancer import ConsumerGroup, ReaderInfo
 
 if TYPE_CHECKING:
     from .server import LocalTopicServer
@@ -37,30 +50,23 @@ if TYPE_CHECKING:
 FromServer = pb.StreamReadMessage.FromServer
 MAX_RESPONSE_BYTES = 4 * 1024 * 1024
 """A ReadResponse is cut at about this size even when the client's credit allows more."""
+_MESSAGE_OVERHEAD = 32
+_ITEM_OVERHEAD = 6
+"""About what a message and a metadata item add to a response besides their bytes: a read fills
+the credit by serialized size, as YDB's partition reads count stored blob sizes."""
 
 
 def _failure(status: str, message: str) -> Any:
     return failure(FromServer, status, message)
 
 
-def _finished(consumer: Consumer | None, partition: Partition) -> bool:
-    """An inactive partition whose data the consumer has fully committed."""
-    if consumer is None or partition.active:
-        return False
-    return consumer.committed_offset(partition) >= partition.end_offset
-
-
-@dataclass(frozen=True, slots=True)
-class ReaderInfo:
-    """The read session that currently owns a partition for a consumer."""
-
-    read_session_id: str
-    reader_name: str
-    assigned_at_ns: int
+def _bad(message: str) -> StorageError:
+    return StorageError("BAD_REQUEST", message)
 
 
 @dataclass
 class Selector:
+    topic: Topic
     partition_ids: frozenset[int] | None
     read_from_ns: int
     max_lag_ns: int
@@ -75,12 +81,14 @@ class PartitionSessionState:
     partition: Partition
     consumer: Consumer | None
     selector: Selector
+    committed: int = 0
+    """The committed offset as this session knows it (the start of the next commit range)."""
     started: bool = False
     read_offset: int = 0
     stopping: bool = False
     end_sent: bool = False
     pending_commits: list[tuple[int, int]] = field(default_factory=list)
-    created_ns: int = field(default_factory=time.time_ns)
+    created_ns: int = 0
 
 
 class ReadSession:
@@ -100,6 +108,7 @@ class ReadSession:
         self.sessions: dict[int, PartitionSessionState] = {}
         self.outbox: deque[Any] = deque()
         self.wakeup = asyncio.Event()
+        self._turn = 0
 
     def send(self, message: Any) -> None:
         self.outbox.append(message)
@@ -107,20 +116,27 @@ class ReadSession:
 
     def accepts(self, topic: Topic, partition_id: int) -> bool:
         selector = self.selectors.get(topic.path)
-        return selector is not None and (selector.partition_ids is None or partition_id in selector.partition_ids)
+        return (
+            selector is not None
+            and selector.topic is topic
+            and (selector.partition_ids is None or partition_id in selector.partition_ids)
+        )
 
-    def start(self, state: PartitionSessionState, committed: int) -> None:
+    def start(self, state: PartitionSessionState) -> None:
+        partition = state.partition
+        committed = state.consumer.committed_offset(partition) if state.consumer else partition.start_offset
+        state.committed = committed
         self.sessions[state.session_id] = state
         message = FromServer(status=SUCCESS)
         request = message.start_partition_session_request
         request.partition_session.partition_session_id = state.session_id
         request.partition_session.path = state.topic.path
-        request.partition_session.partition_id = state.partition.partition_id
+        request.partition_session.partition_id = partition.partition_id
         request.committed_offset = committed
-        request.partition_offsets.start = state.partition.start_offset
-        request.partition_offsets.end = state.partition.end_offset
-        request.partition_location.node_id = state.partition.node_id
-        request.partition_location.generation = state.partition.generation
+        request.partition_offsets.start = committed
+        request.partition_offsets.end = partition.end_offset
+        request.partition_location.node_id = partition.node_id
+        request.partition_location.generation = partition.generation
         self.send(message)
 
     def stop(self, state: PartitionSessionState, graceful: bool) -> None:
@@ -136,94 +152,13 @@ class ReadSession:
             self.sessions.pop(state.session_id, None)
         self.send(message)
 
-
-@dataclass
-class _Release:
-    owner: ReadSession
-    state: PartitionSessionState
-    deadline: float
-
-
-class ConsumerGroup:
-    """The read sessions of one consumer on one topic, and who owns which partition."""
-
-    def __init__(self, service: ReadService, topic: Topic, consumer: Consumer) -> None:
-        self.service = service
-        self.topic = topic
-        self.consumer = consumer
-        self.members: list[ReadSession] = []
-        self.owner: dict[int, tuple[ReadSession, PartitionSessionState]] = {}
-        self.releasing: dict[int, _Release] = {}
-
-    def eligible(self, partition: Partition) -> bool:
-        if _finished(self.consumer, partition):
-            return False
-        parents_done = all(_finished(self.consumer, self.topic.partitions[p]) for p in partition.parent_ids)
-        supports = all(m.auto_partitioning for m in self.members)
-        return parents_done or not supports
-
-    def forget(self, session: ReadSession) -> None:
-        self.members = [m for m in self.members if m is not session]
-        for pid, (owner, _) in list(self.owner.items()):
-            if owner is session:
-                del self.owner[pid]
-        for pid, release in list(self.releasing.items()):
-            if release.owner is session:
-                del self.releasing[pid]
-
-    def released(self, partition_id: int) -> None:
-        self.releasing.pop(partition_id, None)
-        self.owner.pop(partition_id, None)
-
-    def rebalance(self) -> None:
-        if not self.members:
-            return
-        now = time.monotonic()
-        for pid, release in list(self.releasing.items()):
-            if release.deadline <= now:
-                # The owner did not confirm the graceful stop in time: take the partition away.
-                release.owner.stop(release.state, graceful=False)
-                self.released(pid)
-        for pid, (owner, state) in list(self.owner.items()):
-            if _finished(self.consumer, state.partition) and pid not in self.releasing:
-                owner.stop(state, graceful=False)
-                del self.owner[pid]
-        # Partitions on their way to another reader count for nobody until released.
-        counts = {id(m): 0 for m in self.members}
-        for pid, (owner, _) in self.owner.items():
-            if pid not in self.releasing:
-                counts[id(owner)] += 1
-        for partition in self.topic.partitions:
-            pid = partition.partition_id
-            if pid in self.owner or not self.eligible(partition):
-                continue
-            candidates = [m for m in self.members if m.accepts(self.topic, pid)]
-            if not candidates:
-                continue
-            target = min(candidates, key=lambda m: counts[id(m)])
-            counts[id(target)] += 1
-            state = self.service.new_partition_session(target, self.topic, partition, self.consumer)
-            self.owner[pid] = (target, state)
-            target.start(state, self.consumer.committed_offset(partition))
-        # Even out: readers above their fair share give partitions back gracefully; the
-        # least loaded readers get them once the stops are confirmed.
-        total = len(self.owner)
-        members = sorted(self.members, key=lambda m: counts[id(m)], reverse=True)
-        base, extra = divmod(total, len(members))
-        for rank, member in enumerate(members):
-            share = base + (1 if rank < extra else 0)
-            movable = [
-                (pid, state)
-                for pid, (owner, state) in self.owner.items()
-                if owner is member and pid not in self.releasing and state.started
-            ]
-            while counts[id(member)] > share and movable:
-                pid, state = movable.pop()
-                if not any(m is not member and m.accepts(self.topic, pid) for m in self.members):
-                    continue
-                member.stop(state, graceful=True)
-                self.releasing[pid] = _Release(member, state, now + self.service.graceful_stop_timeout)
-                counts[id(member)] -= 1
+    def next_turn(self) -> list[PartitionSessionState]:
+        """The partition sessions, starting after the one served last (each gets its turn)."""
+        states = list(self.sessions.values())
+        if not states:
+            return states
+        self._turn = (self._turn + 1) % len(states)
+        return states[self._turn :] + states[: self._turn]
 
 
 class ReadService:
@@ -244,6 +179,7 @@ class ReadService:
             partition=partition,
             consumer=consumer,
             selector=session.selectors[topic.path],
+            created_ns=self.server.clock.now_ns(),
         )
 
     def read_sessions(self) -> dict[tuple[str, str, int], ReaderInfo]:
@@ -256,13 +192,13 @@ class ReadService:
 
     def _rebalance_all(self) -> None:
         for key, group in list(self.groups.items()):
-            if key[0] not in self.server.storage.topics:
+            if not group.topic.alive:
                 del self.groups[key]
                 continue
             group.rebalance()
 
     def _next_deadline(self) -> float | None:
-        deadlines = [r.deadline for g in self.groups.values() for r in g.releasing.values()]
+        deadlines = [d for g in self.groups.values() if (d := g.next_deadline()) is not None]
         return min(deadlines) - time.monotonic() if deadlines else None
 
     # --- the stream -----------------------------------------------------------------------
@@ -290,14 +226,22 @@ class ReadService:
             reply = FromServer(status=SUCCESS)
             reply.init_response.session_id = session.id
             yield reply
+            if session.consumer_name is None and any(s.partition_ids is None for s in session.selectors.values()):
+                yield _failure("BAD_REQUEST", "reading without a consumer requires explicit partition ids")
+                return
             self._join(session)
 
             while True:
                 while inbox.messages:
-                    failure = self._handle(session, inbox.messages.popleft())
-                    if failure is not None:
-                        yield failure
+                    try:
+                        self._handle(session, inbox.messages.popleft())
+                    except StorageError as exc:
+                        yield _failure(exc.status, exc.message)
                         return
+                dropped = next((s.topic.path for s in session.selectors.values() if not s.topic.alive), None)
+                if dropped is not None:
+                    yield _failure("SCHEME_ERROR", f"topic {dropped} was dropped")
+                    return
                 self._rebalance_all()
                 self._end_partitions(session)
                 while session.outbox:
@@ -309,6 +253,8 @@ class ReadService:
                     yield response
                 if handle.broken:
                     await context.abort(grpc.StatusCode.UNAVAILABLE, server.faults.details)
+                if inbox.unparsable:
+                    await context.abort(grpc.StatusCode.INTERNAL, inbox.unparsable)
                 if inbox.closed and not inbox.messages:
                     return
                 # Reading a split partition to its end is itself news: EndPartitionSession.
@@ -332,150 +278,196 @@ class ReadService:
     def _handshake(self, init: Any) -> ReadSession:
         storage = self.server.storage
         if not init.topics_read_settings:
-            raise StorageError("BAD_REQUEST", "InitRequest names no topics")
+            raise _bad("no topics in init request")
         selectors: dict[str, Selector] = {}
+        missing: StorageError | None = None
         for settings in init.topics_read_settings:
-            topic = storage.topic(settings.path)
+            try:
+                topic = storage.topic(settings.path)
+            except StorageError as exc:
+                if exc.status != "SCHEME_ERROR":
+                    raise
+                missing = exc  # left out, as long as another topic resolves
+                continue
             if init.consumer:
                 topic.consumer(init.consumer)
-            elif not settings.partition_ids:
-                raise StorageError(
-                    "BAD_REQUEST", f"reading {topic.path} without a consumer requires explicit partition ids"
-                )
             for pid in settings.partition_ids:
                 topic.partition(pid)
             selectors[topic.path] = Selector(
+                topic=topic,
                 partition_ids=frozenset(settings.partition_ids) or None,
                 read_from_ns=settings.read_from.ToNanoseconds() if settings.HasField("read_from") else 0,
                 max_lag_ns=settings.max_lag.ToNanoseconds() if settings.HasField("max_lag") else 0,
             )
+        if not selectors:
+            assert missing is not None
+            raise missing
         return ReadSession(init.consumer or None, init.reader_name, init.auto_partitioning_support, selectors)
 
     def _join(self, session: ReadSession) -> None:
-        storage = self.server.storage
         for path, selector in session.selectors.items():
-            topic = storage.topic(path)
+            topic = selector.topic
             if session.consumer_name is None:
                 for pid in sorted(selector.partition_ids or ()):
-                    state = self.new_partition_session(session, topic, topic.partitions[pid], None)
-                    session.start(state, 0)
+                    session.start(self.new_partition_session(session, topic, topic.partitions[pid], None))
                 continue
             key = (path, session.consumer_name)
             group = self.groups.get(key)
-            if group is None:
+            if group is None or group.topic is not topic:
                 group = self.groups[key] = ConsumerGroup(self, topic, topic.consumer(session.consumer_name))
             group.members.append(session)
             group.rebalance()
 
     def _leave(self, session: ReadSession) -> None:
-        for path in session.selectors:
-            if session.consumer_name is None:
-                continue
-            group = self.groups.get((path, session.consumer_name))
-            if group is None:
+        if session.consumer_name is None:
+            return
+        for path, selector in session.selectors.items():
+            key = (path, session.consumer_name)
+            group = self.groups.get(key)
+            if group is None or group.topic is not selector.topic:
                 continue
             group.forget(session)
             if group.members:
                 group.rebalance()
             else:
-                del self.groups[(path, session.consumer_name)]
+                del self.groups[key]
 
-    def _handle(self, session: ReadSession, request: Any) -> Any | None:
-        """Apply one client message; a returned message ends the stream with that failure."""
+    # --- client messages --------------------------------------------------------------------
+
+    def _handle(self, session: ReadSession, request: Any) -> None:
+        """Apply one client message; a StorageError ends the stream with that status."""
         kind = request.WhichOneof("client_message")
         if kind == "read_request":
             session.credit += request.read_request.bytes_size
         elif kind == "start_partition_session_response":
-            return self._started(session, request.start_partition_session_response)
+            self._started(session, request.start_partition_session_response)
         elif kind == "stop_partition_session_response":
             self._stopped(session, request.stop_partition_session_response)
         elif kind == "commit_offset_request":
-            return self._commit(session, request.commit_offset_request)
+            self._commit(session, request.commit_offset_request)
         elif kind == "partition_session_status_request":
-            state = session.sessions.get(request.partition_session_status_request.partition_session_id)
-            if state is not None:
-                reply = FromServer(status=SUCCESS)
-                status = reply.partition_session_status_response
-                status.partition_session_id = state.session_id
-                status.partition_offsets.start = state.partition.start_offset
-                status.partition_offsets.end = state.partition.end_offset
-                status.read_offset = state.read_offset
-                if state.consumer is not None:
-                    status.committed_offset = state.consumer.committed_offset(state.partition)
-                if state.partition.last_write_ns:
-                    status.write_time_high_watermark.CopyFrom(timestamp(state.partition.last_write_ns))
-                session.send(reply)
+            self._status(session, request.partition_session_status_request.partition_session_id)
         elif kind == "update_token_request":
             refusal = self.server.auth.check_token(request.update_token_request.token)
             if refusal:
-                return _failure("UNAUTHORIZED", refusal)
+                raise StorageError("UNAUTHORIZED", refusal)
             reply = FromServer(status=SUCCESS)
             reply.update_token_response.SetInParent()
             session.send(reply)
         elif kind == "direct_read_ack":
-            return _failure("BAD_REQUEST", "direct read is not supported by the local server")
+            raise _bad("direct read is not supported by the local server")
+        elif kind == "init_request":
+            raise _bad("got second init request")
         else:
-            return _failure("BAD_REQUEST", f"unexpected {kind} after the handshake")
-        return None
+            raise _bad("unsupported request")
 
-    def _started(self, session: ReadSession, response: Any) -> Any | None:
+    def _started(self, session: ReadSession, response: Any) -> None:
+        """StartPartitionSessionResponse: where to read from and what to mark committed (YDB's rules)."""
         state = session.sessions.get(response.partition_session_id)
-        if state is None or state.started:
-            return None
-        partition = state.partition
-        if response.HasField("commit_offset"):
-            if state.consumer is None:
-                return _failure("BAD_REQUEST", "commit_offset needs a consumer")
-            if not partition.start_offset <= response.commit_offset <= partition.end_offset:
-                return _failure("BAD_REQUEST", f"commit_offset {response.commit_offset} is outside the partition")
-            state.consumer.commit(partition, response.commit_offset)
-        if response.HasField("read_offset"):
-            offset = response.read_offset
-        elif state.consumer is not None:
-            offset = state.consumer.committed_offset(partition)
-        else:
-            offset = partition.start_offset
-        read_from = max(state.selector.read_from_ns, state.consumer.read_from_ns if state.consumer else 0)
+        if state is None or state.started or state.stopping:
+            return  # a partition session already released: the answer is irrelevant
+        partition, consumer = state.partition, state.consumer
+        has_read, has_commit = response.HasField("read_offset"), response.HasField("commit_offset")
+        read, commit = response.read_offset, response.commit_offset
+        if consumer is None and has_commit:
+            raise _bad("can't commit when reading without a consumer")
+        committed = state.committed
+        if has_read:
+            if has_commit and read < commit:
+                raise _bad(
+                    f"trying to read from position that is less than position provided to commit: "
+                    f"read {read} commit {commit}"
+                )
+            if has_commit and commit < committed:
+                raise _bad(f"trying to commit to position that is less than committed: commit {commit} "
+                           f"committed {committed}")
+            stored = consumer.stored_offset(partition) if consumer is not None else 0
+            if read < stored:
+                raise _bad(f"trying to read from position that is less than committed: read {read} committed {stored}")
+        position = max(committed, read if has_read else 0)
+        if consumer is not None and has_commit and commit > committed:
+            if commit > position:
+                raise _bad(f"trying to read from position that is less than provided to commit: read {position} "
+                           f"commit {commit}")
+            if commit > partition.end_offset:
+                raise _bad(f"trying to commit to future: commit {commit} endOffset {partition.end_offset}")
+            consumer.commit(partition, commit)
+            state.committed = commit
+            self.server.storage.notify()
+        read_from = max(state.selector.read_from_ns, consumer.read_from_ns if consumer else 0)
         if read_from:
-            offset = max(offset, partition.first_offset_written_since(read_from))
-        state.read_offset = max(offset, partition.start_offset)
+            position = max(position, partition.first_offset_written_since(read_from))
+        state.read_offset = max(position, partition.start_offset)
         state.started = True
-        return None
 
     def _stopped(self, session: ReadSession, response: Any) -> None:
-        state = session.sessions.pop(response.partition_session_id, None)
-        if state is None or session.consumer_name is None:
-            return
+        if session.consumer_name is None:
+            raise _bad("it is forbidden to send StopPartitionSessionResponse when reading without a consumer")
+        state = session.sessions.get(response.partition_session_id)
+        if state is None:
+            return  # already taken away: nothing to confirm
+        if not state.stopping:
+            raise _bad(
+                f"graceful release of partition that is not requested for release is forbidden for partition "
+                f"{state.partition.partition_id} of {state.topic.path}"
+            )
+        del session.sessions[state.session_id]
         group = self.groups.get((state.topic.path, session.consumer_name))
         if group is not None:
             group.released(state.partition.partition_id)
 
-    def _commit(self, session: ReadSession, request: Any) -> Any | None:
+    def _status(self, session: ReadSession, partition_session_id: int) -> None:
+        state = session.sessions.get(partition_session_id)
+        if state is None or state.stopping:
+            return  # asked about a partition session being released: YDB ignores it
+        partition = state.partition
+        committed = state.consumer.committed_offset(partition) if state.consumer else partition.start_offset
+        reply = FromServer(status=SUCCESS)
+        status = reply.partition_session_status_response
+        status.partition_session_id = state.session_id
+        status.partition_offsets.start = committed
+        status.partition_offsets.end = partition.end_offset
+        status.read_offset = state.read_offset
+        status.committed_offset = committed
+        if partition.last_write_ns:
+            status.write_time_high_watermark.CopyFrom(timestamp(partition.last_write_ns))
+        session.send(reply)
+
+    def _commit(self, session: ReadSession, request: Any) -> None:
         if session.consumer_name is None:
-            return _failure("BAD_REQUEST", "commits need a consumer; this stream reads without one")
+            raise _bad("can't commit when reading without a consumer")
+        if not request.commit_offsets:
+            raise _bad("can't commit without offsets")
         reply = FromServer(status=SUCCESS)
         for part in request.commit_offsets:
             state = session.sessions.get(part.partition_session_id)
             if state is None or state.consumer is None:
-                continue  # the session ended: its commits are void
+                continue  # a stale commit for a partition session that ended: ignored
             partition = state.partition
             for r in part.offsets:
-                if r.start > r.end or r.end > partition.end_offset:
-                    return _failure(
-                        "BAD_REQUEST",
-                        f"commit range [{r.start}, {r.end}) is invalid for partition {partition.partition_id}"
-                        f" with end offset {partition.end_offset}",
+                start, end = r.start, r.end
+                if (
+                    start >= end
+                    or start < state.committed
+                    or any(s < end and start < e for s, e in state.pending_commits)
+                ):
+                    raise _bad(
+                        f"offsets range [{start}, {end}) has already committed offsets, double committing is "
+                        f"forbidden or incorrect"
                     )
-                state.pending_commits.append((r.start, r.end))
-            committed = state.consumer.committed_offset(partition)
+                if end > partition.end_offset:
+                    raise _bad(
+                        f"commit range [{start}, {end}) is invalid for partition {partition.partition_id}"
+                        f" with end offset {partition.end_offset}"
+                    )
+                state.pending_commits.append((start, end))
+            committed = state.committed
             state.pending_commits.sort()
-            remaining = []
-            for start, end in state.pending_commits:
-                if start <= committed:
-                    committed = max(committed, end)
-                else:
-                    remaining.append((start, end))
-            state.pending_commits = remaining
+            while state.pending_commits and state.pending_commits[0][0] == committed:
+                committed = state.pending_commits.pop(0)[1]
+            if committed == state.committed:
+                continue  # behind a gap: answered once the gap is filled
+            state.committed = committed
             state.consumer.commit(partition, committed)
             reply.commit_offset_response.partitions_committed_offsets.add(
                 partition_session_id=state.session_id, committed_offset=committed
@@ -483,7 +475,8 @@ class ReadService:
         if reply.commit_offset_response.partitions_committed_offsets:
             session.send(reply)
             self.server.storage.notify()
-        return None
+
+    # --- server messages --------------------------------------------------------------------
 
     def _end_partitions(self, session: ReadSession) -> None:
         for state in list(session.sessions.values()):
@@ -493,35 +486,39 @@ class ReadService:
                 and not state.end_sent
                 and not partition.active
                 and session.auto_partitioning
-                and state.read_offset >= partition.end_offset
+                and max(state.read_offset, partition.start_offset) >= partition.end_offset  # read, or expired
             ):
                 state.end_sent = True
                 message = FromServer(status=SUCCESS)
                 end = message.end_partition_session
                 end.partition_session_id = state.session_id
                 end.child_partition_ids.extend(partition.child_ids)
+                topic = state.topic
+                adjacent = {
+                    p for c in partition.child_ids for p in topic.partitions[c].parent_ids
+                } - {partition.partition_id}
+                end.adjacent_partition_ids.extend(sorted(adjacent))
                 session.send(message)
 
     def _read_response(self, session: ReadSession) -> Any | None:
-        """One ReadResponse within the session's credit, or None when there is nothing to send."""
+        """One ReadResponse of one partition within the session's credit, or None when there is nothing to send."""
         budget = min(session.credit, MAX_RESPONSE_BYTES)
-        reply = FromServer(status=SUCCESS)
-        response = reply.read_response
-        total = 0
-        now = time.time_ns()
-        for state in session.sessions.values():
-            if total >= budget:
-                break
+        now = self.server.clock.now_ns()
+        for state in session.next_turn():
             if not state.started or state.stopping:
                 continue
             partition = state.partition
             chunk: list[StoredMessage] = []
+            total = 0
+            max_lag = state.selector.max_lag_ns
             for message in partition.read(state.read_offset, limit=10_000):
-                if state.selector.max_lag_ns and message.written_at_ns < now - state.selector.max_lag_ns:
+                if max_lag and message.written_at_ns < now - max_lag:
                     state.read_offset = message.offset + 1
                     continue
                 chunk.append(message)
-                total += len(message.data)
+                total += len(message.data) + len(message.message_group_id) + _MESSAGE_OVERHEAD
+                for key, value in message.metadata:
+                    total += len(key) + len(value) + _ITEM_OVERHEAD
                 if total >= budget:
                     break
             if not chunk:
@@ -529,32 +526,38 @@ class ReadService:
             state.read_offset = chunk[-1].offset + 1
             if state.consumer is not None:
                 state.consumer.record_read(partition, state.read_offset, now)
-            data = response.partition_data.add(partition_session_id=state.session_id)
-            batch = None
-            key: tuple[Any, ...] | None = None
-            for message in chunk:
-                message_key = (message.producer_id, message.codec, message.write_session_meta, message.written_at_ns)
-                if batch is None or message_key != key:
-                    key = message_key
-                    batch = data.batches.add(
-                        producer_id=message.producer_id,
-                        codec=message.codec,
-                        write_session_meta=dict(message.write_session_meta),
-                    )
-                    batch.written_at.CopyFrom(timestamp(message.written_at_ns))
-                item = batch.message_data.add(
-                    offset=message.offset,
-                    seq_no=message.seq_no,
-                    data=message.data,
-                    uncompressed_size=message.uncompressed_size,
-                    message_group_id=message.message_group_id,
+            return self._response(session, state, chunk)
+        return None
+
+    @staticmethod
+    def _response(session: ReadSession, state: PartitionSessionState, chunk: list[StoredMessage]) -> Any:
+        reply = FromServer(status=SUCCESS)
+        response = reply.read_response
+        data = response.partition_data.add(partition_session_id=state.session_id)
+        batch = None
+        key: tuple[Any, ...] | None = None
+        for message in chunk:
+            message_key = (message.producer_id, message.codec, message.write_session_meta, message.written_at_ns)
+            if batch is None or message_key != key:
+                key = message_key
+                batch = data.batches.add(
+                    producer_id=message.producer_id,
+                    codec=message.codec,
+                    write_session_meta=dict(message.write_session_meta),
                 )
-                if message.created_at_ns:
-                    item.created_at.CopyFrom(timestamp(message.created_at_ns))
-                for k, v in message.metadata:
-                    item.metadata_items.add(key=k, value=v)
-        if not response.partition_data:
-            return None
-        response.bytes_size = total
-        session.credit -= total
+                batch.written_at.CopyFrom(timestamp(message.written_at_ns))
+            item = batch.message_data.add(
+                offset=message.offset,
+                seq_no=message.seq_no,
+                data=message.data,
+                uncompressed_size=message.uncompressed_size,
+                message_group_id=message.message_group_id,
+            )
+            if message.created_at_ns:
+                item.created_at.CopyFrom(timestamp(message.created_at_ns))
+            for k, v in message.metadata:
+                item.metadata_items.add(key=k, value=v)
+        # The whole response's serialized size is what the client's credit pays, as in YDB.
+        response.bytes_size = reply.ByteSize()
+        session.credit -= response.bytes_size
         return reply

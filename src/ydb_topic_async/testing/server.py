@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Any
@@ -14,15 +15,22 @@ from google.protobuf.message import Message
 from .._proto import ydb_auth_pb2, ydb_discovery_pb2
 from .._proto import ydb_topic_pb2 as pb
 from ._replies import metadata, operation, rpc_handler, status_code
+from .clock import ServerClock
 from .control_plane import ControlPlane
 from .discovery import Auth, DiscoveryHandlers, Gate
 from .faults import Faults
+from .journal import close_journal, open_journal
 from .partition_log import StorageError, TopicStorage
 from .query_service import QueryService
+from .quotas import WriteQuotas
 from .read_stream import ReadService
+from .retention import Retention, expire_all
 from .write_stream import WriteService
 
 logger = logging.getLogger("ydb_topic_async.testing")
+
+MAX_MESSAGE_SIZE = 64_000_000
+"""gRPC receive (and send) limit in bytes: YDB's own, which is a little under 64 MiB."""
 
 Handler = Callable[[Any], Message]
 HeaderHandler = Callable[[Any, dict[str, str]], Message]
@@ -37,6 +45,12 @@ class LocalTopicServer:
     to serve TLS instead of plaintext. ``storage`` holds every topic and message (for inspection),
     ``faults`` breaks streams and injects statuses on purpose. ``query`` holds the query sessions
     and transactions that topic writes and consumer offsets join.
+
+    ``data_dir``: keep everything acknowledged in that directory, so that a server started
+    later on it (after a stop or a crash of the process) continues where this one stopped.
+    ``write_quotas=True``: throttle writes to each partition's write speed and burst, as YDB does
+    (off by default). ``retention_interval``: seconds between retention runs (deleting expired
+    messages); ``advance_time`` runs retention at once.
     """
 
     def __init__(
@@ -49,12 +63,25 @@ class LocalTopicServer:
         token_ttl: float | None = None,
         graceful_stop_timeout: float = 10.0,
         tls: tuple[bytes, bytes] | None = None,
+        data_dir: str | os.PathLike[str] | None = None,
+        write_quotas: bool = False,
+        retention_interval: float = 1.0,
     ) -> None:
         if not database.startswith("/"):
             raise ValueError("database must be an absolute path like '/local'")
+        if not retention_interval > 0:
+            raise ValueError("retention_interval must be positive")
         self.host = host
         self.database = database.rstrip("/") or "/"
-        self.storage = TopicStorage(self.database)
+        self.clock = ServerClock()
+        self.storage = TopicStorage(self.database, self.clock)
+        self.data_dir = data_dir
+        self.quotas = WriteQuotas(self.clock) if write_quotas else None
+        """The partition write quotas, or None when writes are not throttled."""
+        self.retention = Retention(self.storage, retention_interval)
+        self._journal_replayed = False
+        self.closing = False
+        """True while ``stop`` runs: stream handlers stop waiting (for write quota) and end."""
         self.faults = Faults()
         self.auth = Auth(users, token_ttl)
         self.gate = Gate(self.auth, self.database)
@@ -96,10 +123,12 @@ class LocalTopicServer:
         """Start listening (``async with`` does this); a second call does nothing."""
         if self._server is not None:
             return
+        open_journal(self.storage, self.data_dir, replay=not self._journal_replayed)
+        self._journal_replayed = True
         server = grpc.aio.server(
             options=[
-                ("grpc.max_send_message_length", 64 * 1024 * 1024),
-                ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+                ("grpc.max_send_message_length", MAX_MESSAGE_SIZE),
+                ("grpc.max_receive_message_length", MAX_MESSAGE_SIZE),
                 ("grpc.so_reuseport", 0),
                 # Clients ping every few seconds (tests far more often) to detect dead connections:
                 # accept any rate instead of answering GOAWAY "too_many_pings".
@@ -110,21 +139,43 @@ class LocalTopicServer:
         )
         server.add_generic_rpc_handlers(self._handlers())
         address = f"{self.host}:{self._requested_port}"
-        if self._tls is not None:
-            key, chain = self._tls
-            self.port = server.add_secure_port(address, grpc.ssl_server_credentials([(key, chain)]))
-        else:
-            self.port = server.add_insecure_port(address)
-        await server.start()
+        try:
+            if self._tls is not None:
+                key, chain = self._tls
+                self.port = server.add_secure_port(address, grpc.ssl_server_credentials([(key, chain)]))
+            else:
+                self.port = server.add_insecure_port(address)
+            await server.start()
+        except BaseException:
+            close_journal(self.storage)
+            raise
         self._server = server
+        self.retention.start()
         logger.info("local topic server on %s, database %s", self.endpoint, self.database)
 
     async def stop(self, grace: float | None = None) -> None:
         """Stop serving; open streams are cancelled and query sessions end, aborting their transactions."""
         server, self._server = self._server, None
         if server is not None:
-            self.query.shutdown()
-            await server.stop(grace)
+            self.closing = True
+            try:
+                await self.retention.stop()
+                self.query.shutdown()
+                self.faults.wake_all()
+                await server.stop(grace)
+            finally:
+                self.closing = False
+                close_journal(self.storage)
+
+    def advance_time(self, seconds: float) -> None:
+        """Move the server's clock forward by ``seconds`` and apply retention at once.
+
+        Messages older than their topic's retention period (by the moved clock) are deleted
+        now, as are the oldest messages of partitions over their size limit; write quotas
+        refill as if that time had passed. Times the server reports (write times, lags) move too.
+        """
+        self.clock.advance(seconds)
+        expire_all(self.storage)
 
     async def wait_closed(self) -> None:
         """Serve until stopped."""

@@ -1,23 +1,41 @@
-"""StreamWrite on the local server: handshake, partition choice, deduplication, acks.
+"""StreamWrite on the local server: handshake, partition choice, validation, deduplication, acks.
 
-Deduplication follows YDB: within a partition, a message whose producer has already written
-that seq_no (or a later one) is answered "skipped, already written" and not stored again.
-Without a producer id there is no deduplication. A producer id is bound to one partition (picked
-round-robin among active partitions the first time) and keeps it across sessions.
+As in YDB (``ydb/services/persqueue_v1/actors/write_session_actor``):
+
+- The source id is the ``message_group_id`` when one is given, else the ``producer_id``; with a
+  source id, deduplication is on: a message whose seq_no the source already wrote to the
+  partition (or a lower one) is answered "skipped, already written" and not stored again. With
+  neither there is no deduplication. ``message_group_id`` and ``producer_id``, when both given,
+  must be equal.
+- A new source id is placed by the MD5 of its name (see ``Topic.partition_for_key``) and keeps
+  its partition across sessions; after a split it moves to the child owning its key, seq_nos
+  and all. Asking for an explicit partition other than the bound one (or its descendant) is
+  BAD_REQUEST.
+- Every WriteRequest is checked before anything is stored: it must carry messages, a codec
+  (not 0) the topic accepts, seq_nos greater than 0 and strictly increasing, created_at within
+  the protobuf Timestamp range, and per-message metadata of at most 4096 bytes. A bad request
+  ends the session with BAD_REQUEST. Times are stored with millisecond precision.
+- A topic dropped (and maybe recreated) under an open session ends it with SCHEME_ERROR;
+  nothing is acknowledged into a dropped topic.
 
 A WriteRequest naming a transaction (``tx``) must name an open read-write transaction of a live
 query session (else the stream fails with BAD_SESSION / NOT_FOUND / BAD_REQUEST). Its messages
 are acknowledged ``written_in_tx`` and held by the transaction; they reach the partition, at
 consecutive offsets and deduplicated again, only when it commits.
+
+With ``LocalTopicServer(write_quotas=True)`` a request waits for its partition's write quota
+(``quotas``) before it is stored, and the wait is reported in its WriteStatistics.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import time
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -25,18 +43,47 @@ import grpc
 from .._proto import ydb_topic_pb2 as pb
 from ._inbox import Inbox, receive_handshake
 from ._replies import SUCCESS, duration, failure
-from .partition_log import NewMessage, Partition, StorageError, Topic
+from .partition_log import NewMessage, Partition, StorageError, Topic, source_key
+from .retention import check_not_full
 
 if TYPE_CHECKING:
+    from .query_service import Transaction
     from .server import LocalTopicServer
 
 FromServer = pb.StreamWriteMessage.FromServer
 MAX_PRODUCER_ID_LENGTH = 2048
+MAX_METADATA_BYTES = 4096
+"""Keys plus values of one message's metadata, at most (YDB's MAX_METADATA_SIZE_PER_MESSAGE)."""
+_MIN_TIMESTAMP_SECONDS = -62_135_596_800  # 0001-01-01T00:00:00Z
+_MAX_TIMESTAMP_SECONDS = 253_402_300_799  # 9999-12-31T23:59:59Z
 _SKIPPED = pb.StreamWriteMessage.WriteResponse.WriteAck.Skipped.REASON_ALREADY_WRITTEN
 
 
 def _failure(status: str, message: str) -> Any:
     return failure(FromServer, status, message)
+
+
+def _bad(message: str) -> StorageError:
+    return StorageError("BAD_REQUEST", f"bad write request - {message}")
+
+
+@dataclass(slots=True)
+class _Session:
+    """What one write session is bound to."""
+
+    topic: Topic
+    partition: Partition
+    source_id: str
+    meta: tuple[tuple[str, str], ...]
+
+
+@dataclass(slots=True)
+class _Batch:
+    """A checked WriteRequest, ready to store."""
+
+    messages: list[NewMessage]
+    size: int
+    tx: Transaction | None
 
 
 class WriteService:
@@ -54,22 +101,23 @@ class WriteService:
         wakeup = asyncio.Event()
         inbox = Inbox(requests, wakeup)
         handle = server.faults.register("write", wakeup)
+        session: _Session | None = None
         try:
             init, refused = await receive_handshake(server, inbox, context, "StreamWrite", FromServer)
             if refused is not None:
                 yield refused
                 return
             try:
-                topic, partition, producer_id, meta = self._handshake(init)
+                session = self._handshake(init)
             except StorageError as exc:
                 yield _failure(exc.status, exc.message)
                 return
-            session_id = f"local-write-{next(self._session_ids)}-{uuid.uuid4().hex[:8]}"
+            session.topic.watchers.add(wakeup)
             reply = FromServer(status=SUCCESS)
-            reply.init_response.session_id = session_id
-            reply.init_response.partition_id = partition.partition_id
-            reply.init_response.last_seq_no = partition.last_seq_no(producer_id) if producer_id else 0
-            reply.init_response.supported_codecs.codecs.extend(topic.settings.supported_codecs)
+            reply.init_response.session_id = f"local-write-{next(self._session_ids)}-{uuid.uuid4().hex[:8]}"
+            reply.init_response.partition_id = session.partition.partition_id
+            reply.init_response.last_seq_no = session.partition.last_seq_no(session.source_id)
+            reply.init_response.supported_codecs.codecs.extend(session.topic.settings.supported_codecs)
             yield reply
 
             while True:
@@ -78,7 +126,9 @@ class WriteService:
                     kind = request.WhichOneof("client_message")
                     if kind == "write_request":
                         try:
-                            response = self._write(topic, partition, producer_id, meta, request.write_request, handle)
+                            batch = self._check(session, request.write_request)
+                            waited = await self._wait_for_quota(session.partition, batch, wakeup, handle, inbox)
+                            response = self._store(session, batch, waited, handle)
                         except StorageError as exc:
                             yield _failure(exc.status, exc.message)
                             return
@@ -93,66 +143,92 @@ class WriteService:
                         reply = FromServer(status=SUCCESS)
                         reply.update_token_response.SetInParent()
                         yield reply
+                    elif kind == "init_request":
+                        yield _failure("BAD_REQUEST", "got second init request")
+                        return
                     else:
-                        yield _failure("BAD_REQUEST", f"unexpected {kind} after the handshake")
+                        yield _failure("BAD_REQUEST", "'client_message' is not set")
                         return
                 if handle.broken:
                     await context.abort(grpc.StatusCode.UNAVAILABLE, server.faults.details)
+                if not session.topic.alive:
+                    yield _failure("SCHEME_ERROR", f"topic {session.topic.path} was dropped")
+                    return
+                if inbox.unparsable:
+                    await context.abort(grpc.StatusCode.INTERNAL, inbox.unparsable)
                 if inbox.closed and not inbox.messages:
                     return
                 await wakeup.wait()
                 wakeup.clear()
         finally:
+            if session is not None:
+                session.topic.watchers.discard(wakeup)
             server.faults.unregister(handle)
             await inbox.close()
 
-    def _handshake(self, init: Any) -> tuple[Topic, Partition, str, tuple[tuple[str, str], ...]]:
-        storage = self.server.storage
-        topic = storage.topic(init.path)
+    # --- the handshake ----------------------------------------------------------------------
+
+    def _handshake(self, init: Any) -> _Session:
+        topic = self.server.storage.topic(init.path)
         producer_id = init.producer_id
         if len(producer_id) > MAX_PRODUCER_ID_LENGTH:
             raise StorageError("BAD_REQUEST", f"producer_id is longer than {MAX_PRODUCER_ID_LENGTH} characters")
         how = init.WhichOneof("partitioning")
-        if how == "partition_id":
-            partition = topic.partition(init.partition_id)
-        elif how == "partition_with_generation":
-            pg = init.partition_with_generation
-            partition = topic.partition(pg.partition_id)
-            if pg.generation != partition.generation:
-                raise StorageError(
-                    "BAD_REQUEST",
-                    f"partition {pg.partition_id} has generation {partition.generation}, not {pg.generation}",
-                )
-        elif how == "message_group_id":
-            if producer_id and init.message_group_id != producer_id:
-                raise StorageError("BAD_REQUEST", "message_group_id must equal producer_id when both are set")
-            partition = topic.bind_group(init.message_group_id)
-        elif producer_id:
-            partition = topic.bind_producer(producer_id)
+        if how == "message_group_id" and producer_id and init.message_group_id != producer_id:
+            raise StorageError("BAD_REQUEST", "message_group_id must equal producer_id when both are set")
+        source_id = init.message_group_id if how == "message_group_id" else producer_id
+        if how in ("partition_id", "partition_with_generation"):
+            partition = self._explicit_partition(topic, init, how, source_id)
+        elif source_id:
+            partition = topic.bound_partition(source_id) or topic.partition_for_key(source_key(source_id))
+            topic.bind(source_id, partition)
         else:
             partition = topic.next_active_partition()
-        if not partition.active:
-            raise StorageError("OVERLOADED", f"partition {partition.partition_id} is inactive; it was split")
-        if producer_id and how in ("partition_id", "partition_with_generation"):
-            topic.producer_partition.setdefault(producer_id, partition.partition_id)
-        return topic, partition, producer_id, tuple(sorted(init.write_session_meta.items()))
+        return _Session(topic, partition, source_id, tuple(sorted(init.write_session_meta.items())))
 
-    def _write(
-        self,
-        topic: Topic,
-        partition: Partition,
-        producer_id: str,
-        meta: tuple[tuple[str, str], ...],
-        request: Any,
-        handle: Any,
-    ) -> Any:
-        started = time.perf_counter()
-        codec = request.codec or 1
+    @staticmethod
+    def _explicit_partition(topic: Topic, init: Any, how: str, source_id: str) -> Partition:
+        pid = init.partition_id if how == "partition_id" else init.partition_with_generation.partition_id
+        if not 0 <= pid < len(topic.partitions) and topic.settings.autopartitioned:
+            raise StorageError("OVERLOADED", f"partition {pid} of {topic.path} is not active")
+        partition = topic.partition(pid)
+        if how == "partition_with_generation":
+            generation = init.partition_with_generation.generation
+            if generation != partition.generation:
+                raise StorageError(
+                    "BAD_REQUEST", f"partition {pid} has generation {partition.generation}, not {generation}"
+                )
+        if not partition.active:
+            raise StorageError("OVERLOADED", f"partition {pid} is inactive; it was split")
+        if source_id:
+            bound = topic.source_partition.get(source_id)
+            if bound is not None and not topic.descends_from(partition, bound):
+                raise StorageError(
+                    "BAD_REQUEST",
+                    f"producer {source_id!r} writes to partition {bound} of {topic.path}; "
+                    f"it cannot write to partition {pid}",
+                )
+            if bound is not None and bound != pid:
+                topic.inherit_seq_no(source_id, topic.partitions[bound], partition)
+            topic.bind(source_id, partition)
+        return partition
+
+    # --- one write request ------------------------------------------------------------------
+
+    def _check(self, session: _Session, request: Any) -> _Batch:
+        """Validate a WriteRequest as YDB does, before anything of it is stored."""
+        topic, partition = session.topic, session.partition
+        if not topic.alive:
+            raise StorageError("SCHEME_ERROR", f"topic {topic.path} was dropped")
+        messages = request.messages
+        if not messages:
+            raise _bad("messages meta repeated fields are empty, write request contains no messages")
+        codec = request.codec
+        if codec == 0:
+            raise _bad("codec is invalid: unspecified (id 0)")
         allowed = topic.settings.supported_codecs
         if allowed and codec not in allowed:
-            raise StorageError("BAD_REQUEST", f"codec {codec} is not supported by topic {topic.path}: {allowed}")
-        if topic.path not in self.server.storage.topics:
-            raise StorageError("SCHEME_ERROR", f"path {topic.path} was dropped")
+            raise _bad(f"codec is invalid: codec {codec} is not configured for topic {topic.path}: {allowed}")
         tx = None
         if request.HasField("tx"):
             tx = self.server.query.transaction(request.tx.session, request.tx.id)
@@ -161,34 +237,96 @@ class WriteService:
                 raise StorageError(
                     "OVERLOADED", f"partition {partition.partition_id} is inactive (split); write to its children"
                 )
-        written_at = time.time_ns()
+        source_id, meta = session.source_id, session.meta
+        batch: list[NewMessage] = []
+        size = 0
+        previous = 0
+        for index, m in enumerate(messages):
+            seq_no = m.seq_no
+            if seq_no <= previous:
+                if seq_no <= 0:
+                    raise _bad(
+                        f"sequence number must be greater than 0. Value at position {index} has seq_no {seq_no}"
+                    )
+                raise _bad(
+                    f"sequence numbers are unsorted. Value {seq_no} at position {index} is less than or equal "
+                    f"to value {previous} at position {index - 1}"
+                )
+            previous = seq_no
+            created = m.created_at
+            seconds, nanos = created.seconds, created.nanos
+            if not (_MIN_TIMESTAMP_SECONDS <= seconds <= _MAX_TIMESTAMP_SECONDS and 0 <= nanos < 1_000_000_000):
+                raise _bad(f"created_at of the message at position {index} is not a valid timestamp")
+            metadata: tuple[tuple[str, bytes], ...] = ()
+            if m.metadata_items:
+                metadata = tuple((item.key, item.value) for item in m.metadata_items)
+                if sum(len(k.encode()) + len(v) for k, v in metadata) > MAX_METADATA_BYTES:
+                    raise StorageError(
+                        "BAD_REQUEST", f"Message level metadata size is limited to {MAX_METADATA_BYTES} per message"
+                    )
+            data = m.data
+            size += len(data)
+            batch.append(NewMessage(
+                seq_no=seq_no,
+                created_at_ns=(seconds * 1000 + nanos // 1_000_000) * 1_000_000,
+                codec=codec,
+                data=data,
+                uncompressed_size=m.uncompressed_size or len(data),
+                producer_id=source_id,
+                message_group_id=m.message_group_id or source_id,
+                metadata=metadata,
+                write_session_meta=meta,
+            ))
+        if tx is None and topic.settings.retention_storage_mb:
+            check_not_full(partition, size, self.server.clock.now_ns())
+        return _Batch(batch, size, tx)
+
+    async def _wait_for_quota(
+        self, partition: Partition, batch: _Batch, wakeup: asyncio.Event, handle: Any, inbox: Inbox
+    ) -> float:
+        """Throttle a request to its partition's write quota (with quotas on); returns the seconds waited."""
+        quotas = self.server.quotas
+        if quotas is None or batch.tx is not None:
+            return 0.0
+        wait = quotas.reserve(partition, batch.size)
+        if not wait:
+            return 0.0
+        try:
+            deadline = time.monotonic() + wait  # the client leaving, a fault or the server stopping cut it short
+            while not (handle.broken or inbox.error or self.server.closing) and (
+                left := deadline - time.monotonic()
+            ) > 0:
+                # Short slices: a server stopping mid-wait must not wait for the whole quota.
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(wakeup.wait(), min(left, 0.05))
+                wakeup.clear()  # the stream loop looks at its inbox again once this request is done
+        finally:
+            quotas.waited(partition, batch.size)
+        return wait
+
+    def _store(self, session: _Session, batch: _Batch, waited: float, handle: Any) -> Any:
+        started = time.perf_counter()
+        if not session.topic.alive:  # dropped while the request waited for its quota
+            raise StorageError("SCHEME_ERROR", f"topic {session.topic.path} was dropped")
+        partition, source_id, tx = session.partition, session.source_id, batch.tx
+        storage = self.server.storage
+        written_at = storage.clock.now_ns() // 1_000_000 * 1_000_000
         reply = FromServer(status=SUCCESS)
         response = reply.write_response
         response.partition_id = partition.partition_id
-        acks = response.acks
+        add_ack = response.acks.add
         stored = 0
         held = 0
-        for m in request.messages:
-            ack = acks.add(seq_no=m.seq_no)
+        for new in batch.messages:
+            ack = add_ack(seq_no=new.seq_no)
             duplicate = (
-                tx.writes.is_duplicate(partition, producer_id, m.seq_no)
+                tx.writes.is_duplicate(partition, source_id, new.seq_no)
                 if tx is not None
-                else partition.is_duplicate(producer_id, m.seq_no)
+                else partition.is_duplicate(source_id, new.seq_no)
             )
             if duplicate:
                 ack.skipped.reason = _SKIPPED
                 continue
-            new = NewMessage(
-                seq_no=m.seq_no,
-                created_at_ns=m.created_at.seconds * 1_000_000_000 + m.created_at.nanos,
-                codec=codec,
-                data=m.data,
-                uncompressed_size=m.uncompressed_size or len(m.data),
-                producer_id=producer_id,
-                message_group_id=m.message_group_id or producer_id,
-                metadata=tuple((item.key, item.value) for item in m.metadata_items),
-                write_session_meta=meta,
-            )
             if tx is not None:
                 tx.writes.add(partition, new)
                 ack.written_in_tx.SetInParent()
@@ -197,15 +335,20 @@ class WriteService:
             ack.written.offset = partition.append(new, written_at).offset
             stored += 1
         if stored:
-            self.server.storage.notify()
+            storage.appended(partition, stored)
+            storage.notify()
         if stored or held:
             # Held messages count too: a lost ack inside a transaction must be injectable.
             self.server.faults.messages_stored(handle, stored + held)
-        elapsed = time.perf_counter() - started
         stats = response.write_statistics
-        stats.persisting_time.CopyFrom(duration(elapsed))
+        stats.persisting_time.CopyFrom(duration(_milliseconds(time.perf_counter() - started)))
         stats.min_queue_wait_time.CopyFrom(duration(0))
         stats.max_queue_wait_time.CopyFrom(duration(0))
-        stats.partition_quota_wait_time.CopyFrom(duration(0))
+        stats.partition_quota_wait_time.CopyFrom(duration(_milliseconds(waited)))
         stats.topic_quota_wait_time.CopyFrom(duration(0))
         return reply
+
+
+def _milliseconds(seconds: float) -> float:
+    """``seconds`` rounded to whole milliseconds, the precision YDB reports."""
+    return round(seconds * 1000) / 1000

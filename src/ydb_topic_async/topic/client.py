@@ -146,11 +146,13 @@ class TopicClient:
         exists_ok: bool = False,
         timeout: float | None = None,
     ) -> None:
-        """Create a topic. An existing topic raises ``AlreadyExistsError``, unless ``exists_ok``.
+        """Create a topic. When a topic exists at ``path`` already, YDB answers success and leaves
+        it as it is (its settings are not compared with these); a server that answers
+        ``ALREADY_EXISTS`` instead raises ``AlreadyExistsError``, unless ``exists_ok``.
 
-        ``exists_ok=True`` makes the call safe to repeat (scripts, application start-up): a topic
-        already at ``path`` is left as it is, whatever its settings, and transient failures are
-        retried, since creating twice can no longer fail.
+        ``exists_ok=True`` makes the call safe to repeat (scripts, application start-up) on any
+        server: a topic already at ``path`` is left as it is, whatever its settings, and transient
+        failures are retried, since creating twice can no longer fail.
         """
         for value, what in (
             (min_active_partitions, "min_active_partitions"),

@@ -207,6 +207,10 @@ class WriterSender:
                 init.partition_with_generation.generation = self._generation
             else:
                 init.partition_id = s.partition_id
+        elif s.producer_id:
+            # As the official SDKs do: older YDB versions refuse a producer id without a
+            # message group or partition.
+            init.message_group_id = s.producer_id
         return request
 
     async def _session(self) -> None:

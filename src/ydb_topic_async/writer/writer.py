@@ -576,7 +576,7 @@ def _to_ns(value: dt.datetime) -> int:
 
 def check_metadata(metadata: MetadataInput) -> tuple[list[tuple[str, bytes]], int, int]:
     """Validate metadata items; return them as (key, bytes) pairs, their size in bytes, and the
-    characters they count against ``MAX_METADATA_CHARS``."""
+    bytes they count against ``MAX_METADATA_CHARS`` (keys in UTF-8 plus values, as YDB counts)."""
     try:
         pairs = iter(metadata.items() if isinstance(metadata, Mapping) else metadata)
     except TypeError:
@@ -598,19 +598,18 @@ def check_metadata(metadata: MetadataInput) -> tuple[list[tuple[str, bytes]], in
             raise InvalidArgumentError(f"duplicate metadata key {key!r}")
         seen.add(key)
         if isinstance(value, str):
-            chars += len(value)
             value = value.encode()
         elif isinstance(value, (bytes, bytearray)):
             value = bytes(value)
-            chars += len(value)
         else:
             raise InvalidArgumentError(f"metadata value for {key!r} must be bytes or str, not {type(value).__name__}")
-        chars += len(key)
+        # YDB counts the limit in bytes (UTF-8 for text), so a non-ASCII key or value counts more.
+        chars += len(key.encode()) + len(value)
         nbytes += len(key.encode()) + len(value)
         items.append((key, value))
     if chars > MAX_METADATA_CHARS:
         raise InvalidArgumentError(
-            f"message metadata has {chars} characters in keys and values; the limit is {MAX_METADATA_CHARS}"
+            f"message metadata has {chars} bytes in keys and values (UTF-8); the limit is {MAX_METADATA_CHARS}"
         )
     if len(items) > MAX_METADATA_ITEMS:
         raise InvalidArgumentError(f"a message may carry at most {MAX_METADATA_ITEMS} metadata items")
