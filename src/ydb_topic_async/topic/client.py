@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from .._errors import InvalidArgumentError
 from .._proto import ydb_topic_pb2 as pb
+from .._validate import check_timeout
 from ..observability.logging import sdk_logger
 from . import types as t
 
@@ -40,7 +41,10 @@ class TopicClient:
     """Administration of topics and consumers, and the entry point for writers and readers.
 
     Paths may be absolute (``/local/events``) or relative to the driver's database (``events``).
-    Every method validates its arguments before sending anything.
+    Every method validates its arguments before sending anything. A method's ``timeout`` bounds
+    the whole call, retries and backoff included (``OperationTimeoutError`` when it passes);
+    failures that may pass (UNAVAILABLE, OVERLOADED, a broken connection) are retried by the
+    driver's ``retry`` policy, for idempotent methods also those whose outcome is unknown.
     """
 
     def __init__(self, driver: Driver) -> None:
@@ -60,8 +64,14 @@ class TopicClient:
     async def _call(
         self, method: str, request: Any, response_cls: Any, result_cls: Any, *, idempotent: bool, timeout: float | None
     ) -> Any:
-        return await self._driver._unary(
-            _SERVICE + method, request, response_cls, result_cls, idempotent=idempotent, timeout=timeout
+        """One TopicService call; ``timeout`` bounds it whole, retries included."""
+        return await self._driver.transport.call_operation(
+            _SERVICE + method,
+            request,
+            response_cls,
+            result_cls,
+            idempotent=idempotent,
+            timeout=check_timeout(timeout),
         )
 
     def _own(self, closable: _Closable) -> None:
