@@ -49,7 +49,7 @@ async def test_text_that_is_not_valid_unicode_is_refused_at_the_call(
         await writer.write(b"first")
         with pytest.raises(yta.InvalidArgumentError, match="a message is not valid Unicode"):
             await writer.write(LONE_SURROGATE)
-        with pytest.raises(yta.InvalidArgumentError, match="Message.data is not valid Unicode"):
+        with pytest.raises(yta.InvalidArgumentError, match=r"Message\.data is not valid Unicode"):
             await writer.write([yta.Message("fine"), yta.Message(LONE_SURROGATE)])
         with pytest.raises(yta.InvalidArgumentError, match="metadata value for 'k'"):
             await writer.write(yta.Message(b"x", metadata={"k": LONE_SURROGATE}))
