@@ -257,8 +257,9 @@ class TopicRuntime:
     def writer(self, name: str) -> TopicWriter:
         """The writer called ``name``; one that has failed for good is replaced first.
 
-        A writer fails for good on a non-retriable error or when its retry policy gives up
-        (a long outage). The next access then opens a new writer with the same ``WriterSpec``,
+        A writer fails for good on an error no retry can fix, or when its retry budget runs out
+        (writers reconnect for as long as they are open unless their ``WriterSpec`` gives one,
+        e.g. ``retry=RetryPolicy(max_elapsed=60)``). The next access then opens a new writer with the same ``WriterSpec``,
         logs the replacement at WARNING with the cause and closes the failed writer in the
         background. Messages the failed writer had accepted but not acknowledged are lost: their
         futures failed with the cause, so ``write_with_ack`` (and ``flush``) raised it, while a
