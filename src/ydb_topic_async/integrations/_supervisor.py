@@ -259,10 +259,11 @@ class TopicRuntime:
 
         A writer fails for good on an error no retry can fix, or when its retry budget runs out
         (writers reconnect for as long as they are open unless their ``WriterSpec`` gives one,
-        e.g. ``retry=RetryPolicy(max_elapsed=60)``). The next access then opens a new writer with the same ``WriterSpec``,
-        logs the replacement at WARNING with the cause and closes the failed writer in the
-        background. Messages the failed writer had accepted but not acknowledged are lost: their
-        futures failed with the cause, so ``write_with_ack`` (and ``flush``) raised it, while a
+        e.g. ``retry=RetryPolicy(max_elapsed=60)``). The next access then opens a new writer
+        with the same ``WriterSpec``, logs the replacement at WARNING with the cause and closes
+        the failed writer in the background. Messages the failed writer had accepted but not
+        acknowledged are lost: their futures failed with the cause, so ``write_with_ack`` (and
+        ``flush``) raised it, while a
         fire-and-forget ``write`` that already returned cannot tell. Use ``write_with_ack``
         where a message must not be lost silently. Every caller gets the same new writer.
 
