@@ -263,9 +263,8 @@ class TopicRuntime:
         with the same ``WriterSpec``, logs the replacement at WARNING with the cause and closes
         the failed writer in the background. Messages the failed writer had accepted but not
         acknowledged are lost: their futures failed with the cause, so ``write_with_ack`` (and
-        ``flush``) raised it, while a
-        fire-and-forget ``write`` that already returned cannot tell. Use ``write_with_ack``
-        where a message must not be lost silently. Every caller gets the same new writer.
+        ``flush``) raised it, while a fire-and-forget ``write`` that already returned cannot
+        tell. Use ``write_with_ack`` where a message must not be lost silently. Every caller gets the same new writer.
 
         When the replacement fails too without ever connecting (a missing topic, a codec the
         topic refuses, missing rights: something a new stream will not fix), its failure is
