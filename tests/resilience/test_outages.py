@@ -132,27 +132,30 @@ async def test_default_settings_survive_a_short_server_restart(server: Any, topi
 
 async def test_a_retry_budget_makes_writers_and_readers_give_up(server: Any, topic: str, caplog: Any) -> None:
     budget = yta.RetryPolicy(max_elapsed=1.0)
-    async with proxy_to(server) as proxy, yta.Driver(proxy.endpoint, server.database, discovery=False) as driver:
-        writer = driver.topic.writer(topic, producer_id="p", retry=budget)
-        reader = driver.topic.reader(topic, consumer="consumer", retry=budget)
-        await writer.wait_init(timeout=10)
-        await reader.open()
-        await _eventually(lambda: reader.connection_state is yta.ConnectionState.CONNECTED, "reader connected")
-        with caplog.at_level(logging.INFO, logger="ydb_topic_async"):
-            await proxy.refuse()
-            future = await writer.write_with_ack_future(b"lost")
-            with pytest.raises(yta.ConnectionLostError):
-                await asyncio.wait_for(future, 10)
-            with pytest.raises(yta.ConnectionLostError):
-                await reader.receive_batch(timeout=10)
-        assert writer.connection_state is reader.connection_state is yta.ConnectionState.FAILED
-        with pytest.raises(yta.ConnectionLostError):
-            await writer.close()
-        await reader.close()
+    with caplog.at_level(logging.INFO, logger="ydb_topic_async"):
+        async with proxy_to(server) as proxy:
+            with pytest.raises(yta.ConnectionLostError):  # closing the driver raises the writer's failure
+                async with yta.Driver(proxy.endpoint, server.database, discovery=False) as driver:
+                    writer = driver.topic.writer(topic, producer_id="p", retry=budget)
+                    async with driver.topic.reader(topic, consumer="consumer", retry=budget) as reader:
+                        await writer.wait_init(timeout=10)
+                        await _eventually(
+                            lambda: reader.connection_state is yta.ConnectionState.CONNECTED, "reader connected"
+                        )
+                        await proxy.refuse()
+                        future = await writer.write_with_ack_future(b"lost")
+                        with pytest.raises(yta.ConnectionLostError):
+                            await asyncio.wait_for(future, 10)
+                        with pytest.raises(yta.ConnectionLostError):
+                            await reader.receive_batch(timeout=10)
+                        assert writer.connection_state is reader.connection_state is yta.ConnectionState.FAILED
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
-    assert len(errors) == 2  # one per final failure, nothing repeated by close or async-with
+    assert len(errors) == 2, [r.getMessage() for r in errors]  # one per final failure
     writer_error = next(r for r in errors if r.name.endswith("writer")).getMessage()
     assert "with 1 unacknowledged messages" in writer_error and "ConnectionLostError" in writer_error
+    # Nothing repeats them: neither leaving the reader's block nor the driver closing the writer.
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 2 and all("connection lost" in w for w in warnings), warnings
 
 
 async def test_a_reconnect_streak_is_logged_once_when_it_starts_and_once_when_it_ends(

@@ -85,7 +85,8 @@ class TopicClient:
             try:
                 await obj.close()
             except Exception as exc:
-                logger.warning("closing %r with the driver failed: %s", obj, exc)
+                if exc is not getattr(obj, "failure", None):  # its own failure was logged when it happened
+                    logger.warning("closing %r with the driver failed: %s", obj, exc)
                 first = first or exc
         if first is not None:
             raise first
