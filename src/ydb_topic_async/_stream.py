@@ -19,7 +19,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import grpc
 import grpc.aio
@@ -40,6 +40,9 @@ if TYPE_CHECKING:
     from google.protobuf.message import Message
 
     from ._transport import Transport
+
+RequestT = TypeVar("RequestT", bound="Message")
+ResponseT = TypeVar("ResponseT", bound="Message")
 
 _OK = frozenset((ydb_status_codes_pb2.StatusIds.SUCCESS, ydb_status_codes_pb2.StatusIds.STATUS_CODE_UNSPECIFIED))
 """Statuses of a stream response that carries no failure (most responses leave it unset)."""
@@ -64,16 +67,16 @@ class ConnectionState(enum.Enum):
 
 
 @dataclass(frozen=True)
-class StreamMethod:
+class StreamMethod(Generic[RequestT, ResponseT]):
     """A bidirectional streaming method: its path, message classes and a name for messages."""
 
     path: str
-    request_cls: type[Message]
-    response_cls: type[Message]
+    request_cls: type[RequestT]
+    response_cls: type[ResponseT]
     name: str
 
 
-class BidiStream:
+class BidiStream(Generic[RequestT, ResponseT]):
     """One open gRPC bidirectional stream with the SDK's failure mapping.
 
     Reads and writes raise ``YdbTopicError``s only: a gRPC failure becomes its
@@ -84,21 +87,23 @@ class BidiStream:
 
     __slots__ = ("_call", "method")
 
-    def __init__(self, call: grpc.aio.StreamStreamCall[Any, Any], method: StreamMethod) -> None:
-        self._call: grpc.aio.StreamStreamCall[Any, Any] | None = call
+    def __init__(
+        self, call: grpc.aio.StreamStreamCall[RequestT, ResponseT], method: StreamMethod[RequestT, ResponseT]
+    ) -> None:
+        self._call: grpc.aio.StreamStreamCall[RequestT, ResponseT] | None = call
         self.method = method
 
     @classmethod
     async def open(
         cls,
         transport: Transport,
-        method: StreamMethod,
-        init_request: Message,
+        method: StreamMethod[RequestT, ResponseT],
+        init_request: RequestT,
         *,
         expect: str,
         timeout: float,
         node_id: int | None = None,
-    ) -> tuple[BidiStream, Any]:
+    ) -> tuple[BidiStream[RequestT, ResponseT], ResponseT]:
         """Open a stream and do its handshake: send ``init_request``, read the first response,
         whose ``server_message`` must be ``expect``. Return the stream and that response.
 
@@ -106,11 +111,11 @@ class BidiStream:
         server that accepts the connection and never answers fails it with a retriable
         ``DeadlineExceededError``.
         """
-        opened: list[BidiStream] = []
+        opened: list[BidiStream[RequestT, ResponseT]] = []
 
-        async def handshake() -> Any:
+        async def handshake() -> ResponseT:
             call = await transport.open_stream(method.path, method.request_cls, method.response_cls, node_id=node_id)
-            stream = cls(call, method)
+            stream = BidiStream(call, method)
             opened.append(stream)
             await stream.write(init_request)
             return await stream.read()
@@ -140,7 +145,7 @@ class BidiStream:
     # one would keep the gRPC error as its ``__context__``, and with it (through tracebacks) the
     # call, which must be freed while its event loop still runs.
 
-    async def write(self, request: Message) -> None:
+    async def write(self, request: RequestT) -> None:
         """Send one request."""
         call = self._call
         if call is None:
@@ -159,13 +164,13 @@ class BidiStream:
         del call  # the traceback keeps this frame: it must not keep the call too
         raise error
 
-    async def read(self) -> Any:
+    async def read(self) -> ResponseT:
         """The next response; raises when the stream ended or the response carries a failure status."""
         call = self._call
         if call is None:
             raise self._closed_error()
         try:
-            response = await call.read()
+            response: ResponseT = await call.read()
         except grpc.RpcError as exc:
             error: Exception = error_from_grpc(exc)
         except asyncio.CancelledError as exc:
@@ -174,16 +179,17 @@ class BidiStream:
             raise
         else:
             if response is not grpc.aio.EOF:
-                status = response.status
+                message: Any = response  # every FromServer message carries a status and issues
+                status = message.status
                 if status in _OK:
                     return response
-                error = error_from_status(status, response.issues, self.method.name)
+                error = error_from_status(status, message.issues, self.method.name)
             else:
                 error = await self._end_error(call)
         del call  # the traceback keeps this frame: it must not keep the call too
         raise error
 
-    async def _end_error(self, call: grpc.aio.StreamStreamCall[Any, Any]) -> Exception:
+    async def _end_error(self, call: grpc.aio.StreamStreamCall[RequestT, ResponseT]) -> Exception:
         code = await call.code()
         if code is None or code == grpc.StatusCode.OK:
             return ConnectionLostError(f"the server ended the {self.method.name}")

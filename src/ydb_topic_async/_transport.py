@@ -45,6 +45,8 @@ logger = sdk_logger("driver")
 
 R = TypeVar("R")
 M = TypeVar("M", bound="Message")
+Req = TypeVar("Req", bound="Message")
+Resp = TypeVar("Resp", bound="Message")
 
 DEFAULT_KEEPALIVE_INTERVAL = 10.0
 """Seconds between HTTP/2 keepalive pings on a connection with open calls."""
@@ -432,8 +434,8 @@ class Transport:
     # --- streams ------------------------------------------------------------------------------
 
     async def open_stream(
-        self, path: str, request_cls: type[Message], response_cls: type[Message], *, node_id: int | None = None
-    ) -> grpc.aio.StreamStreamCall[Any, Any]:
+        self, path: str, request_cls: type[Req], response_cls: type[Resp], *, node_id: int | None = None
+    ) -> grpc.aio.StreamStreamCall[Req, Resp]:
         """Start a bidirectional stream with the YDB headers (see ``BidiStream``, which wraps it).
 
         With ``node_id``, the stream goes to that node's discovered endpoint (any endpoint when
@@ -446,7 +448,7 @@ class Transport:
             request_serializer=request_cls.SerializeToString,
             response_deserializer=response_cls.FromString,
         )
-        call: grpc.aio.StreamStreamCall[Any, Any] = method(metadata=metadata)
+        call: grpc.aio.StreamStreamCall[Req, Resp] = method(metadata=metadata)
         return call
 
     async def open_server_stream(

@@ -46,6 +46,8 @@ if TYPE_CHECKING:
 
 logger = sdk_logger("reader")
 
+ReadStream = BidiStream[pb.StreamReadMessage.FromClient, pb.StreamReadMessage.FromServer]
+
 STREAM_READ = StreamMethod(
     "/Ydb.Topic.V1.TopicService/StreamRead",
     pb.StreamReadMessage.FromClient,
@@ -230,7 +232,7 @@ class ReaderConnection:
         scope.cancel()
 
     async def _guard(
-        self, fn: Callable[[BidiStream], Awaitable[None]], stream: BidiStream, scope: anyio.CancelScope
+        self, fn: Callable[[ReadStream], Awaitable[None]], stream: ReadStream, scope: anyio.CancelScope
     ) -> None:
         try:
             await fn(stream)
@@ -249,7 +251,7 @@ class ReaderConnection:
 
     # --- receiving ---------------------------------------------------------------------------
 
-    async def _receive_loop(self, stream: BidiStream) -> None:
+    async def _receive_loop(self, stream: ReadStream) -> None:
         commits = self.commits
         sessions = self.sessions
         partitions = self.partitions
@@ -364,7 +366,7 @@ class ReaderConnection:
     def _on_drained(self, session: PartitionSession) -> None:
         self.partitions.on_drained(session)
 
-    async def _send_loop(self, stream: BidiStream) -> None:
+    async def _send_loop(self, stream: ReadStream) -> None:
         wake = self.wake
         buffer = self.buffer
         partitions = self.partitions
@@ -391,7 +393,7 @@ class ReaderConnection:
                 await stream.write(message)
             await partitions.finish(stopped, freed)
 
-    async def _token_loop(self, stream: BidiStream) -> None:
+    async def _token_loop(self, stream: ReadStream) -> None:
         del stream  # the sender writes the update, so writes to the stream never interleave
         await refresh_tokens(
             self._transport,

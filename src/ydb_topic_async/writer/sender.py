@@ -34,6 +34,8 @@ if TYPE_CHECKING:
 
 logger = sdk_logger("writer")
 
+WriteStream = BidiStream[pb.StreamWriteMessage.FromClient, pb.StreamWriteMessage.FromServer]
+
 STREAM_WRITE = StreamMethod(
     "/Ydb.Topic.V1.TopicService/StreamWrite",
     pb.StreamWriteMessage.FromClient,
@@ -205,7 +207,7 @@ class WriterSender:
             stream.close()
 
     async def _guard(
-        self, loop: Callable[[BidiStream], Awaitable[None]], stream: BidiStream, scope: anyio.CancelScope
+        self, loop: Callable[[WriteStream], Awaitable[None]], stream: WriteStream, scope: anyio.CancelScope
     ) -> None:
         # Children report their failure here instead of raising, so the task group does not
         # wrap it in an ExceptionGroup and the first failure is the one that counts.
@@ -246,7 +248,7 @@ class WriterSender:
 
     # --- sending ------------------------------------------------------------------------
 
-    async def _send_loop(self, stream: BidiStream) -> None:
+    async def _send_loop(self, stream: WriteStream) -> None:
         buffer = self._buffer
         has_unsent = buffer.has_unsent
         report = self._report
@@ -270,7 +272,7 @@ class WriterSender:
 
     # --- receiving ----------------------------------------------------------------------
 
-    async def _read_loop(self, stream: BidiStream) -> None:
+    async def _read_loop(self, stream: WriteStream) -> None:
         while True:
             response = await stream.read()
             kind = response.WhichOneof("server_message")
@@ -343,7 +345,7 @@ class WriterSender:
 
     # --- tokens -------------------------------------------------------------------------
 
-    async def _token_loop(self, stream: BidiStream) -> None:
+    async def _token_loop(self, stream: WriteStream) -> None:
         del stream  # the sender writes the update, so writes to the stream never interleave
         await refresh_tokens(
             self._transport,
