@@ -243,9 +243,8 @@ class StreamKeeper:
     """Runs stream sessions one after another for as long as the owner is open.
 
     ``describe()`` names the owner in log messages ("topic writer /local/t (session s1)");
-    ``log_fields()`` gives
-    the ``extra`` of its log records. ``on_reconnect(error)`` is told about each reconnect (for
-    metrics). ``recover(error)`` may turn a final failure into a reconnect (e.g. a partition
+    ``log_fields()`` gives the ``extra`` of its log records. ``on_reconnect(error)`` is told
+    about each reconnect (for metrics). ``recover(error)`` may turn a final failure into a reconnect (e.g. a partition
     that moved); ``loss()`` describes what the owner loses when it gives up, for the one ERROR
     logged then. ``closing()`` tells that the owner is closing: a session that ends then ends
     the loop quietly.
@@ -337,6 +336,8 @@ class StreamKeeper:
                 self._logger.error(
                     "%s failed%s: %r", self._describe(), f" {loss}" if loss else "", error, extra=self._log_fields()
                 )
+                if cause is None:
+                    raise error  # as it is: its own cause, if any, stays
                 raise error from cause
             self.reconnects += 1
             self.state = ConnectionState.RECONNECTING

@@ -148,6 +148,14 @@ async def test_a_token_provider_that_fails_is_named_and_retried_by_writers(
         async with driver.topic.writer(topic, producer_id="p", retry=yta.RetryPolicy.forever()) as writer:
             assert await writer.write_with_ack(b"x") == yta.Written(0, 0, 1)
             assert writer.reconnects == 1 and isinstance(writer.last_error, yta.TokenProviderError)
+        # Without retries the writer fails with it, the provider's exception still chained.
+        failures = 1
+        doomed = driver.topic.writer(topic, producer_id="q", retry=once)
+        with pytest.raises(yta.TokenProviderError) as raised:
+            await doomed.wait_init(timeout=10)
+        assert isinstance(raised.value.__cause__, TokenServiceDown)
+        with pytest.raises(yta.TokenProviderError):
+            await doomed.close()
 
 
 @pytest.mark.parametrize(
