@@ -4,11 +4,17 @@ It can stall every connection (bytes are held back, then delivered on ``resume``
 (both sockets reset, so gRPC sees the connection break at once), or black-hole the current ones:
 they stop carrying bytes in both directions while their sockets stay open, as when a server
 host vanishes without a FIN or RST (half-open TCP). Connections made after ``blackhole`` flow.
+``refuse`` takes the port down (open connections are reset, new ones refused, as when the
+server process is gone) until ``restore``; ``silence`` makes it accept new connections and
+never answer them (a server that hangs), until ``unsilence``.
+
+``silent_endpoint`` is a bare socket that accepts connections and never answers at all.
 """
 
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -35,16 +41,50 @@ class FlakyProxy:
         self._links: list[_Link] = []
         self._tasks: set[asyncio.Task[None]] = set()
         self._server: asyncio.Server | None = None
+        self._port = 0
+        self._silent = False
+        self._held: set[asyncio.StreamWriter] = set()
         self.connections = 0
+        """Connections accepted so far (silenced ones included)."""
 
     async def start(self) -> str:
-        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", self._port, reuse_address=True)
+        self._port = self._server.sockets[0].getsockname()[1]
         return self.endpoint
 
     @property
     def endpoint(self) -> str:
-        assert self._server is not None
-        return f"grpc://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+        assert self._port
+        return f"grpc://127.0.0.1:{self._port}"
+
+    async def refuse(self) -> None:
+        """Stop listening and reset every connection: new connections are refused until ``restore``."""
+        server, self._server = self._server, None
+        if server is not None:
+            server.close()
+            await server.wait_closed()
+        self.cut()
+        self._release_held()
+
+    async def restore(self) -> None:
+        """Listen again on the same port."""
+        if self._server is None:
+            await self.start()
+
+    def silence(self) -> None:
+        """Accept new connections but never forward or answer a byte of them (until ``unsilence``,
+        which resets them); the connections open now are black-holed."""
+        self._silent = True
+        self.blackhole()
+
+    def unsilence(self) -> None:
+        self._silent = False
+        self._release_held()
+
+    def _release_held(self) -> None:
+        for writer in list(self._held):
+            writer.transport.abort()
+        self._held.clear()
 
     def stall(self) -> None:
         self._flowing.clear()
@@ -77,6 +117,7 @@ class FlakyProxy:
             self._server.close()
         self.resume()
         self.cut()
+        self._release_held()
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -85,6 +126,9 @@ class FlakyProxy:
 
     async def _accept(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
         self.connections += 1
+        if self._silent:
+            self._held.add(client_writer)  # never read, never answered
+            return
         try:
             upstream_reader, upstream_writer = await asyncio.open_connection(*self._target)
         except OSError:
@@ -126,3 +170,32 @@ async def proxy_to(server: Any) -> AsyncIterator[FlakyProxy]:
         yield proxy
     finally:
         await proxy.close()
+
+
+@asynccontextmanager
+async def silent_endpoint() -> AsyncIterator[str]:
+    """``grpc://127.0.0.1:port`` of a socket that accepts connections and never answers (nothing
+    is read or sent: no HTTP/2 settings, no handshake)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(128)
+    listener.setblocking(False)
+    accepted: list[socket.socket] = []
+    loop = asyncio.get_running_loop()
+
+    def accept() -> None:
+        try:
+            while True:
+                conn, _ = listener.accept()
+                accepted.append(conn)
+        except BlockingIOError:
+            pass
+
+    loop.add_reader(listener.fileno(), accept)
+    try:
+        yield f"grpc://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        loop.remove_reader(listener.fileno())
+        for conn in accepted:
+            conn.close()
+        listener.close()

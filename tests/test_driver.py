@@ -117,11 +117,14 @@ async def test_discovery_replaces_endpoints_and_falls_back() -> None:
     await srv.server.start()
     try:
         async with yta.Driver(f"grpc://127.0.0.1:{srv.port}", "/local") as driver:
+            await driver.wait_ready(timeout=5)
             assert driver.endpoints == ["grpc://localhost:1", "grpc://localhost:2"]
         failing = RecordingDiscovery(status=ydb_status_codes_pb2.StatusIds.UNAVAILABLE)
         await failing.server.start()
         try:
             async with yta.Driver(f"grpc://127.0.0.1:{failing.port}", "/local") as driver:
+                with pytest.raises(yta.OperationTimeoutError, match="UNAVAILABLE"):
+                    await driver.wait_ready(timeout=0.5)  # the answer keeps being UNAVAILABLE
                 assert driver.endpoints == [f"grpc://127.0.0.1:{failing.port}"]
         finally:
             await failing.server.stop(None)

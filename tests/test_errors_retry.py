@@ -8,9 +8,9 @@ import grpc
 import pytest
 
 import ydb_topic_async as yta
-from ydb_topic_async._errors import error_from_status
+from ydb_topic_async._errors import error_from_code, error_from_status
 from ydb_topic_async._proto import ydb_issue_message_pb2, ydb_status_codes_pb2
-from ydb_topic_async._retry import BackoffSchedule, RetryPolicy, retry_call
+from ydb_topic_async._retry import BackoffSchedule, RetryPolicy, RetryState, retry_call
 
 Status = ydb_status_codes_pb2.StatusIds
 
@@ -151,3 +151,53 @@ async def test_retry_call_retries_then_succeeds_and_gives_up_on_permanent_errors
     with pytest.raises(yta.UnavailableError):
         await retry_call(always_down, RetryPolicy(max_attempts=4, fast=fast), idempotent=True)
     assert calls == 4
+
+
+def test_a_message_over_grpcs_size_limit_is_not_retriable() -> None:
+    too_large = error_from_code(grpc.StatusCode.RESOURCE_EXHAUSTED, "Received message larger than max (70 vs. 64)")
+    assert type(too_large) is yta.RequestTooLargeError and isinstance(too_large, yta.ResourceExhaustedError)
+    assert not too_large.is_retriable(idempotent=True)
+    quota = error_from_code(grpc.StatusCode.RESOURCE_EXHAUSTED, "quota exceeded")
+    assert type(quota) is yta.ResourceExhaustedError and quota.is_retriable(idempotent=False)
+
+
+def test_a_budget_alone_bounds_time_not_attempts() -> None:
+    assert RetryPolicy().max_attempts is None and RetryPolicy().max_elapsed == 60.0
+    clock = [0.0]
+    state = RetryState(RetryPolicy(max_elapsed=10.0, fast=BackoffSchedule(0.001, 0.001)), clock=lambda: clock[0])
+    for _ in range(1000):  # far more than the old default of ten attempts
+        assert state.next_delay(yta.UnavailableError()) is not None
+        clock[0] += 0.005
+    clock[0] = 10.5
+    assert state.next_delay(yta.UnavailableError()) is None  # the streak outlasted the budget
+
+
+def test_retry_state_streaks_start_over_after_progress() -> None:
+    clock = [0.0]
+    fast = BackoffSchedule(1.0, 100.0)
+    state = RetryState(RetryPolicy(max_attempts=3, max_elapsed=None, fast=fast), clock=lambda: clock[0])
+    assert not state.failing
+    assert state.next_delay(yta.ConnectionLostError()) is not None
+    assert state.next_delay(yta.ConnectionLostError()) is not None
+    assert state.failing and state.attempt == 2
+    clock[0] = 7.0
+    assert state.elapsed() == 7.0
+    assert state.next_delay(yta.ConnectionLostError()) is None  # the third try of the streak was the last
+    state.reset()
+    assert not state.failing and state.elapsed() == 0.0
+    assert state.next_delay(yta.ConnectionLostError()) is not None  # a new streak, a new budget
+    assert state.failures == 4
+    assert state.next_delay(yta.SchemeError()) is None  # final whatever the budget
+
+
+def test_retry_state_classifies_failures_its_own_way_and_forever_never_gives_up() -> None:
+    state = RetryState(RetryPolicy.forever(), classify=lambda error: "fast" if isinstance(error, KeyError) else None)
+    assert all(state.next_delay(KeyError("handler bug")) is not None for _ in range(10_000))
+    assert state.next_delay(yta.UnavailableError()) is None
+
+
+def test_backoff_floor_keeps_delays_above_a_fraction_of_the_bound() -> None:
+    equal_jitter = BackoffSchedule(base=1.0, cap=8.0, floor=0.5)
+    assert equal_jitter.delay(2, rand=lambda: 0.0) == pytest.approx(2.0)
+    assert equal_jitter.delay(2, rand=lambda: 1.0) == pytest.approx(4.0)
+    assert BackoffSchedule(base=1.0, cap=8.0).delay(2, rand=lambda: 0.0) == 0.0  # full jitter by default

@@ -16,6 +16,7 @@ from ._driver import Driver
 from ._errors import *  # noqa: F403 - the exception tree is public as a whole
 from ._errors import __all__ as _error_names
 from ._retry import BackoffSchedule, RetryPolicy
+from ._stream import ConnectionState
 from ._version import __version__
 from .observability import MetricsRecorder, NoopMetrics, OpenTelemetryTracing
 from .query import QueryClient, Transaction, TransactionState
@@ -63,6 +64,7 @@ __all__ = [
     "AutoPartitioningStrategy",
     "BackoffSchedule",
     "Codec",
+    "ConnectionState",
     "ConsumerDescription",
     "ConsumerPartitionInfo",
     "ConsumerSettings",

@@ -22,7 +22,7 @@ import anyio.to_thread
 import lz4.frame
 import zstandard
 
-from ._errors import InvalidArgumentError, UnsupportedCodecError
+from ._errors import InvalidArgumentError, InvalidCodecError, UnsupportedCodecError
 
 Transform = Callable[[bytes], bytes]
 
@@ -136,25 +136,119 @@ def codec_name(codec: int) -> str:
         return f"custom {codec}" if CUSTOM_CODEC_MIN <= codec <= CUSTOM_CODEC_MAX else f"unknown {codec}"
 
 
+_MAX_CODEC_ID = 2**31 - 1
+"""Codec ids are int32 on the wire."""
+
+
+def check_codec_id(value: object, what: str = "codec") -> int:
+    """``value`` if it is a codec id (a positive int such as ``Codec.ZSTD``); ``InvalidCodecError``
+    otherwise (a float, a bool, a name)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= _MAX_CODEC_ID:
+        hint = f" (use Codec.{value.upper()})" if isinstance(value, str) and value.upper() in Codec.__members__ else ""
+        raise InvalidCodecError(f"{what} must be a codec id such as Codec.ZSTD, got {value!r}{hint}")
+    return int(value)
+
+
 def merge_codecs(builtin: Mapping[int, Transform], extra: Mapping[int, Transform] | None) -> dict[int, Transform]:
-    """The built-in transforms plus user-registered ones; custom ids must be in the user range."""
+    """The built-in transforms plus user-registered ones; custom ids must be in the user range.
+
+    A user's transform is wrapped so that output other than bytes fails the one payload it was
+    given, naming the codec.
+    """
     merged = dict(builtin)
+    if extra is not None and not isinstance(extra, Mapping):
+        raise InvalidArgumentError(f"codecs must be a mapping of codec id to a callable, not {type(extra).__name__}")
     for codec, fn in (extra or {}).items():
-        if not isinstance(codec, int) or codec <= 0:
-            raise InvalidArgumentError(f"codec id must be a positive int, got {codec!r}")
+        codec = check_codec_id(codec, "codec id")
         if codec not in builtin and not CUSTOM_CODEC_MIN <= codec <= CUSTOM_CODEC_MAX and codec not in set(Codec):
             raise InvalidArgumentError(
                 f"custom codec id {codec} is outside the range {CUSTOM_CODEC_MIN}-{CUSTOM_CODEC_MAX}"
             )
         if not callable(fn):
             raise InvalidArgumentError(f"codec {codec_name(codec)} needs a callable bytes -> bytes")
-        merged[codec] = fn
+        merged[codec] = _checked(fn, codec) if fn not in (lz4_encode, lz4_decode) else fn
     return merged
 
 
+def _checked(fn: Transform, codec: int) -> Transform:
+    def transform(data: bytes) -> bytes:
+        out: object = fn(data)
+        if type(out) is bytes:
+            return out
+        if isinstance(out, (bytearray, memoryview)):
+            return bytes(out)
+        raise TypeError(f"the transform for codec {codec_name(codec)} returned {type(out).__name__}, not bytes")
+
+    return transform
+
+
+class PartialTransformError(Exception):
+    """Some payloads of a batch could not be transformed.
+
+    ``results`` has an entry per payload (None where it failed); ``failures`` maps the failed
+    payloads' indexes to their exceptions.
+    """
+
+    def __init__(self, results: list[bytes | None], failures: dict[int, BaseException]) -> None:
+        super().__init__(f"{len(failures)} of {len(results)} payloads failed")
+        self.results = results
+        self.failures = failures
+
+
 def transform_all(fn: Transform, payloads: Sequence[bytes]) -> list[bytes]:
-    """``fn`` applied to each payload, in order."""
-    return [fn(data) for data in payloads]
+    """``fn`` applied to each payload, in order; ``PartialTransformError`` when some fail."""
+    try:
+        return [fn(data) for data in payloads]
+    except Exception:
+        pass
+    # Only now, on the failure path, payload by payload: which ones, and the others' results.
+    results: list[bytes | None] = []
+    failures: dict[int, BaseException] = {}
+    for index, data in enumerate(payloads):
+        try:
+            results.append(fn(data))
+        except Exception as exc:
+            results.append(None)
+            failures[index] = exc
+    raise PartialTransformError(results, failures)
+
+
+async def transform_batch(sizes: Sequence[int], work: Callable[[int, int], list[bytes]]) -> list[bytes]:
+    """``work(0, len(sizes))``: the transformed payloads of a whole batch, in order.
+
+    ``sizes`` are the payloads' costs in bytes. Inline when there is little to do (``fits_inline``),
+    else in codec worker threads, the batch split into chunks of similar size (``split_evenly``)
+    that run in parallel. The writer's encoding and the reader's decoding both run through here.
+    ``work(start, end)`` may raise ``PartialTransformError`` for its range; the failures of every
+    chunk are gathered into one for the whole batch.
+    """
+    count = len(sizes)
+    total = sum(sizes)
+    if fits_inline(total, count):
+        return work(0, count)
+    bounds = split_evenly(sizes, total)
+    chunks: list[list[bytes | None]] = [[] for _ in bounds]
+    failures: dict[int, BaseException] = {}
+    errors: list[BaseException] = []
+
+    async def run_chunk(index: int, start: int, end: int) -> None:
+        try:
+            chunks[index] = list(await run_in_codec_thread(work, start, end))
+        except PartialTransformError as exc:
+            chunks[index] = exc.results
+            failures.update({start + offset: error for offset, error in exc.failures.items()})
+        except Exception as exc:
+            errors.append(exc)
+
+    async with anyio.create_task_group() as tg:
+        for index, (start, end) in enumerate(bounds):
+            tg.start_soon(run_chunk, index, start, end)
+    if errors:
+        raise errors[0]
+    results = [data for chunk in chunks for data in chunk]
+    if failures:
+        raise PartialTransformError(results, failures)
+    return results  # type: ignore[return-value]  # no failures: no None left
 
 
 def fits_inline(size: int, count: int) -> bool:

@@ -5,21 +5,29 @@ The tree::
     YdbTopicError
     ├── UsageError                    the caller did something wrong; raised at the call
     │   ├── InvalidArgumentError      (also a ValueError)
+    │   │   ├── InvalidEndpointError  a malformed endpoint or connection string
+    │   │   ├── InvalidCodecError     a codec that is not a codec id at all (also UnsupportedCodecError)
+    │   │   └── MessageTooLargeError  one message exceeds the request size limit
     │   ├── ClosedError               the writer/reader/driver is closed
     │   │   ├── WriterClosedError
     │   │   ├── ReaderClosedError
     │   │   └── TransactionEndedError the transaction was committed, rolled back or failed
     │   ├── UnsupportedCodecError     codec not registered or not allowed by the topic
     │   ├── CommitNotAllowedError     commit on a reader without a consumer
-    │   ├── MessageTooLargeError      one message exceeds the request size limit
+    │   ├── CredentialsError          the credentials gave no usable token
+    │   │   ├── InvalidTokenError     a token that is not a string, or not valid in a gRPC header
+    │   │   └── TokenProviderError    the token provider raised (retriable; the cause is chained)
     │   └── MissingDependencyError    an optional feature's package is not installed (also an ImportError)
     ├── BufferFullTimeoutError        write() waited for buffer space longer than allowed (also TimeoutError)
     ├── OperationTimeoutError         a client-side deadline passed (also TimeoutError)
     ├── PartitionSessionClosedError   a commit for a partition session that has ended
+    ├── MessageEncodeError            the writer's encoder failed for one message (that message only)
+    ├── MessageDecodeError            a received payload could not be decoded (that message only)
     ├── TransportError                gRPC failure: the server's status is unknown
     │   ├── ConnectionLostError       UNAVAILABLE, connection reset, stream broken
     │   ├── DeadlineExceededError
     │   ├── ResourceExhaustedError
+    │   │   └── RequestTooLargeError  a request over a gRPC message size limit (not retriable)
     │   ├── UnauthenticatedError
     │   └── ...                       one class per other gRPC code
     └── ServerError                   the server answered with a YDB status
@@ -139,6 +147,34 @@ class MessageTooLargeError(InvalidArgumentError):
     """A single message cannot fit in any request under the configured size limit."""
 
 
+class InvalidEndpointError(InvalidArgumentError):
+    """An endpoint or connection string that cannot be connected to as written."""
+
+
+class InvalidCodecError(UnsupportedCodecError, InvalidArgumentError):
+    """A codec argument that is not a codec id (an int such as ``Codec.ZSTD``) at all."""
+
+
+class CredentialsError(UsageError):
+    """The credentials could not give a usable token; nothing was sent."""
+
+
+class InvalidTokenError(CredentialsError):
+    """A token that is not a string, or holds characters a gRPC header cannot carry (line breaks,
+    non-ASCII): a programming error of the credentials, so it is not retried."""
+
+
+class TokenProviderError(CredentialsError):
+    """The credentials' token provider raised; its exception is the ``__cause__``.
+
+    Retried like an overloaded server: a token service that is briefly down must not end a
+    writer or reader that holds messages.
+    """
+
+    retriable = True
+    backoff = "slow"
+
+
 class MissingDependencyError(UsageError, ImportError):
     """An optional feature was asked for, but the package it needs is not installed."""
 
@@ -165,6 +201,30 @@ class OperationTimeoutError(YdbTopicError, TimeoutError):
 
 class PartitionSessionClosedError(YdbTopicError):
     """The partition session of a message has ended: its offsets can no longer be committed."""
+
+
+class MessageEncodeError(YdbTopicError):
+    """The writer's encoder raised, or returned something other than bytes, for one message.
+
+    Only that message fails (its ``write_with_ack`` future gets this error); the writer goes on.
+    """
+
+
+class MessageDecodeError(YdbTopicError):
+    """A received message's payload could not be decoded with its codec.
+
+    Raised by the receive call that reaches the message, once; later calls go on with the next
+    messages. ``message`` is the message with its payload as received (still encoded), so it can
+    be inspected, stored elsewhere, or committed to skip it.
+    """
+
+    def __init__(self, text: str, *, topic_path: str, partition_id: int, offset: int, codec: int, message: Any) -> None:
+        super().__init__(text)
+        self.topic_path = topic_path
+        self.partition_id = partition_id
+        self.offset = offset
+        self.codec = codec
+        self.message = message
 
 
 # --- server statuses --------------------------------------------------------------------
@@ -339,6 +399,14 @@ class ResourceExhaustedError(TransportError):
     backoff = "slow"
 
 
+class RequestTooLargeError(ResourceExhaustedError):
+    """RESOURCE_EXHAUSTED from gRPC's own size check: a message larger than the sender's or the
+    receiver's limit. Sending it again cannot succeed, so it is not retried."""
+
+    retriable = False
+    backoff = "none"  # type: ignore[assignment]
+
+
 class UnauthenticatedError(TransportError):
     grpc_code = grpc.StatusCode.UNAUTHENTICATED
 
@@ -396,8 +464,19 @@ def error_from_grpc(exc: grpc.RpcError) -> TransportError:
     details_fn = getattr(exc, "details", None)
     code = code_fn() if callable(code_fn) else None
     details = details_fn() if callable(details_fn) else str(exc)
+    return error_from_code(code, details)
+
+
+def error_from_code(code: grpc.StatusCode | None, details: str | None) -> TransportError:
+    """The ``TransportError`` for a gRPC status code and its details."""
     cls = _BY_GRPC.get(code, InvalidRequestError) if code is not None else TransportUnknownError
+    if cls is ResourceExhaustedError and details and _SIZE_LIMIT_DETAILS in details:
+        cls = RequestTooLargeError
     return cls(details or "", code)
+
+
+_SIZE_LIMIT_DETAILS = "larger than max"
+"""What gRPC says when a message exceeds a size limit ("Received message larger than max (N vs. M)")."""
 
 
 __all__ = [
@@ -409,13 +488,19 @@ __all__ = [
     "ClosedError",
     "CommitNotAllowedError",
     "ConnectionLostError",
+    "CredentialsError",
     "DeadlineExceededError",
     "ExternalError",
     "GenericError",
     "InternalError",
     "InvalidArgumentError",
+    "InvalidCodecError",
+    "InvalidEndpointError",
     "InvalidRequestError",
+    "InvalidTokenError",
     "Issue",
+    "MessageDecodeError",
+    "MessageEncodeError",
     "MessageTooLargeError",
     "MissingDependencyError",
     "NotFoundError",
@@ -425,6 +510,7 @@ __all__ = [
     "PermissionDeniedError",
     "PreconditionFailedError",
     "ReaderClosedError",
+    "RequestTooLargeError",
     "ResourceExhaustedError",
     "SchemeError",
     "ServerCancelledError",
@@ -432,6 +518,7 @@ __all__ = [
     "ServerTimeoutError",
     "SessionBusyError",
     "SessionExpiredError",
+    "TokenProviderError",
     "TransactionEndedError",
     "TransportAbortedError",
     "TransportCancelledError",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 import ydb_topic_async as yta
+from ydb_topic_async.observability.metrics import WriterReport
 from ydb_topic_async.testing import LocalTopicServer
 
 from .._proxy import proxy_to
@@ -197,4 +198,5 @@ def test_driver_refuses_an_incomplete_recorder() -> None:
 def test_the_default_recorder_is_a_noop() -> None:
     driver = yta.Driver("grpc://127.0.0.1:2136", "/local")
     assert type(driver.metrics) is yta.NoopMetrics
-    assert driver._metrics is None  # the hot paths skip metric work entirely
+    # The hot paths skip metric work entirely: writers and readers get the shared no-op report.
+    assert type(driver.topic.writer("t")._sender._report) is WriterReport

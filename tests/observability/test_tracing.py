@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import textwrap
@@ -15,6 +16,8 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 import ydb_topic_async as yta
 from ydb_topic_async.testing import LocalTopicServer
+
+from .._proxy import silent_endpoint
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -160,8 +163,10 @@ async def test_bad_input_is_refused_as_without_tracing(
                 await writer.write([b"ok", 42])  # type: ignore[list-item]
             await writer.write(b"fine")
         assert [m.data for m in server.storage.read(driver.topic.full_path("traced-bad"), 0)] == [b"fine"]
+    # A call refused at once wrote nothing: no producer span (tracing sees accepted messages only,
+    # so it never checks a message again).
     producers = _spans(exporter, SpanKind.PRODUCER)
-    assert [s.status.status_code for s in producers] == [StatusCode.ERROR, StatusCode.ERROR, StatusCode.UNSET]
+    assert [s.status.status_code for s in producers] == [StatusCode.UNSET]
 
 
 async def test_a_skipped_duplicate_is_marked_on_its_span(
@@ -233,4 +238,25 @@ async def test_bad_metadata_raises_the_writers_error_with_tracing_on(
             await writer.write(b"fine")
         assert [m.data for m in server.storage.read(driver.topic.full_path("traced-bad-meta"), 0)] == [b"fine"]
     statuses = [s.status.status_code for s in _spans(exporter, SpanKind.PRODUCER)]
-    assert statuses == [StatusCode.ERROR] * 3 + [StatusCode.UNSET]
+    assert statuses == [StatusCode.UNSET]
+
+
+async def test_a_write_that_gets_no_buffer_space_ends_its_span_with_the_error(
+    exporter: InMemorySpanExporter, tracing: yta.OpenTelemetryTracing
+) -> None:
+    async with (
+        silent_endpoint() as endpoint,
+        yta.Driver(endpoint, "/local", discovery=False, tracing=tracing) as driver,
+    ):
+        writer = driver.topic.writer("t", max_buffer_messages=1, buffer_wait_timeout=0.1)
+        await writer.write(b"held")  # accepted, never acknowledged: the server does not answer
+        with pytest.raises(yta.BufferFullTimeoutError):
+            await writer.write(b"no room")
+        with pytest.raises(yta.OperationTimeoutError):
+            await writer.close(timeout=0.1)
+    await asyncio.sleep(0)  # spans end in their futures' done-callbacks
+    refused, held = _spans(exporter, SpanKind.PRODUCER)
+    assert held.status.status_code is StatusCode.ERROR  # failed by the close that gave up on it
+    assert refused.status.status_code is StatusCode.ERROR
+    assert [event.name for event in refused.events] == ["exception"]
+    assert "BufferFullTimeoutError" in str(refused.events[0].attributes)

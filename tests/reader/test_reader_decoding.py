@@ -104,16 +104,47 @@ async def test_decoding_many_small_batches_does_not_stall_the_loop(
     assert max(stalls) < inline_half / 3, (max(stalls), inline_half)
 
 
-async def test_a_decoder_failing_in_a_worker_thread_fails_the_reader(
+async def test_a_payload_its_decoder_rejects_fails_alone_and_names_where_it_is(
     server: LocalTopicServer, driver: yta.Driver, topic: str
 ) -> None:
+    """A corrupt payload fails the receive that reaches it with ``MessageDecodeError`` (topic,
+    partition, offset, codec, the message as received); the other messages are delivered, and
+    committing the failed message skips it."""
+
     class CorruptData(Exception):
         pass
 
-    def failing(data: bytes) -> bytes:
-        raise CorruptData("cannot decode")
+    payloads = _payloads(1000)
+    bad_offsets = [7, 500, 999]
+    corrupt = {payloads[offset] for offset in bad_offsets}
+    zstd = _codecs.BUILTIN_DECODERS[yta.Codec.ZSTD]
 
-    _store_from_many_producers(server, topic, _payloads(1000))
-    async with driver.topic.reader(topic, consumer="consumer", decoders={yta.Codec.ZSTD: failing}) as reader:
-        with pytest.raises(CorruptData):
-            await reader.receive_batch(timeout=10)
+    def picky(data: bytes) -> bytes:
+        out = zstd(data)
+        if out in corrupt:
+            raise CorruptData("cannot decode")
+        return out
+
+    _store_from_many_producers(server, topic, payloads)  # large: decoded in worker threads
+    path = driver.topic.full_path(topic)
+    got: list[yta.TopicMessage] = []
+    errors: list[yta.MessageDecodeError] = []
+    async with driver.topic.reader(topic, consumer="consumer", decoders={yta.Codec.ZSTD: picky}) as reader:
+        while len(got) + len(errors) < len(payloads):
+            try:
+                batch = await reader.receive_batch(timeout=10)
+            except yta.MessageDecodeError as error:
+                errors.append(error)
+                reader.commit(error.message)  # processed: skip it
+                continue
+            got.extend(batch)
+            reader.commit(batch)
+        assert reader.failure is None
+        await reader.commit_with_ack(got[-1], timeout=10)
+    assert [e.offset for e in errors] == bad_offsets
+    assert all((e.topic_path, e.partition_id, e.codec) == (path, 0, yta.Codec.ZSTD) for e in errors)
+    assert all(isinstance(e.__cause__, CorruptData) for e in errors)
+    assert all(f"offset {e.offset} of partition 0 of {path}" in str(e) and "zstd" in str(e) for e in errors)
+    assert [e.message.data for e in errors] == [zstandard.ZstdCompressor().compress(payloads[o]) for o in bad_offsets]
+    assert [m.data for m in got] == [p for i, p in enumerate(payloads) if i not in bad_offsets]
+    assert [p.committed_offset for p in (await driver.topic.describe_consumer(topic, "consumer")).partitions] == [1000]

@@ -12,7 +12,8 @@ import pytest
 
 import ydb_topic_async as yta
 from ydb_topic_async import _codecs
-from ydb_topic_async.writer import sender as sender_module
+
+from .._streams import record_requests
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -187,21 +188,14 @@ async def test_a_message_too_large_for_any_request_raises_at_write(driver: yta.D
 async def test_large_batches_are_split_into_requests_under_the_limit(
     server: Any, driver: yta.Driver, topic: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    sizes: list[int] = []
-    real_write = sender_module._write
-
-    async def recording_write(call: Any, request: Any) -> None:
-        if request.WhichOneof("client_message") == "write_request":
-            sizes.append(request.ByteSize())
-        await real_write(call, request)
-
-    monkeypatch.setattr(sender_module, "_write", recording_write)
+    requests = record_requests(monkeypatch, "write_request")
     limit = 100 * 1024
     payloads = [bytes([i]) * 9_000 for i in range(60)]
     async with driver.topic.writer(topic, producer_id="split", max_request_size=limit) as writer:
         await writer.wait_init()
         results = await writer.write_with_ack(payloads)  # one call: queued at once
     assert [r.seq_no for r in results] == list(range(1, 61))
+    sizes = [request.ByteSize() for request in requests]
     assert all(size <= limit for size in sizes), sizes
     assert len(sizes) == 6  # 11 messages of ~9 KB fit in 100 KiB; as few requests as possible
     assert [m.data for m in stored(server, topic)] == payloads
@@ -333,15 +327,11 @@ async def test_explicit_partition_and_direct_write(server: Any, driver: yta.Driv
 async def test_tokens_are_refreshed_in_band(
     server: Any, topic_name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    sent: list[str] = []
-    real_write = sender_module._write
+    updates = record_requests(monkeypatch, "update_token_request")
 
-    async def recording_write(call: Any, request: Any) -> None:
-        if request.WhichOneof("client_message") == "update_token_request":
-            sent.append(request.update_token_request.token)
-        await real_write(call, request)
+    def sent() -> list[str]:
+        return [request.update_token_request.token for request in updates]
 
-    monkeypatch.setattr(sender_module, "_write", recording_write)
     current = "t1"
 
     async def provider() -> str:
@@ -349,10 +339,10 @@ async def test_tokens_are_refreshed_in_band(
 
     async def wait_sent(token: str) -> None:
         for _ in range(250):
-            if token in sent:
+            if token in sent():
                 return
             await asyncio.sleep(0.02)
-        raise AssertionError(f"{token} was not sent: {sent}")
+        raise AssertionError(f"{token} was not sent: {sent()}")
 
     credentials = yta.TokenProviderCredentials(provider)
     async with yta.Driver(server.endpoint, server.database, credentials, discovery=False) as driver:
@@ -360,25 +350,35 @@ async def test_tokens_are_refreshed_in_band(
         async with driver.topic.writer(topic_name, token_refresh_interval=0.02) as writer:
             await writer.write_with_ack(b"before")
             await asyncio.sleep(0.1)
-            assert sent == []  # an unchanged token is not resent
+            assert sent() == []  # an unchanged token is not resent
             current = "t2"
             await wait_sent("t2")
             current = "t3"
             await wait_sent("t3")
             await writer.write_with_ack(b"after")  # the stream survived the updates
-    assert sent == ["t2", "t3"]
+    assert sent() == ["t2", "t3"]
 
 
-async def test_a_failing_custom_encoder_fails_the_writer(server: Any, driver: yta.Driver, topic: str) -> None:
-    def broken(data: bytes) -> bytes:
-        raise RuntimeError("encoder bug")
+@pytest.mark.parametrize("size", [100, 20_000], ids=["inline", "worker-thread"])
+async def test_a_failing_custom_encoder_fails_only_its_own_messages(
+    server: Any, driver: yta.Driver, topic: str, size: int
+) -> None:
+    def picky(data: bytes) -> bytes:
+        if data.startswith(b"bad"):
+            raise RuntimeError("encoder bug")
+        return b"enc:" + data
 
-    writer = driver.topic.writer(topic, codec=10005, encoders={10005: broken})
-    with pytest.raises(yta.UsageError, match="encoder bug"):
-        await writer.write_with_ack(b"x" * 20_000)  # large: encoded in a worker thread
-    with pytest.raises(yta.UsageError):
-        await writer.close()
-    assert stored(server, topic) == []
+    good = [b"good-%d " % i * (size // 8) for i in range(3)]
+    async with driver.topic.writer(topic, producer_id="p", codec=10005, encoders={10005: picky}) as writer:
+        futures = await writer.write_with_ack_future([good[0], b"bad" * (size // 3), good[1]])
+        first, bad, second = await asyncio.gather(*futures, return_exceptions=True)
+        assert isinstance(bad, yta.MessageEncodeError) and "encoder bug" in str(bad)
+        assert isinstance(bad.__cause__, RuntimeError)
+        assert first == yta.Written(0, 0, 1) and second == yta.Written(0, 1, 3)
+        await writer.flush(timeout=10)  # the dropped message counts as settled
+        assert writer.failure is None
+        assert await writer.write_with_ack(good[2]) == yta.Written(0, 2, 4)
+    assert [m.data for m in stored(server, topic)] == [b"enc:" + g for g in good]
 
 
 async def test_large_payloads_are_encoded_off_the_loop_in_parallel(

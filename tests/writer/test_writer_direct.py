@@ -37,6 +37,7 @@ async def nodes(server: LocalTopicServer) -> AsyncIterator[list[FlakyProxy]]:
 
 async def _write_through(server: LocalTopicServer, entry: FlakyProxy, topic: str, count: int) -> list[Any]:
     async with yta.Driver(entry.endpoint, server.database, retry=_QUICK) as driver:
+        await driver.wait_ready(timeout=10)  # discovery runs in the background: wait for its answer
         assert len(driver.endpoints) == 3  # discovery named every node
         async with driver.topic.writer(topic, producer_id="direct", partition_id=0, direct_write=True) as writer:
             return [await writer.write_with_ack(PAYLOAD) for _ in range(count)]
@@ -92,7 +93,7 @@ async def test_a_generation_change_between_describe_and_connect_is_re_resolved(
         move_after_next_describe = True
         assert server.faults.drop_write_streams() == 1
         assert await writer.write_with_ack(b"after") == yta.Written(0, 1, 2)
-        assert writer._sender.reconnects == 2  # the dropped stream, then the refused handshake
+        assert writer.reconnects == 2  # the dropped stream, then the refused handshake
     # Located at 1, re-located after the drop (1, then moved to 2), refused, re-located at 2.
     assert generations_seen[:3] == [1, 1, 2]
     assert [(m.seq_no, m.data) for m in server.storage.read(topic, 0)] == [(1, b"before"), (2, b"after")]

@@ -19,6 +19,7 @@ import ydb_topic_async as yta
 from ydb_topic_async import _codecs
 
 from .._proxy import FlakyProxy, proxy_to
+from .._streams import record_requests
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -145,7 +146,7 @@ async def test_exactly_once_across_dropped_streams(
                 proxy.cut()  # some messages are in flight, some acked, some not yet sent
                 await asyncio.sleep(0.01)
         results = list(await asyncio.gather(*futures))
-        assert writer._sender.reconnects >= 5
+        assert writer.reconnects >= 5
     messages = stored(server, topic)
     assert [m.data for m in messages] == [b"m%d" % i for i in range(total)]
     assert [m.seq_no for m in messages] == list(range(1, total + 1))
@@ -159,19 +160,8 @@ async def test_exactly_once_across_dropped_streams(
 async def test_resends_keep_original_seq_no_and_created_at(
     server: Any, proxied: yta.Driver, proxy: FlakyProxy, topic_name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from ydb_topic_async.writer import sender as sender_module
-
     topic = await _create(proxied, topic_name)
-    sent: list[tuple[int, int, int]] = []
-    real_write = sender_module._write
-
-    async def recording_write(call: Any, request: Any) -> None:
-        if request.WhichOneof("client_message") == "write_request":
-            for m in request.write_request.messages:
-                sent.append((m.seq_no, m.created_at.seconds, m.created_at.nanos))
-        await real_write(call, request)
-
-    monkeypatch.setattr(sender_module, "_write", recording_write)
+    requests = record_requests(monkeypatch, "write_request")
     async with proxied.topic.writer(topic, producer_id="resend") as writer:
         await writer.wait_init()
         proxy.stall()
@@ -180,6 +170,9 @@ async def test_resends_keep_original_seq_no_and_created_at(
         proxy.cut()
         proxy.resume()
         await writer.flush(timeout=10)
+    sent = [
+        (m.seq_no, m.created_at.seconds, m.created_at.nanos) for r in requests for m in r.write_request.messages
+    ]
     first = sent[:3]
     assert [s[0] for s in first] == [1, 2, 3]
     assert sent[3:6] == first  # the resend repeats seq_no and created_at exactly
@@ -328,7 +321,7 @@ async def test_retriable_statuses_at_the_handshake_are_retried(server: Any, driv
     server.faults.fail_next("StreamWrite", "UNAVAILABLE")
     async with driver.topic.writer(topic, retry=_QUICK) as writer:
         assert await writer.write_with_ack(b"eventually") == yta.Written(0, 0, 1)
-        assert writer._sender.reconnects == 3
+        assert writer.reconnects == 3
 
 
 async def test_a_non_retriable_status_fails_every_pending_future(server: Any, driver: yta.Driver, topic: str) -> None:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from .._credentials import Credentials
 from .._driver import Driver
 from .._errors import ClosedError, InvalidArgumentError, ReaderClosedError
-from .._retry import BackoffSchedule
+from .._retry import BackoffSchedule, RetryPolicy, RetryState
 from ..observability.logging import sdk_logger
 from ..reader import TopicMessage, TopicReader
 from ..writer import TopicWriter
@@ -108,7 +108,9 @@ class Consumer:
 
     async def run(self, driver: Driver) -> None:
         """Consume until ``stop`` or cancellation; failures restart the reader after a backoff."""
-        backoff = self.initial_backoff
+        schedule = BackoffSchedule(self.initial_backoff, self.max_backoff, floor=0.5)
+        # Every failure is worth a restart (a handler's bug included): only the delay grows.
+        retry = RetryState(RetryPolicy(None, None, fast=schedule, slow=schedule), classify=lambda _: "fast")
         handled_at_failure = self.handled
         self._stopping = False
         while not self.stopping():
@@ -122,17 +124,17 @@ class Consumer:
                     return
                 if self.handled != handled_at_failure:
                     # Progress since the previous failure: this is a new problem, start the backoff over.
-                    backoff = self.initial_backoff
+                    retry.reset()
                 handled_at_failure = self.handled
                 self.restarts += 1
                 self.last_error = exc
-                delay = random.uniform(backoff / 2, backoff)
+                delay = retry.next_delay(exc)
+                assert delay is not None  # an unbounded policy never gives up
                 logger.error(
                     "consumer %s failed; restarting in %.2fs (restart %d)",
                     self.name, delay, self.restarts, exc_info=exc,
                 )
                 await asyncio.sleep(delay)
-                backoff = min(self.max_backoff, backoff * 2)
 
     async def _consume(self, driver: Driver) -> None:
         reader = driver.topic.reader(self.topics, consumer=self.consumer, **self.reader_options)
@@ -255,13 +257,14 @@ class TopicRuntime:
     def writer(self, name: str) -> TopicWriter:
         """The writer called ``name``; one that has failed for good is replaced first.
 
-        A writer fails for good on a non-retriable error or when its retry policy gives up
-        (a long outage). The next access then opens a new writer with the same ``WriterSpec``,
-        logs the replacement at WARNING with the cause and closes the failed writer in the
-        background. Messages the failed writer had accepted but not acknowledged are lost: their
-        futures failed with the cause, so ``write_with_ack`` (and ``flush``) raised it, while a
-        fire-and-forget ``write`` that already returned cannot tell. Use ``write_with_ack``
-        where a message must not be lost silently. Every caller gets the same new writer.
+        A writer fails for good on an error no retry can fix, or when its retry budget runs out
+        (writers reconnect for as long as they are open unless their ``WriterSpec`` gives one,
+        e.g. ``retry=RetryPolicy(max_elapsed=60)``). The next access then opens a new writer
+        with the same ``WriterSpec``, logs the replacement at WARNING with the cause and closes
+        the failed writer in the background. Messages the failed writer had accepted but not
+        acknowledged are lost: their futures failed with the cause, so ``write_with_ack`` (and
+        ``flush``) raised it, while a fire-and-forget ``write`` that already returned cannot
+        tell. Use ``write_with_ack`` where a message must not be lost silently. Every caller gets the same new writer.
 
         When the replacement fails too without ever connecting (a missing topic, a codec the
         topic refuses, missing rights: something a new stream will not fix), its failure is

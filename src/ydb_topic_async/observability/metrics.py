@@ -13,8 +13,13 @@ are deliberately not passed: they are unbounded and would explode a metric's car
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Protocol, runtime_checkable
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from ..reader.messages import PartitionSession, TopicMessage
 
 
 @runtime_checkable
@@ -139,6 +144,157 @@ class GaugeShare:
         if messages != reported_messages or nbytes != reported_bytes:
             self.messages, self.nbytes = messages, nbytes
             change(label, messages - reported_messages, nbytes - reported_bytes)
+
+
+# --- what writers and readers report -------------------------------------------------------------
+#
+# The stream code calls one report object per writer or reader at fixed points (a request sent,
+# acknowledgements received, a response received, a reconnect). Without a recorder that object
+# is a shared no-op, so the protocol code never asks whether metrics are on.
+
+
+class WriterReport:
+    """What one writer reports; this base reports nothing (metrics off)."""
+
+    __slots__ = ()
+
+    wants_statuses = False
+    """Whether ``acked`` needs the written/skipped split (reading each ack's status costs time)."""
+
+    def sent(self, messages: int) -> None:
+        """A request with ``messages`` messages went out on the current stream."""
+
+    def acked(self, partition_id: int, count: int, skipped: int, written_bytes: int) -> None:
+        """``count`` messages were acknowledged, ``skipped`` of them as duplicates."""
+
+    def buffer_changed(self) -> None:
+        """The writer's buffer changed (messages sent, acknowledged or dropped)."""
+
+    def stream_started(self) -> None:
+        """A new stream starts: requests of the old one will not be acknowledged."""
+
+    def reconnect(self, error: BaseException) -> None:
+        """The stream broke with ``error`` and the writer opens a new one."""
+
+    def closed(self) -> None:
+        """The writer stopped: nothing it held counts any more."""
+
+
+class _RecordingWriterReport(WriterReport):
+    __slots__ = ("_buffer", "_recorder", "_sent", "_share", "_topic")
+
+    wants_statuses = True
+
+    def __init__(self, recorder: MetricsRecorder, topic: str, buffer: Callable[[], tuple[int, int]]) -> None:
+        self._recorder = recorder
+        self._topic = topic
+        self._buffer = buffer
+        self._share = GaugeShare()
+        self._sent: deque[list[float]] = deque()
+        """Per request of the current stream, oldest first: [sent at, messages awaiting acks]."""
+
+    def sent(self, messages: int) -> None:
+        self._sent.append([time.monotonic(), messages])
+
+    def acked(self, partition_id: int, count: int, skipped: int, written_bytes: int) -> None:
+        recorder, topic = self._recorder, self._topic
+        recorder.writer_acks(topic, partition_id, count - skipped, skipped, written_bytes)
+        # Acks come in seq_no order, and requests were sent in that order: the oldest marks are theirs.
+        now = time.monotonic()
+        marks = self._sent
+        left = count
+        while left and marks:
+            mark = marks[0]
+            taken = min(left, int(mark[1]))
+            recorder.writer_ack_latency(topic, now - mark[0], taken)
+            left -= taken
+            mark[1] -= taken
+            if not mark[1]:
+                marks.popleft()
+
+    def buffer_changed(self) -> None:
+        messages, nbytes = self._buffer()
+        self._share.report(self._recorder.writer_buffer_change, self._topic, messages, nbytes)
+
+    def stream_started(self) -> None:
+        self._sent.clear()
+
+    def reconnect(self, error: BaseException) -> None:
+        self._recorder.writer_reconnect(self._topic, error)
+
+    def closed(self) -> None:
+        # Stopped or failed: whatever the buffer still holds is the writer's no longer, and the
+        # gauge summed over every writer of the topic must not keep it.
+        self._share.report(self._recorder.writer_buffer_change, self._topic, 0, 0)
+
+
+class ReaderReport:
+    """What one reader reports; this base reports nothing (metrics off)."""
+
+    __slots__ = ()
+
+    def received(self, session: PartitionSession, messages: Sequence[TopicMessage]) -> None:
+        """``messages`` of one partition arrived in one response."""
+
+    def buffer_changed(self) -> None:
+        """The reader's buffer changed (a response arrived, credit was granted back)."""
+
+    def commit_acked(self, session: PartitionSession) -> None:
+        """The server confirmed a new committed offset for ``session``."""
+
+    def reconnect(self, error: BaseException) -> None:
+        """The stream broke with ``error`` and the reader opens a new one."""
+
+    def closed(self) -> None:
+        """The reader stopped: nothing it held counts any more."""
+
+
+class _RecordingReaderReport(ReaderReport):
+    __slots__ = ("_buffer", "_consumer", "_recorder", "_share")
+
+    def __init__(self, recorder: MetricsRecorder, consumer: str, buffer: Callable[[], tuple[int, int]]) -> None:
+        self._recorder = recorder
+        self._consumer = consumer
+        self._buffer = buffer
+        self._share = GaugeShare()
+
+    def received(self, session: PartitionSession, messages: Sequence[TopicMessage]) -> None:
+        self._recorder.reader_messages(
+            session.topic_path, session.partition_id, len(messages), sum(len(m.data) for m in messages)
+        )
+
+    def buffer_changed(self) -> None:
+        messages, nbytes = self._buffer()
+        self._share.report(self._recorder.reader_buffer_change, self._consumer, messages, nbytes)
+
+    def commit_acked(self, session: PartitionSession) -> None:
+        committed = session.committed_offset
+        lag = max(0, session._next_commit_start - committed)
+        self._recorder.reader_commit_ack(session.topic_path, session.partition_id, committed, lag)
+
+    def reconnect(self, error: BaseException) -> None:
+        self._recorder.reader_reconnect(self._consumer, error)
+
+    def closed(self) -> None:
+        self._share.report(self._recorder.reader_buffer_change, self._consumer, 0, 0)
+
+
+_NO_WRITER_REPORT = WriterReport()
+_NO_READER_REPORT = ReaderReport()
+
+
+def writer_report(recorder: MetricsRecorder | None, topic: str, buffer: Callable[[], tuple[int, int]]) -> WriterReport:
+    """The report of one writer of ``topic``; ``buffer()`` gives its (messages, bytes) held."""
+    active = active_recorder(recorder)
+    return _NO_WRITER_REPORT if active is None else _RecordingWriterReport(active, topic, buffer)
+
+
+def reader_report(
+    recorder: MetricsRecorder | None, consumer: str, buffer: Callable[[], tuple[int, int]]
+) -> ReaderReport:
+    """The report of one reader of ``consumer``; ``buffer()`` gives its (messages, bytes) held."""
+    active = active_recorder(recorder)
+    return _NO_READER_REPORT if active is None else _RecordingReaderReport(active, consumer, buffer)
 
 
 __all__ = ["MetricsRecorder", "NoopMetrics"]

@@ -20,12 +20,11 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from .._errors import InvalidArgumentError, MissingDependencyError
-from ..writer.messages import Message
-from ..writer.writer import MAX_METADATA_CHARS, MAX_METADATA_ITEMS, check_metadata
+from .._limits import MAX_METADATA_BYTES, MAX_METADATA_ITEMS, wire_size
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
@@ -33,10 +32,8 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Span, TracerProvider
 
     from ..reader.messages import TopicMessage
+    from ..writer.buffer import PendingMessage
     from ..writer.messages import WriteResult
-    from ..writer.writer import Messages, OneMessage
-
-    Accept = Callable[[Messages, bool, bool], Awaitable[list[asyncio.Future[WriteResult]] | None]]
 
 INSTALL_HINT = "pip install 'ydb-topic-async[otel]'"
 MESSAGING_SYSTEM = "ydb"
@@ -71,81 +68,71 @@ class OpenTelemetryTracing:
         self._fields = frozenset(self._propagator.fields)
 
     # --- writing -------------------------------------------------------------------------------
+    #
+    # The writer calls these with the messages it has just validated and accepted, before they
+    # join its buffer: spans start, the context goes into each message's metadata, and each span
+    # ends with its message's acknowledgement.
 
-    async def traced_accept(
-        self, accept: Accept, topic: str, producer_id: str, messages: Messages, with_futures: bool
-    ) -> list[asyncio.Future[WriteResult]] | None:
-        """Start a producer span per message, carry its context in the message, end it on the ack.
+    def start_writes(self, topic: str, producer_id: str, entries: Sequence[PendingMessage], room: int) -> list[Span]:
+        """Start a producer span per message and put its context in the message's metadata,
+        unless the message carries a context of its own or has no room left for one (metadata
+        limits, or ``room``: the most a message may take in a request)."""
+        spans = []
+        for entry in entries:
+            span = self._tracer.start_span(
+                f"write {topic}",
+                kind=self._trace.SpanKind.PRODUCER,
+                attributes={
+                    "messaging.system": MESSAGING_SYSTEM,
+                    "messaging.operation.type": "send",
+                    "messaging.operation.name": "write",
+                    "messaging.destination.name": topic,
+                    "messaging.ydb.producer_id": producer_id,
+                    "messaging.message.body.size": entry.data_len,
+                },
+            )
+            spans.append(span)
+            self._inject(entry, span, room)
+        return spans
 
-        ``accept`` is the writer's own (untraced) accept; it gets the messages with the context
-        added to their metadata and always returns acknowledgement futures.
-        """
-        single = isinstance(messages, (bytes, str, Message))
-        if not single and not isinstance(messages, (list, tuple)):
-            return await accept(messages, with_futures, True)  # it raises the usual error
-        items: Iterable[OneMessage] = (messages,) if single else messages  # type: ignore[assignment]
-        spans: list[Span] = []
-        carried: list[OneMessage] = []
-        try:
-            for item in items:
-                span = self._start_producer_span(topic, producer_id, item)
-                spans.append(span)
-                carried.append(self._inject(item, span))
-            futures = await accept(carried[0] if single and carried else carried, True, True)
-        except BaseException as exc:
-            for span in spans:
-                _fail_span(self._trace, span, exc)
-            raise
-        assert futures is not None
+    def _inject(self, entry: PendingMessage, span: Span, room: int) -> None:
+        pairs = entry.metadata or []
+        if any(key in self._fields for key, _ in pairs):
+            return  # the caller propagates a context of its own: keep it
+        carrier: dict[str, str] = {}
+        self._propagator.inject(carrier, context=self._trace.set_span_in_context(span))
+        if not carrier:
+            return
+        added = [(key, value.encode()) for key, value in carrier.items()]
+        meta_bytes = entry.size - entry.data_len
+        used = sum(len(key.encode()) + len(value) for key, value in pairs)  # as YDB counts: UTF-8 bytes
+        extra_bytes = sum(len(key) + len(value) for key, value in added)
+        items = len(pairs) + len(added)
+        if (
+            used + extra_bytes > MAX_METADATA_BYTES
+            or items > MAX_METADATA_ITEMS
+            or wire_size(entry.data_len, meta_bytes + extra_bytes, items) > room
+        ):
+            # The message is valid as it is: it goes without the context rather than failing.
+            span.add_event(
+                CONTEXT_SKIPPED_EVENT,
+                {"reason": f"the message metadata leaves no room for the trace context ({used} bytes"
+                 f" and {len(pairs)} items used of {MAX_METADATA_BYTES} and {MAX_METADATA_ITEMS})"},
+            )
+            return
+        entry.metadata = [*pairs, *added]
+        entry.size += extra_bytes
+
+    def end_writes_on_ack(self, spans: Sequence[Span], futures: Sequence[asyncio.Future[WriteResult]]) -> None:
+        """End each span when its message's acknowledgement (or failure) arrives."""
         for future, span in zip(futures, spans, strict=True):
             future.add_done_callback(functools.partial(self._on_ack, span))
-        return futures if with_futures else None
 
-    def _start_producer_span(self, topic: str, producer_id: str, message: OneMessage) -> Span:
-        data = message.data if isinstance(message, Message) else message
-        attributes: dict[str, Any] = {
-            "messaging.system": MESSAGING_SYSTEM,
-            "messaging.operation.type": "send",
-            "messaging.operation.name": "write",
-            "messaging.destination.name": topic,
-            "messaging.ydb.producer_id": producer_id,
-        }
-        if isinstance(data, (bytes, bytearray, memoryview)):
-            attributes["messaging.message.body.size"] = len(data)
-        return self._tracer.start_span(f"write {topic}", kind=self._trace.SpanKind.PRODUCER, attributes=attributes)
-
-    def _inject(self, message: Any, span: Span) -> Any:
-        if isinstance(message, (bytes, str)):
-            data: bytes | str = message
-            pairs: list[tuple[str, Any]] = []
-            chars = 0
-        elif isinstance(message, Message):
-            data = message.data
-            # The metadata may be a one-shot iterable: read it once and send the list from here on.
-            pairs = _metadata_pairs(message.metadata)
-            # Checked as the writer checks it (same errors), so that the context added below is
-            # not what turns bad or borderline metadata into a failure.
-            chars = check_metadata(pairs)[2] if pairs else 0
-        else:
-            return message  # not a message at all: the writer rejects it as usual
-        carrier: dict[str, str] = {}
-        present = {key for key, _ in pairs}
-        if not present & self._fields:  # else the caller propagates a context of its own: keep it
-            self._propagator.inject(carrier, context=self._trace.set_span_in_context(span))
-        if carrier:
-            extra_chars = sum(len(key) + len(value) for key, value in carrier.items())
-            if chars + extra_chars > MAX_METADATA_CHARS or len(pairs) + len(carrier) > MAX_METADATA_ITEMS:
-                # The message is valid as it is: it goes without the context rather than failing.
-                span.add_event(
-                    CONTEXT_SKIPPED_EVENT,
-                    {"reason": f"the message metadata leaves no room for the trace context ({chars} characters"
-                     f" and {len(pairs)} items used of {MAX_METADATA_CHARS} and {MAX_METADATA_ITEMS})"},
-                )
-                carrier.clear()
-        if isinstance(message, (bytes, str)):
-            return Message(data, metadata=carrier) if carrier else message
-        pairs.extend(carrier.items())
-        return Message(data, seq_no=message.seq_no, created_at=message.created_at, metadata=pairs)
+    def fail_writes(self, spans: Sequence[Span], error: BaseException) -> None:
+        """End the spans of messages that were not accepted after all (no buffer space in time,
+        a cancelled call)."""
+        for span in spans:
+            _fail_span(self._trace, span, error)
 
     def _on_ack(self, span: Span, future: asyncio.Future[WriteResult]) -> None:
         if future.cancelled():
@@ -207,18 +194,6 @@ class OpenTelemetryTracing:
             f"receive {topic}", kind=self._trace.SpanKind.CONSUMER, links=links, attributes=attributes
         )
         span.end()
-
-
-def _metadata_pairs(metadata: Mapping[str, Any] | Iterable[tuple[str, Any]] | None) -> list[tuple[str, Any]]:
-    if not metadata:
-        return []
-    if isinstance(metadata, Mapping):
-        return list(metadata.items())
-    try:
-        return list(metadata)
-    except TypeError:
-        check_metadata(metadata)  # raises the writer's error for what is not an iterable
-        raise
 
 
 def _fail_span(trace: Any, span: Span, error: BaseException) -> None:

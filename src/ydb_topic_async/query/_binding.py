@@ -27,7 +27,7 @@ from . import _rpc
 from .transaction import Transaction
 
 if TYPE_CHECKING:
-    from .._driver import Driver
+    from .._transport import Transport
 
 logger = logging.getLogger("ydb_topic_async.query")
 
@@ -71,7 +71,7 @@ class TxBinding:
         """Make sure the transaction can never commit any more."""
         raise NotImplementedError
 
-    async def abort(self, driver: Driver, error: BaseException) -> None:
+    async def abort(self, transport: Transport, error: BaseException) -> None:
         """``fail``, and make sure the server drops what the transaction holds."""
         self.fail(error)
 
@@ -193,7 +193,7 @@ class _OfficialBinding(TxBinding):
     def fail(self, error: BaseException) -> None:
         self.tx._set_external_error(error)
 
-    async def abort(self, driver: Driver, error: BaseException) -> None:
+    async def abort(self, transport: Transport, error: BaseException) -> None:
         # With an external error set, the official commit() and rollback() raise at once and its
         # context manager skips the rollback: roll the server transaction back here, or it stays
         # open on a pooled session, holding its writes and offsets.
@@ -203,10 +203,14 @@ class _OfficialBinding(TxBinding):
             return
         self._rolled_back = True
         request = qpb.RollbackTransactionRequest(session_id=identity.session, tx_id=identity.id)
-        with anyio.CancelScope(shield=True), anyio.move_on_after(_ROLLBACK_TIMEOUT):
+        with anyio.CancelScope(shield=True):
             try:
                 await _rpc.call(
-                    driver, "RollbackTransaction", request, qpb.RollbackTransactionResponse, timeout=_ROLLBACK_TIMEOUT
+                    transport,
+                    "RollbackTransaction",
+                    request,
+                    qpb.RollbackTransactionResponse,
+                    timeout=_ROLLBACK_TIMEOUT,
                 )
             except NotFoundError:
                 pass  # already gone on the server

@@ -2,22 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import time
 import weakref
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, TypeVar
 
-import anyio
-
 from .._errors import (
+    Backoff,
     ClosedError,
     InvalidArgumentError,
     NotFoundError,
     PartitionSessionClosedError,
     YdbTopicError,
 )
-from .._retry import RetryPolicy
+from .._retry import RetryPolicy, RetryState, ydb_backoff
 from .session_pool import DEFAULT_POOL_SIZE, SessionPool
 from .transaction import Transaction, TransactionState
 
@@ -39,7 +38,8 @@ class QueryClient:
 
     def __init__(self, driver: Driver, *, pool_size: int = DEFAULT_POOL_SIZE, create_session_timeout: float = 10.0):
         self._driver = driver
-        self._pool = SessionPool(driver, pool_size, create_session_timeout)
+        self._transport = driver.transport
+        self._pool = SessionPool(driver.transport, pool_size, create_session_timeout)
         self._open: weakref.WeakSet[Transaction] = weakref.WeakSet()
         self._closed = False
 
@@ -71,11 +71,8 @@ class QueryClient:
             raise InvalidArgumentError("retry must be a RetryPolicy")
         if not callable(fn):
             raise InvalidArgumentError("retry_tx takes an async function of the transaction")
-        policy = retry or self._driver.retry
-        started = time.monotonic()
-        attempt = 0
+        state = RetryState(retry or self._driver.retry, classify=_transaction_backoff)
         while True:
-            attempt += 1
             tx = self.transaction()
             try:
                 async with tx:
@@ -84,11 +81,11 @@ class QueryClient:
             except Exception as exc:
                 if tx.outcome_unknown:
                     raise  # the commit may have been applied: repeating could apply it twice
-                delay = _retry_delay(policy, exc, attempt, started)
+                delay = state.next_delay(exc)
                 if delay is None:
                     raise
-                logger.info("transaction attempt %d failed (%s); retrying in %.3fs", attempt, exc, delay)
-            await anyio.sleep(delay)
+                logger.info("transaction attempt %d failed (%s); retrying in %.3fs", state.attempt, exc, delay)
+            await asyncio.sleep(delay)
 
     @property
     def pool(self) -> SessionPool:
@@ -122,21 +119,13 @@ class QueryClient:
             await self._pool.close()
 
 
-def _retry_delay(policy: RetryPolicy, error: BaseException, attempt: int, started: float) -> float | None:
-    if isinstance(error, PartitionSessionClosedError):
-        # The read the transaction was built on is stale; the reader reads it again.
-        probe: BaseException = _StaleRead()
-    elif isinstance(error, NotFoundError):
-        # Inside a transaction NOT_FOUND means the server already ended it (e.g. aborted it
-        # after a failed operation): nothing was committed, and a fresh one may succeed.
-        probe = _StaleRead()
-    elif isinstance(error, YdbTopicError):
-        probe = error
-    else:
-        return None
-    return policy.next_delay(probe, attempt, started, idempotent=False)
-
-
-class _StaleRead(YdbTopicError):
-    retriable = True
-    backoff = "fast"
+def _transaction_backoff(error: BaseException) -> Backoff | None:
+    """Whether a failed transaction may be run again (nothing of it was committed), and how soon."""
+    if isinstance(error, PartitionSessionClosedError | NotFoundError):
+        # A stale transactional read (the reader reads it again), or NOT_FOUND, which inside a
+        # transaction means the server already ended it (e.g. aborted it after a failed
+        # operation): nothing was committed, and a fresh one may succeed.
+        return "fast"
+    if isinstance(error, YdbTopicError):
+        return ydb_backoff(error, idempotent=False)
+    return None

@@ -30,13 +30,14 @@ from .._errors import (
     error_from_grpc,
     error_from_status,
 )
+from .._futures import wait_within
 from .._proto import ydb_query_pb2 as qpb
 from .._proto import ydb_status_codes_pb2
 from .._retry import retry_call
 from . import _rpc
 
 if TYPE_CHECKING:
-    from .._driver import Driver
+    from .._transport import Transport
 
 logger = logging.getLogger("ydb_topic_async.query")
 
@@ -48,8 +49,8 @@ _DELETE_TIMEOUT = 2.0
 class QuerySession:
     """One attached query session. Transactions borrow it from the pool; users rarely see it."""
 
-    def __init__(self, driver: Driver, session_id: str, node_id: int) -> None:
-        self._driver = driver
+    def __init__(self, transport: Transport, session_id: str, node_id: int) -> None:
+        self._transport = transport
         self.id = session_id
         self.node_id = node_id
         self._stream: grpc.aio.UnaryStreamCall[Any, Any] | None = None
@@ -61,11 +62,12 @@ class QuerySession:
         """Set when the server dropped the session (or it was closed)."""
 
     @classmethod
-    async def create(cls, driver: Driver, timeout: float) -> QuerySession:
+    async def create(cls, transport: Transport, timeout: float) -> QuerySession:
         """``CreateSession`` then ``AttachSession``; the session is alive when this returns."""
-        response = await _rpc.call(driver, "CreateSession", qpb.CreateSessionRequest(), qpb.CreateSessionResponse,
-                                   timeout=timeout)
-        session = cls(driver, response.session_id, response.node_id)
+        response = await _rpc.call(
+            transport, "CreateSession", qpb.CreateSessionRequest(), qpb.CreateSessionResponse, timeout=timeout
+        )
+        session = cls(transport, response.session_id, response.node_id)
         try:
             await session._attach(timeout)
         except BaseException:
@@ -75,11 +77,10 @@ class QuerySession:
         return session
 
     async def _attach(self, timeout: float) -> None:
-        stream = await _rpc.open_attach_stream(self._driver, self.id)
+        stream = await _rpc.open_attach_stream(self._transport, self.id)
         self._stream = stream
         try:
-            with anyio.fail_after(timeout):
-                first = await stream.read()
+            first = await wait_within(stream.read(), timeout)
         except TimeoutError:
             raise DeadlineExceededError(f"session {self.id} was not attached within {timeout}s") from None
         except grpc.aio.AioRpcError as exc:
@@ -145,10 +146,10 @@ class QuerySession:
             return
         self._closed = True
         try:
-            if self._death is None and not self._driver.closed:
-                with contextlib.suppress(YdbTopicError), anyio.move_on_after(_DELETE_TIMEOUT):
+            if self._death is None and not self._transport.closed:
+                with contextlib.suppress(YdbTopicError):
                     await _rpc.call(
-                        self._driver,
+                        self._transport,
                         "DeleteSession",
                         qpb.DeleteSessionRequest(session_id=self.id),
                         qpb.DeleteSessionResponse,
@@ -156,8 +157,9 @@ class QuerySession:
                     )
         finally:
             self._die(ClosedError(f"session {self.id} was closed"))
-            if self._stream is not None:
-                self._stream.cancel()
+            stream, self._stream = self._stream, None
+            if stream is not None:
+                stream.cancel()
             watcher, self._watcher = self._watcher, None
             if watcher is not None and not watcher.done():
                 watcher.cancel()
@@ -171,12 +173,12 @@ class QuerySession:
 class SessionPool:
     """At most ``size`` sessions; ``acquire`` reuses an idle live one or creates one."""
 
-    def __init__(self, driver: Driver, size: int = DEFAULT_POOL_SIZE, create_timeout: float = 10.0) -> None:
+    def __init__(self, transport: Transport, size: int = DEFAULT_POOL_SIZE, create_timeout: float = 10.0) -> None:
         if not isinstance(size, int) or isinstance(size, bool) or size < 1:
             raise InvalidArgumentError(f"size must be a positive int, got {size!r}")
         if not create_timeout > 0:
             raise InvalidArgumentError("create_timeout must be positive")
-        self._driver = driver
+        self._transport = transport
         self.size = size
         self._create_timeout = create_timeout
         self._slots = asyncio.Semaphore(size)
@@ -188,8 +190,7 @@ class SessionPool:
         """A live session for the caller's exclusive use; give it back with ``release``."""
         self._check_open()
         try:
-            with anyio.fail_after(timeout):
-                await self._slots.acquire()
+            await wait_within(self._slots.acquire(), timeout)
         except TimeoutError:
             raise OperationTimeoutError(f"no query session became free within {timeout}s") from None
         try:
@@ -199,9 +200,9 @@ class SessionPool:
                 if session.reusable:
                     return session
                 await self._drop(session)
-            driver = self._driver
+            transport = self._transport
             session = await retry_call(
-                lambda: QuerySession.create(driver, self._create_timeout), driver.retry, idempotent=False
+                lambda: QuerySession.create(transport, self._create_timeout), transport.retry, idempotent=False
             )
             if self._closed:
                 await session.close()

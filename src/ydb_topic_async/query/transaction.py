@@ -37,6 +37,7 @@ from .._errors import (
     TransportError,
     UndeterminedError,
 )
+from .._futures import deadline, run_within
 from .._proto import ydb_query_pb2 as qpb
 from .._proto import ydb_topic_pb2 as tpb
 from . import _rpc
@@ -196,12 +197,12 @@ class Transaction:
                 self._check_accepting()
                 if self._tx_id is None:
                     error: BaseException | None = None
-                    with _deadline(timeout) as scope:
+                    async with deadline(timeout) as scope:
                         try:
                             await self._begin()
                         except BaseException as exc:
                             error = exc
-                    if scope.cancel_called:
+                    if scope.expired():
                         raise OperationTimeoutError(f"the transaction did not begin within {timeout}s") from error
                     if error is not None:
                         raise error
@@ -214,7 +215,7 @@ class Transaction:
             request = qpb.BeginTransactionRequest(session_id=session.id)
             request.tx_settings.serializable_read_write.SetInParent()
             response = await _rpc.call(
-                self._client._driver, "BeginTransaction", request, qpb.BeginTransactionResponse, timeout=None
+                self._client._transport, "BeginTransaction", request, qpb.BeginTransactionResponse, timeout=None
             )
         except BaseException as exc:
             with anyio.CancelScope(shield=True):
@@ -258,7 +259,7 @@ class Transaction:
         error: BaseException | None = None
         sent = False
         started = False
-        with _deadline(timeout) as scope:
+        async with deadline(timeout) as scope:
             try:
                 await self._settle_begin()
                 if self._state_now() is TransactionState.COMMITTED:
@@ -277,7 +278,7 @@ class Transaction:
                     self._session.check_alive()
                     sent = True
                     await _rpc.call(
-                        self._client._driver,
+                        self._client._transport,
                         "CommitTransaction",
                         qpb.CommitTransactionRequest(session_id=self._session.id, tx_id=self._tx_id),
                         qpb.CommitTransactionResponse,
@@ -285,7 +286,7 @@ class Transaction:
                     )
             except BaseException as exc:
                 error = exc
-        if scope.cancel_called:
+        if scope.expired():
             error = _timed_out("commit", timeout, error)
         if not started:
             if error is not None:
@@ -325,7 +326,7 @@ class Transaction:
         self._check_endable("rolled back")
         error: BaseException | None = None
         started = False
-        with _deadline(timeout) as scope:
+        async with deadline(timeout) as scope:
             try:
                 await self._settle_begin()
                 if self._state_now() in (TransactionState.ROLLED_BACK, TransactionState.FAILED):
@@ -337,7 +338,7 @@ class Transaction:
                 await self._rollback_call(quiet=False)
             except BaseException as exc:
                 error = exc
-        if scope.cancel_called:
+        if scope.expired():
             error = _timed_out("rollback", timeout, error)
         if not started:
             if error is not None:
@@ -364,24 +365,19 @@ class Transaction:
         session = self._session
         if self._tx_id is None or session is None or not session.alive:
             return
-        error: BaseException | None = None
-        with anyio.move_on_after(_CLEANUP_TIMEOUT) as scope:
-            try:
-                await _rpc.call(
-                    self._client._driver,
-                    "RollbackTransaction",
-                    qpb.RollbackTransactionRequest(session_id=session.id, tx_id=self._tx_id),
-                    qpb.RollbackTransactionResponse,
-                    timeout=_CLEANUP_TIMEOUT,
-                )
-            except NotFoundError:
-                return  # the server already ended it (aborted, or its session went away)
-            except Exception as exc:
-                error = exc
-        if scope.cancel_called:
-            error = _timed_out("rollback", _CLEANUP_TIMEOUT, error)
-        if error is None:
+        try:
+            await _rpc.call(
+                self._client._transport,
+                "RollbackTransaction",
+                qpb.RollbackTransactionRequest(session_id=session.id, tx_id=self._tx_id),
+                qpb.RollbackTransactionResponse,
+                timeout=_CLEANUP_TIMEOUT,
+            )
             return
+        except NotFoundError:
+            return  # the server already ended it (aborted, or its session went away)
+        except Exception as exc:
+            error = exc
         if _session_suspect(error) or isinstance(error, SessionBusyError):
             self._invalidate_session(error)
         if not quiet:
@@ -396,8 +392,7 @@ class Transaction:
         self._client._untrack(self)
         if self._session is not None and not self._released:
             self._released = True
-            with anyio.move_on_after(_CLEANUP_TIMEOUT):
-                await self._client._pool.release(self._session)
+            await run_within(self._client._pool.release(self._session), _CLEANUP_TIMEOUT)
 
     async def _run_before(self, hooks: list[BeforeHook], *, quiet: bool = False) -> None:
         index = 0
@@ -445,17 +440,6 @@ def _outcome_uncertain(error: BaseException) -> bool:
         return True
     # A cancellation or a deadline while the request was out: no answer, no knowing.
     return not isinstance(error, ServerError)
-
-
-def _deadline(timeout: float | None) -> anyio.CancelScope:
-    """A scope that cancels its block after ``timeout`` seconds (never with None).
-
-    Callers check ``scope.cancel_called`` rather than catching ``TimeoutError``: the block's own
-    timeouts (a hook's, a full writer buffer's) must surface as what they are.
-    """
-    if timeout is None:
-        return anyio.CancelScope()
-    return anyio.CancelScope(deadline=anyio.current_time() + timeout)
 
 
 def _timed_out(what: str, timeout: float | None, cause: BaseException | None) -> OperationTimeoutError:

@@ -9,6 +9,9 @@ user) stay at most ``buffer_size``, except that the server may send one response
 
 Credit returns in chunks of at least ``release_threshold`` bytes to keep ReadRequests few.
 A response's bytes are split over its messages, so taking a single message returns its share.
+
+A message that could not be decoded sits in the queue on its own, with its error: the receive
+that reaches it takes it out and raises the error, and the next receive goes on after it.
 """
 
 from __future__ import annotations
@@ -23,13 +26,17 @@ from .messages import PartitionSession, TopicMessage
 class BufferedBatch:
     """Received messages of one partition session with the credit bytes they still hold."""
 
-    __slots__ = ("bytes_left", "messages", "pos", "session")
+    __slots__ = ("bytes_left", "error", "messages", "pos", "session")
 
-    def __init__(self, session: PartitionSession, messages: list[TopicMessage], nbytes: int) -> None:
+    def __init__(
+        self, session: PartitionSession, messages: list[TopicMessage], nbytes: int, error: BaseException | None = None
+    ) -> None:
         self.session = session
         self.messages = messages
         self.pos = 0
         self.bytes_left = nbytes
+        self.error = error
+        """Set for a single message that cannot be handed out: its receive raises this instead."""
 
     def take(self, count: int) -> tuple[list[TopicMessage], int]:
         """The next ``count`` messages and the credit bytes they free."""
@@ -85,11 +92,37 @@ class ReadBuffer:
         if self.buffered_bytes > self.peak_buffered_bytes:
             self.peak_buffered_bytes = self.buffered_bytes
 
-    def push(self, session: PartitionSession, messages: list[TopicMessage], nbytes: int) -> None:
+    def push(
+        self, session: PartitionSession, messages: list[TopicMessage], nbytes: int, error: BaseException | None = None
+    ) -> None:
         """Queue decoded messages holding ``nbytes`` of the charged bytes."""
         session._buffered += len(messages)
-        self._queue.append(BufferedBatch(session, messages, nbytes))
+        self._queue.append(BufferedBatch(session, messages, nbytes, error))
         self.nonempty.set()
+
+    def push_with_failures(
+        self, session: PartitionSession, messages: list[TopicMessage], nbytes: int, failures: dict[int, BaseException]
+    ) -> None:
+        """``push``, where the messages at the indexes of ``failures`` go on their own, to raise
+        their error when reached instead of being handed out."""
+        share = nbytes // len(messages)
+        left = nbytes
+        run: list[TopicMessage] = []
+        for index, message in enumerate(messages):
+            error = failures.get(index)
+            if error is None:
+                run.append(message)
+                continue
+            if run:
+                left -= share * len(run)
+                self.push(session, run, share * len(run))
+                run = []
+            left -= share
+            self.push(session, [message], share, error)
+        if run:
+            self.push(session, run, left)
+        elif left:
+            self.release(left)  # rounding: nothing is left to carry these bytes
 
     def take_credit(self) -> int:
         """The credit to grant in the next ReadRequest (0: nothing to send)."""
@@ -129,8 +162,12 @@ class ReadBuffer:
         return bool(self._queue)
 
     def pop(self, max_messages: int | None, max_bytes: int | None) -> tuple[PartitionSession, list[TopicMessage]]:
-        """Take the front messages of one partition session; the queue must not be empty."""
+        """Take the front messages of one partition session; the queue must not be empty.
+
+        Raises the error of a front message that cannot be handed out (taking it out)."""
         entry = self._queue[0]
+        if entry.error is not None:
+            self._fail_front(entry)
         left = len(entry.messages) - entry.pos
         count = left if max_messages is None or max_messages >= left else max_messages
         if max_bytes is not None:
@@ -146,8 +183,10 @@ class ReadBuffer:
         return entry.session, taken
 
     def pop_one(self) -> TopicMessage:
-        """Take the front message; the queue must not be empty."""
+        """Take the front message; the queue must not be empty (raises like ``pop``)."""
         entry = self._queue[0]
+        if entry.error is not None:
+            self._fail_front(entry)
         message = entry.messages[entry.pos]
         entry.pos += 1
         if entry.pos == len(entry.messages):
@@ -157,6 +196,14 @@ class ReadBuffer:
         entry.bytes_left -= freed
         self._finish(entry, 1, freed, message.offset + 1)
         return message
+
+    def _fail_front(self, entry: BufferedBatch) -> None:
+        error = entry.error
+        assert error is not None
+        message = entry.messages[0]
+        entry.pos = 1
+        self._finish(entry, 1, entry.bytes_left, message.offset + 1)
+        raise error
 
     def _finish(self, entry: BufferedBatch, count: int, freed: int, delivered_end: int) -> None:
         if entry.pos >= len(entry.messages):

@@ -13,8 +13,6 @@ from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-import anyio
-
 from .. import _codecs
 from .._errors import (
     CommitNotAllowedError,
@@ -23,8 +21,10 @@ from .._errors import (
     PartitionSessionClosedError,
     ReaderClosedError,
 )
-from .._futures import suppress_future_errors
+from .._futures import deadline, suppress_future_errors, wait_within
 from .._retry import RetryPolicy
+from .._stream import ConnectionState, ConnectionStatus
+from .._validate import check_seconds, check_timeout
 from ..observability.logging import sdk_logger
 from .commits import GAP_ADVICE, CommitTracker
 from .messages import MessageBatch, PartitionSession, PartitionStatus, TopicMessage, TopicSelector
@@ -60,7 +60,7 @@ TopicsArg = str | TopicSelector | Sequence[str | TopicSelector]
 Committable = TopicMessage | MessageBatch
 
 
-class TopicReader:
+class TopicReader(ConnectionStatus):
     """Reads messages from one or more topics as a consumer (or, without one, from given offsets).
 
     ``async with driver.topic.reader("events", consumer="c") as reader: async for m in reader``.
@@ -71,7 +71,16 @@ class TopicReader:
     ``consumer=None`` reads the selectors' explicit partitions from their ``start_offsets``
     (or offsets from ``on_partition_start``) and refuses commits; after a reconnect it resumes
     after the last message handed out. ``graceful_stop_timeout`` bounds how long a partition the
-    server takes away waits for commits of the messages already handed out.
+    server takes away waits for commits of the messages already handed out. ``init_timeout``
+    bounds each handshake (the InitRequest write and the InitResponse read together).
+
+    ``retry``: by default the reader reconnects for as long as it is open (``driver.stream_retry``),
+    and uncommitted messages are delivered again after a reconnect; a policy with a budget
+    (``RetryPolicy(max_elapsed=60)``) makes it fail instead once a streak of failures outlasts
+    it. Failures that retrying cannot fix end it at once. ``connection_state``, ``reconnects``
+    and ``last_error`` show how the connection fares. A message whose payload cannot be decoded
+    makes the receive that reaches it raise ``MessageDecodeError`` (naming the topic, partition,
+    offset and codec); the next receive goes on after it.
     """
 
     def __init__(
@@ -96,16 +105,19 @@ class TopicReader:
             raise InvalidArgumentError(f"consumer must be a non-empty string or None, got {consumer!r}")
         if not isinstance(buffer_size_bytes, int) or isinstance(buffer_size_bytes, bool) or buffer_size_bytes < 1024:
             raise InvalidArgumentError(f"buffer_size_bytes must be an int of at least 1024, got {buffer_size_bytes!r}")
-        if not 0 < credit_release_fraction <= 1:
-            raise InvalidArgumentError("credit_release_fraction must be in (0, 1]")
-        for value, what in (
-            (graceful_stop_timeout, "graceful_stop_timeout"),
-            (token_refresh_interval, "token_refresh_interval"),
+        if (
+            isinstance(credit_release_fraction, bool)
+            or not isinstance(credit_release_fraction, (int, float))
+            or not 0 < credit_release_fraction <= 1
         ):
-            if not value >= 0:
-                raise InvalidArgumentError(f"{what} must be >= 0")
-        if not init_timeout > 0:
-            raise InvalidArgumentError("init_timeout must be positive")
+            raise InvalidArgumentError("credit_release_fraction must be in (0, 1]")
+        graceful_stop_timeout = check_seconds(graceful_stop_timeout, "graceful_stop_timeout")
+        token_refresh_interval = check_seconds(token_refresh_interval, "token_refresh_interval")
+        init_timeout = check_seconds(init_timeout, "init_timeout", positive=True)
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise InvalidArgumentError(f"retry must be a RetryPolicy or None, got {retry!r}")
+        if reader_name is not None and not isinstance(reader_name, str):
+            raise InvalidArgumentError(f"reader_name must be a string or None, got {reader_name!r}")
         for name, fn in (("on_partition_start", on_partition_start), ("on_partition_stop", on_partition_stop)):
             if fn is not None and not callable(fn):
                 raise InvalidArgumentError(f"{name} must be callable")
@@ -123,14 +135,14 @@ class TopicReader:
         self.consumer = consumer
         self.selectors: tuple[TopicSelector, ...] = tuple(selectors)
         self._conn = ReaderConnection(
-            driver,
+            driver.transport,
             ReaderSettings(
                 selectors=selectors,
                 consumer=consumer,
                 decoders=_codecs.merge_codecs(_codecs.BUILTIN_DECODERS, decoders),
                 on_partition_start=on_partition_start,
                 on_partition_stop=on_partition_stop,
-                retry=retry or driver.retry,
+                retry=retry or driver.stream_retry,
                 reader_name=reader_name or f"ydb-topic-async-{uuid.uuid4().hex[:8]}",
                 auto_partitioning_support=auto_partitioning_support,
                 graceful_stop_timeout=graceful_stop_timeout,
@@ -139,8 +151,10 @@ class TopicReader:
             ),
             buffer_size_bytes,
             int(buffer_size_bytes * credit_release_fraction),
+            driver.metrics,
         )
         self._buffer = self._conn.buffer
+        self._keeper = self._conn.keeper
         self._tracing = driver.tracing
         self._task: asyncio.Task[None] | None = None
         self._tx_reads: TxReads | None = None
@@ -179,13 +193,14 @@ class TopicReader:
             return
         try:
             await self.close()
-        except Exception:
+        except Exception as close_error:
             if exc is None:
                 raise
-            logger.warning(
-                "closing topic reader (session %s) after an error also failed",
-                self.read_session_id, exc_info=True, extra=self._conn.log_fields,
-            )
+            if close_error is not self._failure:  # the reader's own failure was logged when it happened
+                logger.warning(
+                    "closing topic reader (session %s) after an error also failed",
+                    self.read_session_id, exc_info=True, extra=self._conn.log_fields,
+                )
 
     async def open(self) -> None:
         """Start reading in the background (the first receive does this too); returns at once."""
@@ -203,10 +218,8 @@ class TopicReader:
             raise
         except BaseException as exc:
             self._failure = exc
-            # The caller gets this error from its next call: logging it louder would report it twice.
-            logger.debug(
-                "topic reader: session %s failed: %r", self.read_session_id, exc, extra=self._conn.log_fields
-            )
+            if self._conn.keeper.state is not ConnectionState.FAILED:  # else the keeper logged it
+                logger.error("topic reader failed: %r", exc, extra=self._conn.log_fields)
         finally:
             self._buffer.nonempty.set()  # wake receivers: they raise the failure or see the close
 
@@ -217,6 +230,7 @@ class TopicReader:
         will be delivered again). Raises ``OperationTimeoutError`` when ``timeout`` passes first,
         and the reader's failure if no call has raised it yet. A second call does nothing.
         """
+        timeout = check_timeout(timeout)
         if self._closed:
             return
         self._closed = True
@@ -227,8 +241,7 @@ class TopicReader:
             if self._failure is None and self._task is not None and not self._task.done():
                 waiters = self._conn.close_waiters()
                 if waiters:
-                    with anyio.fail_after(timeout):
-                        await asyncio.wait(waiters)
+                    await wait_within(asyncio.wait(waiters), timeout)
         except TimeoutError:
             timed_out = True
         finally:
@@ -255,6 +268,11 @@ class TopicReader:
         """True once ``close`` was called."""
         return self._closed
 
+    @property
+    def failure(self) -> BaseException | None:
+        """The error that ended this reader for good (its next call raises it), or None."""
+        return self._failure
+
     def _check_usable(self) -> None:
         if self._closed:
             raise ReaderClosedError("the topic reader is closed")
@@ -270,7 +288,7 @@ class TopicReader:
             self._check_usable()
             self._start()
         try:
-            with anyio.fail_after(timeout):
+            async with deadline(timeout):
                 while True:
                     while not buffer or self._closed or self._failure is not None:
                         self._check_usable()
@@ -286,7 +304,10 @@ class TopicReader:
                     if buffer:
                         return
         except TimeoutError:
-            raise OperationTimeoutError(f"no message arrived within {timeout}s") from None
+            last = self.last_error if self.connection_state is not ConnectionState.CONNECTED else None
+            raise OperationTimeoutError(
+                f"no message arrived within {timeout}s" + (f" (not connected; last error: {last!r})" if last else "")
+            ) from None
 
     async def receive_batch(
         self, max_messages: int | None = None, max_bytes: int | None = None, timeout: float | None = None
@@ -300,7 +321,7 @@ class TopicReader:
         for value, what in ((max_messages, "max_messages"), (max_bytes, "max_bytes")):
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise InvalidArgumentError(f"{what} must be a positive int or None, got {value!r}")
-        await self._wait(timeout)
+        await self._wait(check_timeout(timeout))
         session, messages = self._buffer.pop(max_messages, max_bytes)
         if self._tracing is not None:
             self._tracing.on_receive(self.consumer, messages)
@@ -331,6 +352,8 @@ class TopicReader:
 
     async def receive_message(self, timeout: float | None = None) -> TopicMessage:
         """The next message; waits up to ``timeout`` (then ``OperationTimeoutError``)."""
+        if timeout is not None:
+            timeout = check_timeout(timeout)
         buffer = self._buffer
         if not buffer or buffer.credit_ready or self._closed or self._failure is not None:
             await self._wait(timeout)
@@ -390,6 +413,7 @@ class TopicReader:
         while waiting) and ``OperationTimeoutError`` when ``timeout`` passes (the commit itself
         stays queued). Cancelling the wait does not withdraw the commit.
         """
+        timeout = check_timeout(timeout)
         session = self._commit_session(item)
         if session is None:
             raise PartitionSessionClosedError(
@@ -422,6 +446,7 @@ class TopicReader:
 
     async def partition_status(self, session: PartitionSession, timeout: float | None = None) -> PartitionStatus:
         """Ask the server for a live partition session's offsets and committed position."""
+        timeout = check_timeout(timeout)
         self._check_usable()
         if session.closed or self._conn.sessions.get(session.id) is not session:
             raise PartitionSessionClosedError(f"{session!r} is not an active partition session of this reader")

@@ -72,7 +72,7 @@ class TxReads:
                     f"{batch.partition_session!r} ended after {batch!r} was received: its offsets cannot be"
                     " committed (the messages will be read again)"
                 )
-                await binding.abort(self._driver, error)
+                await binding.abort(self._driver.transport, error)
                 raise error
         identity = binding.current_identity()
         assert identity is not None
@@ -88,7 +88,7 @@ class TxReads:
                     item.partition_offsets.add(start=start, end=end)
         try:
             # No retries of its own: a failure fails the transaction, which is what gets repeated.
-            await self._driver._unary(
+            await self._driver.transport.call_operation(
                 _UPDATE_OFFSETS,
                 request,
                 pb.UpdateOffsetsInTransactionResponse,
@@ -97,7 +97,7 @@ class TxReads:
                 retry=RetryPolicy.no_retries(),
             )
         except Exception as exc:
-            await binding.abort(self._driver, exc)
+            await binding.abort(self._driver.transport, exc)
             raise
 
     async def _after_commit(self, key: int, error: BaseException | None) -> None:

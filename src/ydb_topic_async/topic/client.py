@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from .._errors import AlreadyExistsError, InvalidArgumentError, SchemeError
 from .._proto import ydb_topic_pb2 as pb
+from .._validate import check_timeout
 from ..observability.logging import sdk_logger
 from . import types as t
 
@@ -41,7 +42,10 @@ class TopicClient:
     """Administration of topics and consumers, and the entry point for writers and readers.
 
     Paths may be absolute (``/local/events``) or relative to the driver's database (``events``).
-    Every method validates its arguments before sending anything.
+    Every method validates its arguments before sending anything. A method's ``timeout`` bounds
+    the whole call, retries and backoff included (``OperationTimeoutError`` when it passes);
+    failures that may pass (UNAVAILABLE, OVERLOADED, a broken connection) are retried by the
+    driver's ``retry`` policy, for idempotent methods also those whose outcome is unknown.
     """
 
     def __init__(self, driver: Driver) -> None:
@@ -61,8 +65,14 @@ class TopicClient:
     async def _call(
         self, method: str, request: Any, response_cls: Any, result_cls: Any, *, idempotent: bool, timeout: float | None
     ) -> Any:
-        return await self._driver._unary(
-            _SERVICE + method, request, response_cls, result_cls, idempotent=idempotent, timeout=timeout
+        """One TopicService call; ``timeout`` bounds it whole, retries included."""
+        return await self._driver.transport.call_operation(
+            _SERVICE + method,
+            request,
+            response_cls,
+            result_cls,
+            idempotent=idempotent,
+            timeout=check_timeout(timeout),
         )
 
     def _own(self, closable: _Closable) -> None:
@@ -76,7 +86,8 @@ class TopicClient:
             try:
                 await obj.close()
             except Exception as exc:
-                logger.warning("closing %r with the driver failed: %s", obj, exc)
+                if exc is not getattr(obj, "failure", None):  # its own failure was logged when it happened
+                    logger.warning("closing %r with the driver failed: %s", obj, exc)
                 first = first or exc
         if first is not None:
             raise first

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 class PendingMessage:
     """One accepted message, as it will be (re)sent."""
 
-    __slots__ = ("created_ns", "data", "data_len", "encoded", "future", "metadata", "seq_no", "size")
+    __slots__ = ("created_ns", "data", "data_len", "encoded", "error", "future", "metadata", "seq_no", "size")
 
     def __init__(
         self,
@@ -48,6 +48,9 @@ class PendingMessage:
         self.encoded: bytes | None = None
         """The payload after the writer's codec, kept so a resend does not compress again."""
         self.future: asyncio.Future[WriteResult] | None = None
+        self.error: BaseException | None = None
+        """Why this message cannot be sent (too large once encoded, its encoder failed); such a
+        message stays in sequence, unsent, until every message before it is settled."""
 
 
 class _SpaceWaiter:
@@ -188,6 +191,31 @@ class WriteBuffer:
     @property
     def empty(self) -> bool:
         return not self.unsent and not self.inflight
+
+    def drop_message(self, entry: PendingMessage, error: BaseException) -> bool:
+        """Mark ``entry`` as one that cannot be sent: its future fails with ``error`` now, and it
+        is settled (counted for ``flush``, its space freed) once every message before it is.
+        Return whether a caller holds a future that learns of it."""
+        entry.error = error
+        entry.encoded = None
+        entry.data = b""
+        future = entry.future
+        if future is not None and not future.done():
+            future.set_exception(error)
+            return True
+        return False
+
+    def settle_dropped(self) -> None:
+        """Settle the dropped messages at the head of ``inflight``: no acknowledgement will come
+        for them, and everything before them is acknowledged."""
+        inflight = self.inflight
+        count = 0
+        nbytes = 0
+        while inflight and inflight[0].error is not None:
+            nbytes += inflight.popleft().size
+            count += 1
+        if count:
+            self.acknowledged(count, nbytes)
 
     def acknowledged(self, count: int, nbytes: int) -> None:
         """``count`` messages were popped from ``inflight`` by acks; wake flushes and writers."""

@@ -6,6 +6,10 @@ import datetime as dt
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from .._errors import InvalidArgumentError
+from .._limits import MAX_METADATA_BYTES, MAX_METADATA_ITEMS
+from .._validate import check_utf8
+
 MetadataValue = bytes | str
 MetadataInput = Mapping[str, MetadataValue] | Iterable[tuple[str, MetadataValue]]
 
@@ -91,3 +95,44 @@ class WriteStatistics:
     max_queue_wait_time: dt.timedelta
     partition_quota_wait_time: dt.timedelta
     topic_quota_wait_time: dt.timedelta
+
+
+def check_metadata(metadata: MetadataInput) -> tuple[list[tuple[str, bytes]], int]:
+    """Validate metadata items; return them as (key, bytes) pairs and their size in bytes (keys
+    in UTF-8 plus values), which ``MAX_METADATA_BYTES`` bounds."""
+    try:
+        pairs = iter(metadata.items() if isinstance(metadata, Mapping) else metadata)
+    except TypeError:
+        raise InvalidArgumentError(
+            f"metadata must be a mapping or an iterable of (key, value) pairs, not {type(metadata).__name__}"
+        ) from None
+    items: list[tuple[str, bytes]] = []
+    seen: set[str] = set()
+    nbytes = 0
+    for pair in pairs:
+        try:
+            key, value = pair
+        except (TypeError, ValueError):
+            raise InvalidArgumentError(f"metadata items must be (key, value) pairs, got {pair!r}") from None
+        if not isinstance(key, str) or not key:
+            raise InvalidArgumentError(f"metadata keys must be non-empty strings, got {key!r}")
+        key_bytes = check_utf8(key, "a metadata key")
+        if key in seen:
+            raise InvalidArgumentError(f"duplicate metadata key {key!r}")
+        seen.add(key)
+        if isinstance(value, str):
+            value = check_utf8(value, f"metadata value for {key!r}")
+        elif isinstance(value, (bytes, bytearray)):
+            value = bytes(value)
+        else:
+            raise InvalidArgumentError(f"metadata value for {key!r} must be bytes or str, not {type(value).__name__}")
+        nbytes += len(key_bytes) + len(value)
+        items.append((key, value))
+    # YDB counts the limit in bytes (UTF-8 for text), so a non-ASCII key or value counts more.
+    if nbytes > MAX_METADATA_BYTES:
+        raise InvalidArgumentError(
+            f"message metadata has {nbytes} bytes in keys and values (UTF-8); the limit is {MAX_METADATA_BYTES}"
+        )
+    if len(items) > MAX_METADATA_ITEMS:
+        raise InvalidArgumentError(f"a message may carry at most {MAX_METADATA_ITEMS} metadata items")
+    return items, nbytes

@@ -204,7 +204,7 @@ class TxWriter:
             await self._await_acks()
         except BaseException as exc:
             # However the caller reacts, this transaction must never commit without these messages.
-            await self._binding.abort(self._driver, exc)
+            await self._binding.abort(self._driver.transport, exc)
             raise
 
     async def _await_acks(self) -> None:

@@ -15,34 +15,37 @@ from collections.abc import Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, overload
 
-import anyio
-
 from .. import _codecs
-from .._errors import (
-    InvalidArgumentError,
-    MessageTooLargeError,
-    OperationTimeoutError,
-    WriterClosedError,
+from .._errors import InvalidArgumentError, MessageTooLargeError, OperationTimeoutError, WriterClosedError
+from .._futures import wait_within
+from .._limits import (
+    MAX_PRODUCER_ID_LENGTH,
+    MAX_SEQ_NO,
+    MESSAGE_OVERHEAD,
+    MIN_MAX_MESSAGE_SIZE,
+    REQUEST_OVERHEAD,
+    REQUEST_SIZE_MARGIN,
 )
 from .._retry import RetryPolicy
+from .._stream import ConnectionState, ConnectionStatus
+from .._validate import check_seconds, check_timeout, check_utf8
 from ..observability.logging import sdk_logger
+from ..observability.metrics import writer_report
+from .batching import entry_wire_size
 from .buffer import PendingMessage, WriteBuffer
-from .messages import InitInfo, Message, MetadataInput, WriteResult, WriteStatistics
-from .sender import MESSAGE_OVERHEAD, REQUEST_OVERHEAD, SenderSettings, WriterSender, wire_size
+from .messages import InitInfo, Message, WriteResult, WriteStatistics, check_metadata
+from .sender import SenderSettings, WriterSender
 
 if TYPE_CHECKING:
     from typing_extensions import TypedDict
 
     from .._driver import Driver
+    from ..topic.types import PartitionLocation
 
 logger = sdk_logger("writer")
 
 DEFAULT_MAX_BUFFER_MESSAGES = 100_000
 DEFAULT_MAX_BUFFER_BYTES = 64 * 1024 * 1024
-MAX_METADATA_CHARS = 4096
-MAX_METADATA_ITEMS = 1000
-_REQUEST_SIZE_MARGIN = 64 * 1024
-"""The default request limit stays this far below the channel's gRPC message limit."""
 _YIELD_BACKLOG = 1000
 """``write`` yields to the loop once this many messages wait to be sent."""
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
@@ -75,7 +78,7 @@ if TYPE_CHECKING:
         init_timeout: float
 
 
-class TopicWriter:
+class TopicWriter(ConnectionStatus):
     """Writes messages to one topic partition over a reconnecting stream.
 
     Use it as ``async with driver.topic.writer(path, producer_id=...) as writer``. ``write``
@@ -90,9 +93,22 @@ class TopicWriter:
     ``session_metadata``, ``codec`` (default raw) with ``encoders`` for custom codec ids (an
     encoder may run in several worker threads at once: it must be thread-safe),
     ``auto_seqno``/``auto_created_at``, buffer limits ``max_buffer_messages``/``max_buffer_bytes``
-    (``None``: unlimited) and ``buffer_wait_timeout`` (``None``: wait forever), ``retry`` (the
-    driver's policy by default), ``max_request_size`` (bytes per WriteRequest), and
-    ``token_refresh_interval`` (seconds between credential checks; 0 disables in-band refresh).
+    (``None``: unlimited) and ``buffer_wait_timeout`` (``None``: wait forever), ``max_request_size``
+    (bytes per WriteRequest), ``token_refresh_interval`` (seconds between credential checks; 0
+    disables in-band refresh) and ``init_timeout`` (seconds a handshake may take, the InitRequest
+    write and the InitResponse read together, before the attempt counts as failed).
+
+    ``retry``: by default the writer reconnects for as long as it is open (``driver.stream_retry``),
+    backing off up to a second between attempts (more for an overloaded server); a policy with a
+    budget (``RetryPolicy(max_elapsed=60)``) makes it fail instead once a streak of failures
+    outlasts it. A failure that retrying cannot fix (a missing topic, a refused codec, missing
+    rights, a request over the server's size limit) ends the writer at once either way.
+    ``connection_state``, ``reconnects`` and ``last_error`` show how the connection fares.
+
+    A message that cannot be sent on its own (its encoder fails, or it no longer fits a request
+    once compressed) fails alone: its future gets ``MessageEncodeError`` or
+    ``MessageTooLargeError`` (a message given to ``write`` is logged as an ERROR), and the
+    writer goes on with the others.
     """
 
     def __init__(
@@ -119,8 +135,9 @@ class TopicWriter:
         full_path = driver.topic.full_path(path)
         if producer_id is None:
             producer_id = uuid.uuid4().hex
-        elif not isinstance(producer_id, str) or len(producer_id) > 2048:
-            raise InvalidArgumentError("producer_id must be a string of at most 2048 characters")
+        elif not isinstance(producer_id, str) or len(producer_id) > MAX_PRODUCER_ID_LENGTH:
+            raise InvalidArgumentError(f"producer_id must be a string of at most {MAX_PRODUCER_ID_LENGTH} characters")
+        check_utf8(producer_id, "producer_id")
         if partition_id is not None and (
             not isinstance(partition_id, int) or isinstance(partition_id, bool) or partition_id < 0
         ):
@@ -131,39 +148,47 @@ class TopicWriter:
         for meta_key, meta_value in metadata.items():
             if not isinstance(meta_key, str) or not isinstance(meta_value, str):
                 raise InvalidArgumentError("session_metadata must map str to str")
+            check_utf8(meta_key, "a session_metadata key")
+            check_utf8(meta_value, f"session_metadata[{meta_key!r}]")
         for value, what in ((max_buffer_messages, "max_buffer_messages"), (max_buffer_bytes, "max_buffer_bytes")):
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
                 raise InvalidArgumentError(f"{what} must be a positive int or None, got {value!r}")
-        if buffer_wait_timeout is not None and not buffer_wait_timeout >= 0:
-            raise InvalidArgumentError(f"buffer_wait_timeout must be >= 0 or None, got {buffer_wait_timeout!r}")
-        if not token_refresh_interval >= 0:
-            raise InvalidArgumentError("token_refresh_interval must be >= 0")
-        if not init_timeout > 0:
-            raise InvalidArgumentError("init_timeout must be positive")
+        buffer_wait_timeout = check_timeout(buffer_wait_timeout, "buffer_wait_timeout")
+        token_refresh_interval = check_seconds(token_refresh_interval, "token_refresh_interval")
+        init_timeout = check_seconds(init_timeout, "init_timeout", positive=True)
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise InvalidArgumentError(f"retry must be a RetryPolicy or None, got {retry!r}")
         channel_limit = driver.max_message_size
         if max_request_size is None:
-            max_request_size = channel_limit - _REQUEST_SIZE_MARGIN
-        elif not isinstance(max_request_size, int) or not 1024 <= max_request_size <= channel_limit:
+            max_request_size = channel_limit - REQUEST_SIZE_MARGIN
+        elif (
+            not isinstance(max_request_size, int)
+            or isinstance(max_request_size, bool)
+            or not MIN_MAX_MESSAGE_SIZE <= max_request_size <= channel_limit
+        ):
             raise InvalidArgumentError(
-                f"max_request_size must be an int between 1024 and the driver's max_message_size ({channel_limit})"
+                f"max_request_size must be an int between {MIN_MAX_MESSAGE_SIZE} and the driver's"
+                f" max_message_size ({channel_limit})"
             )
-        codec = int(_codecs.Codec.RAW) if codec is None else codec
+        codec = int(_codecs.Codec.RAW) if codec is None else _codecs.check_codec_id(codec)
         encoder = _codecs.lookup(_codecs.merge_codecs(_codecs.BUILTIN_ENCODERS, encoders), codec, "encoder")
 
         self._driver = driver
         self.path = full_path
         self.producer_id = producer_id
         self.codec = codec
-        self._auto_seqno = auto_seqno
-        self._auto_created_at = auto_created_at
+        self._auto_seqno = bool(auto_seqno)
+        self._auto_created_at = bool(auto_created_at)
         self._buffer_wait_timeout = buffer_wait_timeout
         self._request_room = max_request_size - REQUEST_OVERHEAD
         """The most a message's ``wire_size`` may be."""
         self._max_message_bytes = self._request_room - MESSAGE_OVERHEAD
         """The largest payload without metadata that fits (the same bound, for ``write``'s fast path)."""
-        self._buffer = WriteBuffer(max_buffer_messages, max_buffer_bytes)
+        self._partition_id = partition_id
+        self._init_timeout = init_timeout
+        buffer = self._buffer = WriteBuffer(max_buffer_messages, max_buffer_bytes)
         self._sender = WriterSender(
-            driver,
+            driver.transport,
             SenderSettings(
                 path=full_path,
                 producer_id=producer_id,
@@ -172,15 +197,18 @@ class TopicWriter:
                 session_metadata=metadata,
                 codec=codec,
                 encoder=encoder,
-                retry=retry or driver.retry,
+                retry=retry or driver.stream_retry,
                 max_request_size=max_request_size,
                 token_refresh_interval=token_refresh_interval,
                 init_timeout=init_timeout,
             ),
-            self._buffer,
+            buffer,
             self._on_init,
+            writer_report(driver.metrics, full_path, lambda: (buffer.messages, buffer.nbytes)),
+            self._locate if direct_write else None,
         )
-        self._tracing = driver.tracing
+        self._keeper = self._sender.keeper
+        self._tracer = driver.tracing
         self._task: asyncio.Task[None] | None = None
         self._init_info: InitInfo | None = None
         self._init_done = asyncio.Event()
@@ -206,14 +234,16 @@ class TopicWriter:
             return
         try:
             await self.close()
-        except Exception:
+        except Exception as close_error:
             if exc is None:
                 raise
-            # Do not mask the error that is already propagating out of the block.
-            logger.warning(
-                "closing topic writer %s (session %s) after an error also failed",
-                self.path, self.session_id, exc_info=True, extra=self._sender.log_fields,
-            )
+            # Do not mask the error that is already propagating out of the block (nor log the
+            # writer's own failure again: it was logged when it happened).
+            if close_error is not self._failure:
+                logger.warning(
+                    "closing topic writer %s after an error also failed",
+                    self.path, exc_info=True, extra=self._sender.log_fields,
+                )
 
     async def open(self) -> None:
         """Start connecting in the background (``write`` does this too); returns at once."""
@@ -230,18 +260,22 @@ class TopicWriter:
         except asyncio.CancelledError:
             raise
         except BaseException as exc:
+            if self._sender.keeper.state is not ConnectionState.FAILED:  # else the keeper logged it
+                logger.error("topic writer %s failed: %r", self.path, exc, extra=self._sender.log_fields)
             self._fail(exc)
 
     def _fail(self, error: BaseException) -> None:
         if self._failure is None:
             self._failure = error
-        lost = self._buffer.fail(error)
+        self._buffer.fail(error)
         self._init_done.set()
-        if lost:
-            logger.error(
-                "topic writer %s: session %s failed with %d unacknowledged messages: %r",
-                self.path, self.session_id, lost, error, extra=self._sender.log_fields,
-            )
+
+    async def _locate(self) -> PartitionLocation | None:
+        assert self._partition_id is not None
+        info = await self._driver.topic.describe_partition(
+            self.path, self._partition_id, include_stats=False, include_location=True, timeout=self._init_timeout
+        )
+        return info.location
 
     async def close(self, timeout: float | None = None) -> None:
         """Stop accepting writes, wait for every acknowledgement (reconnecting as needed), stop.
@@ -250,14 +284,14 @@ class TopicWriter:
         the background work and failing the unacknowledged futures) when ``timeout`` passes.
         A second call does nothing.
         """
+        timeout = check_timeout(timeout)
         if self._closed:
             return
         self._closed = True
         timed_out = False
         try:
             if self._failure is None and self._task is not None:
-                with anyio.fail_after(timeout):
-                    await self._buffer.wait_acked(self._buffer.accepted_total)
+                await wait_within(self._buffer.wait_acked(self._buffer.accepted_total), timeout)
         except TimeoutError:
             timed_out = True
         except Exception:
@@ -315,15 +349,23 @@ class TopicWriter:
         self._init_done.set()
 
     async def wait_init(self, timeout: float | None = None) -> InitInfo:
-        """Wait for the first handshake and return what the server said."""
+        """Wait for the first handshake and return what the server said.
+
+        Raises ``OperationTimeoutError`` when ``timeout`` passes first (the writer keeps trying to
+        connect in the background), and the writer's failure if it failed.
+        """
+        timeout = check_timeout(timeout)
         self._check_usable()
         self._start()
         if not self._init_done.is_set():
             try:
-                with anyio.fail_after(timeout):
-                    await self._init_done.wait()
+                await wait_within(self._init_done.wait(), timeout)
             except TimeoutError:
-                raise OperationTimeoutError(f"writer for {self.path} did not connect within {timeout}s") from None
+                last = self.last_error
+                raise OperationTimeoutError(
+                    f"writer for {self.path} did not connect within {timeout}s"
+                    + (f" (last error: {last!r})" if last is not None else "")
+                ) from None
         if self._init_info is None:
             self._check_usable()
             raise WriterClosedError(f"writer for {self.path} closed before connecting")
@@ -352,7 +394,7 @@ class TopicWriter:
             and self._next_seq_no is not None
             and self._failure is None
             and not self._closed
-            and self._tracing is None
+            and self._tracer is None
         ):
             # The hot path: one payload, auto numbering after the handshake, room in the buffer.
             size = len(messages)
@@ -405,11 +447,8 @@ class TopicWriter:
         return futures
 
     async def _accept(
-        self, messages: Messages, with_futures: bool, traced: bool = False
+        self, messages: Messages, with_futures: bool
     ) -> list[asyncio.Future[WriteResult]] | None:
-        if self._tracing is not None and not traced:
-            # Tracing adds the span's context to each message and comes back here with traced=True.
-            return await self._tracing.traced_accept(self._accept, self.path, self.producer_id, messages, with_futures)
         if with_futures and len(self._buffer.unsent) >= _YIELD_BACKLOG:
             await asyncio.sleep(0)  # as in write: let the sender run
         self._check_usable()
@@ -428,19 +467,27 @@ class TopicWriter:
         manual = not self._auto_seqno
         if manual:
             self._check_seq_nos(entries)
+        tracer = self._tracer
+        # Tracing starts a span per accepted message and adds its context to the message's metadata.
+        spans = tracer.start_writes(self.path, self.producer_id, entries, self._request_room) if tracer else None
         count = len(entries)
         nbytes = sum(e.size for e in entries) if count > 1 else entries[0].size
         buffer = self._buffer
-        if not buffer.try_reserve(count, nbytes):
-            await buffer.reserve(count, nbytes, self._buffer_wait_timeout)
-            # Other calls ran while this one waited.
-            try:
-                self._check_usable()
-                if manual:
-                    self._check_seq_nos(entries)
-            except BaseException:
-                buffer.release(count, nbytes)
-                raise
+        try:
+            if not buffer.try_reserve(count, nbytes):
+                await buffer.reserve(count, nbytes, self._buffer_wait_timeout)
+                # Other calls ran while this one waited.
+                try:
+                    self._check_usable()
+                    if manual:
+                        self._check_seq_nos(entries)
+                except BaseException:
+                    buffer.release(count, nbytes)
+                    raise
+        except BaseException as exc:
+            if tracer is not None and spans is not None:
+                tracer.fail_writes(spans, exc)
+            raise
         if manual:
             self._last_seq_no = entries[-1].seq_no
         else:
@@ -451,21 +498,29 @@ class TopicWriter:
                     seq_no += 1
                 self._next_seq_no = seq_no
         futures: list[asyncio.Future[WriteResult]] | None = None
-        if with_futures:
+        if with_futures or spans is not None:
             loop = asyncio.get_running_loop()
             futures = []
             for entry in entries:
                 entry.future = future = loop.create_future()
                 futures.append(future)
+            if tracer is not None and spans is not None:
+                tracer.end_writes_on_ack(spans, futures)
         if count == 1:
             buffer.push_one(entries[0])
         else:
             buffer.push(entries)
-        return futures
+        return futures if with_futures else None
 
     def _prepare(self, message: OneMessage, now_ns: int) -> PendingMessage:
-        if isinstance(message, (bytes, str)):
-            data = message if isinstance(message, bytes) else message.encode()
+        if isinstance(message, bytes):
+            data = message
+            seq_no = None
+            created_ns = now_ns
+            metadata = None
+            meta_size = 0
+        elif isinstance(message, str):
+            data = check_utf8(message, "a message")
             seq_no = None
             created_ns = now_ns
             metadata = None
@@ -473,16 +528,18 @@ class TopicWriter:
         elif isinstance(message, Message):
             payload = message.data
             if isinstance(payload, str):
-                data = payload.encode()
+                data = check_utf8(payload, "Message.data")
             elif isinstance(payload, (bytes, bytearray, memoryview)):
                 data = bytes(payload)
             else:
                 raise InvalidArgumentError(f"Message.data must be bytes or str, not {type(payload).__name__}")
             seq_no = message.seq_no
-            if seq_no is not None and (not isinstance(seq_no, int) or isinstance(seq_no, bool) or seq_no <= 0):
-                raise InvalidArgumentError(f"seq_no must be a positive int, got {seq_no!r}")
+            if seq_no is not None and (
+                not isinstance(seq_no, int) or isinstance(seq_no, bool) or not 0 < seq_no <= MAX_SEQ_NO
+            ):
+                raise InvalidArgumentError(f"seq_no must be a positive int of at most 2**63-1, got {seq_no!r}")
             created_ns = now_ns if message.created_at is None else _to_ns(message.created_at)
-            metadata, meta_size = check_metadata(message.metadata)[:2] if message.metadata else (None, 0)
+            metadata, meta_size = check_metadata(message.metadata) if message.metadata else (None, 0)
         else:
             raise InvalidArgumentError(f"a message must be bytes, str or Message, not {type(message).__name__}")
         if self._auto_seqno:
@@ -494,7 +551,7 @@ class TopicWriter:
         elif seq_no is None:
             raise InvalidArgumentError("auto_seqno=False: every message needs an explicit seq_no")
         entry = PendingMessage(data, seq_no, created_ns, metadata, len(data) + meta_size)
-        if wire_size(entry.data_len, entry) > self._request_room:
+        if entry_wire_size(entry.data_len, entry) > self._request_room:
             self._too_large(entry.size)
         return entry
 
@@ -515,12 +572,14 @@ class TopicWriter:
             last = entry.seq_no
 
     async def flush(self, timeout: float | None = None) -> None:
-        """Wait until every message written before this call is acknowledged."""
+        """Wait until every message written before this call is acknowledged (or, for a message
+        that could not be sent on its own, dropped). Raises ``OperationTimeoutError`` when
+        ``timeout`` passes first: the messages stay buffered and are still sent."""
+        timeout = check_timeout(timeout)
         self._check_usable()
         mark = self._buffer.accepted_total
         try:
-            with anyio.fail_after(timeout):
-                await self._buffer.wait_acked(mark)
+            await wait_within(self._buffer.wait_acked(mark), timeout)
         except TimeoutError:
             pending = mark - self._buffer.acked_total
             raise OperationTimeoutError(
@@ -572,48 +631,6 @@ def _to_ns(value: dt.datetime) -> int:
     if value.tzinfo is None:
         value = value.replace(tzinfo=dt.UTC)
     return ((value - _EPOCH) // _MICROSECOND) * 1000
-
-
-def check_metadata(metadata: MetadataInput) -> tuple[list[tuple[str, bytes]], int, int]:
-    """Validate metadata items; return them as (key, bytes) pairs, their size in bytes, and the
-    bytes they count against ``MAX_METADATA_CHARS`` (keys in UTF-8 plus values, as YDB counts)."""
-    try:
-        pairs = iter(metadata.items() if isinstance(metadata, Mapping) else metadata)
-    except TypeError:
-        raise InvalidArgumentError(
-            f"metadata must be a mapping or an iterable of (key, value) pairs, not {type(metadata).__name__}"
-        ) from None
-    items: list[tuple[str, bytes]] = []
-    seen: set[str] = set()
-    chars = 0
-    nbytes = 0
-    for pair in pairs:
-        try:
-            key, value = pair
-        except (TypeError, ValueError):
-            raise InvalidArgumentError(f"metadata items must be (key, value) pairs, got {pair!r}") from None
-        if not isinstance(key, str) or not key:
-            raise InvalidArgumentError(f"metadata keys must be non-empty strings, got {key!r}")
-        if key in seen:
-            raise InvalidArgumentError(f"duplicate metadata key {key!r}")
-        seen.add(key)
-        if isinstance(value, str):
-            value = value.encode()
-        elif isinstance(value, (bytes, bytearray)):
-            value = bytes(value)
-        else:
-            raise InvalidArgumentError(f"metadata value for {key!r} must be bytes or str, not {type(value).__name__}")
-        # YDB counts the limit in bytes (UTF-8 for text), so a non-ASCII key or value counts more.
-        chars += len(key.encode()) + len(value)
-        nbytes += len(key.encode()) + len(value)
-        items.append((key, value))
-    if chars > MAX_METADATA_CHARS:
-        raise InvalidArgumentError(
-            f"message metadata has {chars} bytes in keys and values (UTF-8); the limit is {MAX_METADATA_CHARS}"
-        )
-    if len(items) > MAX_METADATA_ITEMS:
-        raise InvalidArgumentError(f"a message may carry at most {MAX_METADATA_ITEMS} metadata items")
-    return items, nbytes, chars
 
 
 __all__ = ["DEFAULT_MAX_BUFFER_BYTES", "DEFAULT_MAX_BUFFER_MESSAGES", "TopicWriter"]

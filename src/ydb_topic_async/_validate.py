@@ -1,0 +1,36 @@
+"""Argument checks shared by the public calls: each raises ``InvalidArgumentError`` naming the argument."""
+
+from __future__ import annotations
+
+import math
+
+from ._errors import InvalidArgumentError
+
+
+def check_timeout(value: object, what: str = "timeout") -> float | None:
+    """``value`` as seconds: ``None`` (no limit) or a number >= 0 (not a bool, not NaN)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) or value < 0:
+        raise InvalidArgumentError(f"{what} must be None or a number of seconds >= 0, got {value!r}")
+    return float(value)
+
+
+def check_seconds(value: object, what: str, *, positive: bool = False) -> float:
+    """A required number of seconds (> 0 with ``positive``, else >= 0)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        raise InvalidArgumentError(f"{what} must be a number of seconds, got {value!r}")
+    if value < 0 or (positive and value == 0):
+        raise InvalidArgumentError(f"{what} must be {'positive' if positive else '>= 0'}, got {value!r}")
+    return float(value)
+
+
+def check_utf8(value: str, what: str) -> bytes:
+    """``value`` encoded as UTF-8; a lone surrogate (say, from bytes decoded with
+    ``surrogateescape``) cannot be sent, so it is refused here rather than at the first write."""
+    try:
+        return value.encode()
+    except UnicodeEncodeError as exc:
+        raise InvalidArgumentError(
+            f"{what} is not valid Unicode text: {exc.reason} at position {exc.start} ({value!r})"
+        ) from None

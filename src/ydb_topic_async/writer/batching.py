@@ -1,0 +1,193 @@
+"""Packing the writer's buffered messages into WriteRequests.
+
+``RequestBatcher.next_requests`` takes a prefix of the buffer's ``unsent`` queue, encodes it
+with the writer's codec (inline or in worker threads, see ``_codecs.transform_batch``) and packs
+it into as few requests as fit. A message that cannot be sent (its encoder failed, or it no
+longer fits a request once encoded) is dropped on its own: its future fails with the reason and
+every other message goes on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from itertools import islice
+from typing import TYPE_CHECKING
+
+from .. import _codecs
+from .._errors import MessageEncodeError, MessageTooLargeError
+from .._limits import BATCH_TARGET_BYTES, MAX_MESSAGES_PER_REQUEST, REQUEST_OVERHEAD, wire_size
+from .._proto import ydb_topic_pb2 as pb
+
+if TYPE_CHECKING:
+    from .buffer import PendingMessage, WriteBuffer
+
+
+def entry_wire_size(payload_len: int, entry: PendingMessage) -> int:
+    """``wire_size`` of ``entry`` with a payload of ``payload_len`` bytes."""
+    metadata = entry.metadata
+    if not metadata:
+        return wire_size(payload_len)
+    return wire_size(payload_len, entry.size - entry.data_len, len(metadata))
+
+
+@dataclass(frozen=True)
+class BatchSettings:
+    codec: int
+    encoder: _codecs.Transform
+    max_request_size: int
+
+
+class RequestBatcher:
+    """Turns the buffer's unsent messages into WriteRequests.
+
+    ``on_dropped(entry, error)`` is told about a message dropped because it cannot be sent.
+    """
+
+    def __init__(
+        self,
+        settings: BatchSettings,
+        buffer: WriteBuffer,
+        on_dropped: Callable[[PendingMessage, BaseException], None],
+    ) -> None:
+        self._settings = settings
+        self._buffer = buffer
+        self._on_dropped = on_dropped
+        self._raw = settings.codec == _codecs.Codec.RAW
+        self._target = min(settings.max_request_size - REQUEST_OVERHEAD, BATCH_TARGET_BYTES)
+        self.tx_identity: pb.TransactionIdentity | None = None
+        """Set for a transactional writer: every WriteRequest carries it."""
+
+    async def next_requests(self) -> list[pb.StreamWriteMessage.FromClient]:
+        """Take a prefix of ``unsent``, encode it, and pack it into as few requests as fit
+        (each up to ``BATCH_TARGET_BYTES``, or one larger message up to ``max_request_size``).
+
+        The taken messages move to ``inflight`` before anything is written, so acks that arrive
+        while later requests are still being written find them there. Dropped messages move
+        along with the others, unsent, and are settled in order.
+        """
+        target = self._target
+        unsent = self._buffer.unsent
+        count = 0
+        raw_total = 0
+        for entry in unsent:
+            # Sized by the raw payload: encoding rarely grows data, and an encoded batch is packed
+            # again by its encoded sizes (splitting it if it did grow).
+            raw_total += entry_wire_size(entry.data_len, entry)
+            if (raw_total > target and count) or count >= MAX_MESSAGES_PER_REQUEST:
+                break
+            count += 1
+        batch = list(islice(unsent, count))
+        if self._raw:
+            # Packed already: the batch is within the target, or is one message that ``write``
+            # checked fits in a request. (Nothing raw is ever dropped: there is no encoding.)
+            groups = [batch]
+        else:
+            await self._encode(batch)
+            groups = self._pack(batch)
+        requests = [self._new_request(group) for group in groups if group]
+        buffer = self._buffer
+        buffer.inflight.extend(batch)
+        if count == len(unsent):
+            unsent.clear()
+        else:
+            popleft = unsent.popleft
+            for _ in range(count):
+                popleft()
+        buffer.settle_dropped()
+        return requests
+
+    def _drop(self, entry: PendingMessage, error: BaseException) -> None:
+        self._buffer.drop_message(entry, error)
+        self._on_dropped(entry, error)
+
+    def _pack(self, batch: list[PendingMessage]) -> list[list[PendingMessage]]:
+        """Split a batch into groups of at most ``target`` bytes (a larger message alone), by the
+        payloads as they will be sent; a message too large for any request is dropped."""
+        settings = self._settings
+        limit = settings.max_request_size - REQUEST_OVERHEAD
+        target = self._target
+        groups: list[list[PendingMessage]] = []
+        group: list[PendingMessage] = []
+        size = 0
+        for entry in batch:
+            if entry.error is not None:
+                continue
+            payload = entry.encoded
+            assert payload is not None
+            entry_size = entry_wire_size(len(payload), entry)
+            if entry_size > limit:
+                self._drop(
+                    entry,
+                    MessageTooLargeError(
+                        f"message seq_no={entry.seq_no} is {len(payload)} bytes after"
+                        f" {_codecs.codec_name(settings.codec)} encoding; it cannot fit in a request of"
+                        f" max_request_size={settings.max_request_size}, so it was not sent"
+                    ),
+                )
+                continue
+            if size and size + entry_size > target:
+                groups.append(group)
+                group = []
+                size = 0
+            size += entry_size
+            group.append(entry)
+        groups.append(group)
+        return groups
+
+    def _new_request(self, entries: list[PendingMessage]) -> pb.StreamWriteMessage.FromClient:
+        """A WriteRequest carrying ``entries``: their raw payloads, or the encoded ones."""
+        request = pb.StreamWriteMessage.FromClient()
+        write = request.write_request
+        write.codec = self._settings.codec
+        if self.tx_identity is not None:
+            write.tx.CopyFrom(self.tx_identity)
+        add = write.messages.add
+        raw = self._raw
+        for entry in entries:
+            payload = entry.data if raw else entry.encoded
+            assert payload is not None
+            message = add()
+            message.seq_no = entry.seq_no
+            if entry.created_ns >= 0:
+                created = message.created_at
+                created.seconds, created.nanos = divmod(entry.created_ns, 1_000_000_000)
+            message.data = payload
+            message.uncompressed_size = entry.data_len
+            if entry.metadata:
+                items = message.metadata_items
+                for key, value in entry.metadata:
+                    items.add(key=key, value=value)
+        return request
+
+    async def _encode(self, batch: list[PendingMessage]) -> None:
+        """Encode the payloads not encoded yet (see ``_codecs.transform_batch``); a message whose
+        encoder fails is dropped."""
+        todo = [entry for entry in batch if entry.encoded is None and entry.error is None]
+        if not todo:
+            return
+        encoder = self._settings.encoder
+        payloads = [entry.data for entry in todo]
+        try:
+            encoded: list[bytes | None] = list(
+                await _codecs.transform_batch(
+                    [entry.data_len for entry in todo],
+                    lambda start, end: _codecs.transform_all(encoder, payloads[start:end]),
+                )
+            )
+        except _codecs.PartialTransformError as exc:
+            encoded = exc.results
+            codec = _codecs.codec_name(self._settings.codec)
+            for index, error in exc.failures.items():
+                entry = todo[index]
+                failure = MessageEncodeError(
+                    f"the encoder for codec {codec} failed for message seq_no={entry.seq_no}: {error!r};"
+                    " the message was not sent"
+                )
+                failure.__cause__ = error
+                self._drop(entry, failure)
+        # Stored by the loop thread: the entries are shared with the rest of the writer.
+        for entry, payload in zip(todo, encoded, strict=True):
+            if payload is not None:
+                entry.encoded = payload
+                entry.data = b""  # only the encoded form is sent (and resent) from now on
