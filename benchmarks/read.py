@@ -37,6 +37,7 @@ from _harness import (
     write_json,
 )
 from floor import floor_read, floor_write
+from write import _drop, messages_for
 
 BUFFER = 50 * 1024 * 1024  # the official reader's default buffer; ours gets the same
 JOBS = (("ours", "batch"), ("ours", "message"), ("official", "batch"), ("official", "message"), ("floor", "batch"))
@@ -108,11 +109,11 @@ async def run_size(
     jobs = [job for job in JOBS if job[0] in args.clients and (job[1] in args.modes or job[0] == "floor")]
     consumers = [f"bench-{i}" for i in range(len(jobs) * args.rounds)]
     topic = f"{args.topic}-{size}"
-    await fill(endpoint, database, topic, consumers, args.messages, size)
+    n = messages_for(size, args)
+    await fill(endpoint, database, topic, consumers, n, size)
     labels = {"ours": "ydb-topic-async", "official": _official_label(), "floor": "floor (bare grpc.aio)"}
     rounds: dict[tuple[str, str], list[Figure]] = {job: [] for job in jobs}
     names = iter(consumers)
-    n = args.messages
     for round_no in range(args.rounds):
         shift = round_no % len(jobs)
         for client, mode in jobs[shift:] + jobs[:shift]:
@@ -127,6 +128,8 @@ async def run_size(
             rounds[(client, mode)].append(await measure(
                 server, run, benchmark="read", client=client, label=labels[client], messages=n, size=size, mode=mode,
             ))
+    if server is not None:
+        await _drop(endpoint, database, topic)
     return [best(figures) for figures in rounds.values()]
 
 
@@ -154,7 +157,7 @@ async def main_async(args: argparse.Namespace) -> None:
         endpoint = server.endpoint if server else args.endpoint
         database = server.database if server else args.database
         for size in args.sizes:
-            print(f"\n{args.messages} messages x {size} B, best of {args.rounds}")
+            print(f"\n{messages_for(size, args)} messages x {size} B, best of {args.rounds}")
             done = await run_size(server, endpoint, database, args, size)
             report(done)
             figures.extend(done)
@@ -165,6 +168,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--messages", type=int, default=100_000, help="messages in the topic (default 100000)")
     parser.add_argument("--sizes", type=int, nargs="+", default=[100], help="payload sizes in bytes (default 100)")
+    parser.add_argument("--max-mib", type=int, default=200, help="fewer messages for large sizes: MiB per topic")
     parser.add_argument("--rounds", type=int, default=3, help="rounds; the least client CPU is reported (default 3)")
     parser.add_argument("--modes", nargs="+", choices=["batch", "message"], default=["batch", "message"])
     parser.add_argument("--clients", nargs="+", choices=["ours", "official", "floor"],

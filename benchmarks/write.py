@@ -78,6 +78,19 @@ async def _create(endpoint: str, database: str, topic: str) -> None:
         await admin.topic.create_topic(topic)
 
 
+async def _drop(endpoint: str, database: str, topic: str) -> None:
+    """Free what the measurement stored (the local server keeps everything in memory)."""
+    import ydb_topic_async as yta
+
+    async with yta.Driver(endpoint, database, discovery=False) as admin:
+        await admin.topic.drop_topic(topic)
+
+
+def messages_for(size: int, args: argparse.Namespace) -> int:
+    """``--messages``, fewer for large payloads: at most ``--max-mib`` MiB per measurement."""
+    return max(100, min(args.messages, args.max_mib * 1024 * 1024 // size))
+
+
 def _official_label() -> str:
     import ydb
 
@@ -88,7 +101,7 @@ async def run_size(
     server: ServerProcess | None, endpoint: str, database: str, args: argparse.Namespace, size: int
 ) -> list[Figure]:
     payload = os.urandom(size)
-    n = args.messages
+    n = messages_for(size, args)
     labels = {"ours": "ydb-topic-async", "official": _official_label(), "floor": "floor (bare grpc.aio)"}
     rounds: dict[str, list[Figure]] = {c: [] for c in args.clients}
     batch = args.floor_batch
@@ -113,6 +126,8 @@ async def run_size(
                 server, run, benchmark="write", client=client, label=labels[client], messages=n, size=size,
                 mode="write",
             )
+            if server is not None:
+                await _drop(endpoint, database, topic)
             if client == "ours" and not args.floor_batch:
                 mean = messages_per_write_request(figure)
                 if mean:
@@ -145,7 +160,7 @@ async def main_async(args: argparse.Namespace) -> None:
         endpoint = server.endpoint if server else args.endpoint
         database = server.database if server else args.database
         for size in args.sizes:
-            print(f"\n{args.messages} messages x {size} B, raw codec, best of {args.rounds} rounds")
+            print(f"\n{messages_for(size, args)} messages x {size} B, raw codec, best of {args.rounds} rounds")
             done = await run_size(server, endpoint, database, args, size)
             report(done)
             figures.extend(done)
@@ -156,6 +171,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--messages", type=int, default=100_000, help="messages per writer (default 100000)")
     parser.add_argument("--sizes", type=int, nargs="+", default=[100], help="payload sizes in bytes (default 100)")
+    parser.add_argument("--max-mib", type=int, default=200, help="fewer messages for large sizes: MiB per measurement")
     parser.add_argument("--rounds", type=int, default=3, help="rounds; the least client CPU is reported (default 3)")
     parser.add_argument("--clients", nargs="+", choices=CLIENTS, default=list(CLIENTS))
     parser.add_argument("--floor-batch", type=int, default=0,

@@ -573,11 +573,11 @@ class ReadService:
         # Serialized here rather than by gRPC, once: ``bytes_size`` (the serialized size of the
         # whole response, what the client's credit pays, as in YDB) is appended to the bytes.
         body = response.SerializeToString()
-        length = _varint(len(body))
-        bytes_size = len(_SUCCESS_HEADER) + len(_READ_RESPONSE_TAG) + len(length) + len(body)
-        body += _BYTES_SIZE_TAG + _varint(bytes_size)
+        bytes_size = len(_SUCCESS_HEADER) + len(_READ_RESPONSE_TAG) + len(_varint(len(body))) + len(body)
+        tail = _BYTES_SIZE_TAG + _varint(bytes_size)
         session.credit -= bytes_size
-        return _SUCCESS_HEADER + _READ_RESPONSE_TAG + _varint(len(body)) + body
+        # One join: the body (up to MAX_RESPONSE_BYTES) is copied once more, not twice.
+        return b"".join((_SUCCESS_HEADER, _READ_RESPONSE_TAG, _varint(len(body) + len(tail)), body, tail))
 
 
 ReadResponse = pb.StreamReadMessage.ReadResponse
