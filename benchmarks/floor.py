@@ -44,16 +44,21 @@ def _target(endpoint: str) -> str:
     return endpoint.removeprefix("grpc://")
 
 
+def _open(channel: grpc.aio.Channel, method: str, messages: Any, database: str) -> Any:
+    """A bidirectional stream call of ``/Ydb.Topic.V1.TopicService/<method>`` (``messages``: its message pair)."""
+    return channel.stream_stream(
+        f"/Ydb.Topic.V1.TopicService/{method}",
+        request_serializer=messages.FromClient.SerializeToString,
+        response_deserializer=messages.FromServer.FromString,
+    )(metadata=[("x-ydb-database", database)])
+
+
 async def floor_write(
     endpoint: str, database: str, path: str, payload: bytes, messages: int, batch: int, producer_id: str = "floor"
 ) -> dict[str, Any]:
     """Write ``messages`` copies of ``payload``, ``batch`` per WriteRequest; returns after the last ack."""
     async with grpc.aio.insecure_channel(_target(endpoint), options=_OPTIONS) as channel:
-        call: Any = channel.stream_stream(
-            "/Ydb.Topic.V1.TopicService/StreamWrite",
-            request_serializer=Write.FromClient.SerializeToString,
-            response_deserializer=Write.FromServer.FromString,
-        )(metadata=[("x-ydb-database", database)])
+        call = _open(channel, "StreamWrite", Write, database)
         init = Write.FromClient()
         init.init_request.path = path
         init.init_request.producer_id = producer_id
@@ -110,11 +115,7 @@ async def floor_read(
 ) -> dict[str, Any]:
     """Read ``messages`` messages under ``consumer`` (committing them); returns after the last commit ack."""
     async with grpc.aio.insecure_channel(_target(endpoint), options=_OPTIONS) as channel:
-        call: Any = channel.stream_stream(
-            "/Ydb.Topic.V1.TopicService/StreamRead",
-            request_serializer=Read.FromClient.SerializeToString,
-            response_deserializer=Read.FromServer.FromString,
-        )(metadata=[("x-ydb-database", database)])
+        call = _open(channel, "StreamRead", Read, database)
         init = Read.FromClient()
         init.init_request.consumer = consumer
         init.init_request.topics_read_settings.add(path=path)
