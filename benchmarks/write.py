@@ -8,9 +8,9 @@ CPU alone (gRPC's threads included). Each writer writes N messages of S bytes, o
 ``await writer.write(payload)`` per message, then closes (which waits for every acknowledgement);
 both SDKs use the raw codec. The floor (``floor.py``) is a bare ``grpc.aio`` client building and
 serializing the same WriteRequests, with the batching this SDK's writer used in the same run (the
-mean messages per WriteRequest the server received from it). Every round runs each client once on
-a fresh topic, in an order that rotates between rounds; the round with the least client CPU is
-reported. Beside each figure: the server's CPU seconds per wall second during it (near 1.0, the
+mean messages per WriteRequest the server received from it, over its rounds so far). Every round
+runs each client once on a fresh topic, in an order that rotates between rounds; the round with
+the least client CPU is reported. Beside each figure: the server's CPU seconds per wall second during it (near 1.0, the
 server was the ceiling of the message rate) and its CPU per message.
 """
 
@@ -129,9 +129,9 @@ async def run_size(
             if server is not None:
                 await _drop(endpoint, database, topic)
             if client == "ours" and not args.floor_batch:
-                mean = messages_per_write_request(figure)
-                if mean:
-                    batch = max(1, round(mean))
+                means = [m for f in [*rounds["ours"], figure] if (m := messages_per_write_request(f))]
+                if means:
+                    batch = max(1, round(sum(means) / len(means)))
             rounds[client].append(figure)
     return [best(rounds[c]) for c in CLIENTS if c in rounds]
 
