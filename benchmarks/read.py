@@ -1,186 +1,183 @@
-"""Read throughput: this SDK's TopicReader against the official ``ydb`` SDK's async reader.
+"""Read cost: this SDK's TopicReader, the official ``ydb`` SDK's async reader, and the floor.
 
-    python benchmarks/read.py --messages 100000 --size 100
+    python benchmarks/read.py --messages 100000 --sizes 100
+    python benchmarks/read.py --messages 20000 --sizes 100 1024 16384 --json results/read.json
 
-The local topic server runs in a separate process, so ``time.process_time`` here is the
-client's CPU alone. The topic is filled once (with this SDK's writer); each reader then reads
-all of it under its own consumer and commits: in ``batch`` mode one ``receive_batch`` +
-``commit`` per batch, in ``message`` mode one ``receive_message`` and one ``commit`` per message
-(YDB commits are contiguous ranges, so every message is committed; both SDKs merge them).
-Closing the reader (waiting for the commit acks) is inside the measurement.
-The best of ``--rounds`` is reported; the order alternates between rounds.
+The local topic server runs in its own process, so ``time.process_time`` here is the client's
+CPU alone. A topic is filled once per size; each reader then reads all of it under a consumer of
+its own and commits: ``batch`` mode is one ``receive_batch`` and one ``commit`` per batch,
+``message`` mode one ``receive_message`` and one ``commit`` per message (YDB commits contiguous
+ranges, so every message is committed; both SDKs merge them). Closing the reader (waiting for the
+commit acknowledgements) is inside the measurement. Both SDKs get the same 50 MiB buffer. The
+floor (``floor.py``) parses the ReadResponses, touches each message's ``.data`` and ``.offset``,
+returns the credit and commits each response. Every round runs each client and mode once, in an
+order that rotates between rounds; the round with the least client CPU is reported, with the
+server's CPU seconds per wall second beside it (near 1.0, the server was the ceiling).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import multiprocessing
-import platform
-import time
+import sys
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from multiprocessing.connection import Connection
-from typing import Any
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _harness import (
+    Figure,
+    ServerProcess,
+    best,
+    describe_machine,
+    machine,
+    measure,
+    server_or_endpoint,
+    table,
+    write_json,
+)
+from floor import floor_read, floor_write
+from write import _drop, messages_for
 
 BUFFER = 50 * 1024 * 1024  # the official reader's default buffer; ours gets the same
+JOBS = (("ours", "batch"), ("ours", "message"), ("official", "batch"), ("official", "message"), ("floor", "batch"))
 
 
-def _serve(conn: Connection) -> None:
-    """Child process: the local topic server, until the parent closes the pipe."""
-    from ydb_topic_async.testing import LocalTopicServer
-
-    async def main() -> None:
-        async with LocalTopicServer() as server:
-            conn.send((server.endpoint, server.database))
-            done = asyncio.Event()
-            asyncio.get_running_loop().add_reader(conn.fileno(), done.set)
-            await done.wait()
-
-    asyncio.run(main())
-
-
-@dataclass
-class Result:
-    name: str
-    mode: str
-    seconds: float
-    cpu_seconds: float
-    messages: int
-
-    def row(self) -> str:
-        rate = self.messages / self.seconds
-        cpu = self.cpu_seconds / self.messages * 1e6
-        return f"| {self.name} | {self.mode} | {rate:,.0f} | {cpu:.1f} |"
-
-
-async def _measure(name: str, mode: str, n: int, run: Callable[[], Awaitable[None]]) -> Result:
-    wall, cpu = time.perf_counter(), time.process_time()
-    await run()
-    return Result(name, mode, time.perf_counter() - wall, time.process_time() - cpu, n)
-
-
-async def bench_ours(endpoint: str, database: str, topic: str, consumer: str, n: int, mode: str) -> Result:
+async def read_ours(endpoint: str, database: str, topic: str, consumer: str, n: int, mode: str) -> None:
     import ydb_topic_async as yta
 
-    async with yta.Driver(endpoint, database, discovery=False) as driver:
-
-        async def run() -> None:
-            async with driver.topic.reader(topic, consumer=consumer, buffer_size_bytes=BUFFER) as reader:
-                got = 0
-                if mode == "batch":
-                    while got < n:
-                        batch = await reader.receive_batch()
-                        got += len(batch)
-                        reader.commit(batch)
-                else:
-                    receive = reader.receive_message
-                    while got < n:
-                        message = await receive()
-                        got += 1
-                        reader.commit(message)
-
-        return await _measure("ydb-topic-async", mode, n, run)
+    async with (
+        yta.Driver(endpoint, database, discovery=False) as driver,
+        driver.topic.reader(topic, consumer=consumer, buffer_size_bytes=BUFFER) as reader,
+    ):
+        got = 0
+        if mode == "batch":
+            while got < n:
+                batch = await reader.receive_batch()
+                got += len(batch)
+                reader.commit(batch)
+        else:
+            receive, commit = reader.receive_message, reader.commit
+            while got < n:
+                commit(await receive())
+                got += 1
 
 
-async def bench_official(endpoint: str, database: str, topic: str, consumer: str, n: int, mode: str) -> Result:
+async def read_official(endpoint: str, database: str, topic: str, consumer: str, n: int, mode: str) -> None:
     import ydb
     import ydb.aio
 
     driver = ydb.aio.Driver(endpoint=endpoint, database=database)
     await driver.wait(timeout=10)
     try:
-
-        async def run() -> None:
-            reader = driver.topic_client.reader(topic, consumer=consumer, buffer_size_bytes=BUFFER)
-            try:
-                got = 0
-                if mode == "batch":
-                    while got < n:
-                        batch = await reader.receive_batch()
-                        got += len(batch.messages)
-                        reader.commit(batch)
-                else:
-                    while got < n:
-                        message = await reader.receive_message()
-                        got += 1
-                        reader.commit(message)
-            finally:
-                await reader.close()
-
-        return await _measure(f"ydb {ydb.__version__} (official)", mode, n, run)
+        reader = driver.topic_client.reader(topic, consumer=consumer, buffer_size_bytes=BUFFER)
+        try:
+            got = 0
+            if mode == "batch":
+                while got < n:
+                    batch = await reader.receive_batch()
+                    got += len(batch.messages)
+                    reader.commit(batch)
+            else:
+                while got < n:
+                    reader.commit(await reader.receive_message())
+                    got += 1
+        finally:
+            await reader.close()
     finally:
         await driver.stop()
 
 
-async def prefill(endpoint: str, database: str, topic: str, consumers: list[str], n: int, size: int) -> None:
+async def fill(endpoint: str, database: str, topic: str, consumers: list[str], n: int, size: int) -> None:
+    """Create ``topic`` with ``consumers`` and write ``n`` messages of ``size`` bytes (bare client: fast)."""
     import ydb_topic_async as yta
 
-    payload = b"r" * size
     async with yta.Driver(endpoint, database, discovery=False) as driver:
         await driver.topic.create_topic(topic, consumers=consumers)
-        async with driver.topic.writer(topic, producer_id="bench-fill") as writer:
-            for _ in range(n):
-                await writer.write(payload)
+    await floor_write(endpoint, database, topic, b"r" * size, n, max(1, min(1000, 4_000_000 // (size + 64))))
 
 
-async def main_async(args: argparse.Namespace, endpoint: str, database: str) -> None:
-    modes = ["batch", "message"] if args.mode == "both" else [args.mode]
-    jobs: list[tuple[str, str, Any]] = []
-    for rnd in range(args.rounds):
-        for mode in modes:
-            pair = [("ours", bench_ours), ("official", bench_official)]
-            if rnd % 2:
-                pair.reverse()
-            jobs.extend((name, mode, fn) for name, fn in pair)
-    consumers = [f"bench-{i}" for i in range(len(jobs))]
-    if args.no_prefill:
-        topic = args.topic
-    else:
-        topic = f"{args.topic}-{int(time.time())}"
-        started = time.perf_counter()
-        await prefill(endpoint, database, topic, consumers, args.messages, args.size)
-        print(f"filled {topic}: {args.messages} x {args.size} B in {time.perf_counter() - started:.1f}s")
-    best: dict[tuple[str, str], Result] = {}
-    for consumer, (name, mode, fn) in zip(consumers, jobs, strict=True):
-        result = await fn(endpoint, database, topic, consumer, args.messages, mode)
-        key = (name, mode)
-        if key not in best or result.seconds < best[key].seconds:
-            best[key] = result
-    print(f"\n{args.messages} messages x {args.size} B, best of {args.rounds}; {platform.python_version()}")
-    print("| reader | mode | messages/s | client CPU µs/message |\n|---|---|---:|---:|")
-    for mode in modes:
-        for name in ("ours", "official"):
-            print(best[(name, mode)].row())
+def _official_label() -> str:
+    import ydb
+
+    return f"ydb {ydb.__version__} (official)"
+
+
+async def run_size(
+    server: ServerProcess | None, endpoint: str, database: str, args: argparse.Namespace, size: int
+) -> list[Figure]:
+    jobs = [job for job in JOBS if job[0] in args.clients and (job[1] in args.modes or job[0] == "floor")]
+    consumers = [f"bench-{i}" for i in range(len(jobs) * args.rounds)]
+    topic = f"{args.topic}-{size}"
+    n = messages_for(size, args)
+    await fill(endpoint, database, topic, consumers, n, size)
+    labels = {"ours": "ydb-topic-async", "official": _official_label(), "floor": "floor (bare grpc.aio)"}
+    rounds: dict[tuple[str, str], list[Figure]] = {job: [] for job in jobs}
+    names = iter(consumers)
+    for round_no in range(args.rounds):
+        shift = round_no % len(jobs)
+        for client, mode in jobs[shift:] + jobs[:shift]:
+            consumer = next(names)
+            run: Callable[[], Awaitable[object]]
+            if client == "ours":
+                run = lambda c=consumer, m=mode: read_ours(endpoint, database, topic, c, n, m)  # noqa: E731
+            elif client == "official":
+                run = lambda c=consumer, m=mode: read_official(endpoint, database, topic, c, n, m)  # noqa: E731
+            else:
+                run = lambda c=consumer: floor_read(endpoint, database, topic, c, n, BUFFER)  # noqa: E731
+            rounds[(client, mode)].append(await measure(
+                server, run, benchmark="read", client=client, label=labels[client], messages=n, size=size, mode=mode,
+            ))
+    if server is not None:
+        await _drop(endpoint, database, topic)
+    return [best(figures) for figures in rounds.values()]
+
+
+def report(figures: list[Figure]) -> None:
+    floor = next((f for f in figures if f.client == "floor"), None)
+    # Both modes are compared with the batch-mode floor: the least a client can do per message.
+    print(table(figures, {"batch": floor, "message": floor} if floor else None))
+    by = {(f.client, f.mode): f for f in figures}
+    for mode in ("batch", "message"):
+        ours, official = by.get(("ours", mode)), by.get(("official", mode))
+        if ours and official:
+            print(
+                f"{mode}: ours/official {ours.rate / official.rate:.2f}x messages/s, "
+                f"{ours.client_us_per_message / official.client_us_per_message:.2f}x CPU per message"
+            )
+    if ("ours", "batch") in by and ("ours", "message") in by:
+        ratio = by[("ours", "message")].client_us_per_message / by[("ours", "batch")].client_us_per_message
+        print(f"ours: message mode with a commit per message costs {ratio:.2f}x batch mode")
+
+
+async def main_async(args: argparse.Namespace) -> None:
+    print(f"machine: {describe_machine(machine())}")
+    figures: list[Figure] = []
+    with server_or_endpoint(args.endpoint, args.database) as server:
+        endpoint = server.endpoint if server else args.endpoint
+        database = server.database if server else args.database
+        for size in args.sizes:
+            print(f"\n{messages_for(size, args)} messages x {size} B, best of {args.rounds}")
+            done = await run_size(server, endpoint, database, args, size)
+            report(done)
+            figures.extend(done)
+    write_json(args.json, "read", args, figures)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--messages", type=int, default=100_000, help="messages in the topic (default 100000)")
-    parser.add_argument("--size", type=int, default=100, help="payload bytes per message (default 100)")
-    parser.add_argument("--rounds", type=int, default=1, help="runs per reader and mode; best is reported")
-    parser.add_argument("--mode", choices=["batch", "message", "both"], default="both")
+    parser.add_argument("--sizes", type=int, nargs="+", default=[100], help="payload sizes in bytes (default 100)")
+    parser.add_argument("--max-mib", type=int, default=200, help="fewer messages for large sizes: MiB per topic")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds; the least client CPU is reported (default 3)")
+    parser.add_argument("--modes", nargs="+", choices=["batch", "message"], default=["batch", "message"])
+    parser.add_argument("--clients", nargs="+", choices=["ours", "official", "floor"],
+                        default=["ours", "official", "floor"])
     parser.add_argument("--endpoint", help="use this server instead of starting the local one")
     parser.add_argument("--database", default="/local")
     parser.add_argument("--topic", default="bench-read")
-    parser.add_argument(
-        "--no-prefill", action="store_true", help="read --topic as it is (consumers bench-0.. must exist)"
-    )
-    args = parser.parse_args()
-    if args.endpoint:
-        asyncio.run(main_async(args, args.endpoint, args.database))
-        return
-    parent, child = multiprocessing.Pipe()
-    proc = multiprocessing.get_context("spawn").Process(target=_serve, args=(child,), daemon=True)
-    proc.start()
-    try:
-        endpoint, database = parent.recv()
-        asyncio.run(main_async(args, endpoint, database))
-    finally:
-        parent.close()
-        proc.join(timeout=10)
-        if proc.is_alive():
-            proc.terminate()
+    parser.add_argument("--json", help="write the figures to this JSON file (for charts.py)")
+    asyncio.run(main_async(parser.parse_args()))
 
 
 if __name__ == "__main__":

@@ -1,165 +1,185 @@
-"""Write throughput: this SDK's TopicWriter against the official ``ydb`` SDK's async writer.
+"""Write cost: this SDK's TopicWriter, the official ``ydb`` SDK's async writer, and the floor.
 
-    python benchmarks/write.py --messages 100000 --size 100
+    python benchmarks/write.py --messages 100000 --sizes 100
+    python benchmarks/write.py --messages 20000 --sizes 100 1024 16384 --json results/write.json
 
-The local topic server runs in a separate process, so the CPU time measured here
-(``time.process_time`` of this process) is the client's alone. Each writer writes N messages of
-S bytes with one ``await writer.write(msg)`` per message and then closes (which waits for every
-acknowledgement). Both use the raw codec, so no compression work is compared. Each SDK runs
-``--rounds`` times (3 by default) on a fresh topic; the best round is reported.
+The local topic server runs in its own process, so ``time.process_time`` here is the client's
+CPU alone (gRPC's threads included). Each writer writes N messages of S bytes, one
+``await writer.write(payload)`` per message, then closes (which waits for every acknowledgement);
+both SDKs use the raw codec. The floor (``floor.py``) is a bare ``grpc.aio`` client building and
+serializing the same WriteRequests, with the batching this SDK's writer used in the same run (the
+mean messages per WriteRequest the server received from it, over its rounds so far). Every round
+runs each client once on a fresh topic, in an order that rotates between rounds; the round with
+the least client CPU is reported. Beside each figure: the server's CPU seconds per wall second during it (near 1.0, the
+server was the ceiling of the message rate) and its CPU per message.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import multiprocessing
 import os
-import platform
-import time
+import sys
+from pathlib import Path
+from typing import Any
 
-os.environ.setdefault("GRPC_VERBOSITY", "ERROR")  # no gRPC info lines (GOAWAY at shutdown) in the table
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from multiprocessing.connection import Connection
+from _harness import (
+    Figure,
+    ServerProcess,
+    best,
+    describe_machine,
+    machine,
+    measure,
+    messages_per_write_request,
+    server_or_endpoint,
+    table,
+    write_json,
+)
+from floor import floor_write
 
-
-def _serve(conn: Connection) -> None:
-    """Child process: run the local topic server until the parent closes the pipe."""
-    from ydb_topic_async.testing import LocalTopicServer
-
-    async def main() -> None:
-        async with LocalTopicServer() as server:
-            conn.send((server.endpoint, server.database))
-            loop = asyncio.get_running_loop()
-            done = asyncio.Event()
-            loop.add_reader(conn.fileno(), done.set)  # EOF when the parent exits or closes
-            await done.wait()
-
-    asyncio.run(main())
+CLIENTS = ("ours", "official", "floor")
 
 
-@dataclass
-class Result:
-    name: str
-    seconds: float
-    cpu_seconds: float
-    messages: int
-
-    @property
-    def rate(self) -> float:
-        return self.messages / self.seconds
-
-    @property
-    def cpu_us_per_message(self) -> float:
-        return self.cpu_seconds / self.messages * 1e6
-
-
-async def _measure(name: str, messages: int, run: Callable[[], Awaitable[None]]) -> Result:
-    started, cpu_started = time.perf_counter(), time.process_time()
-    await run()
-    return Result(name, time.perf_counter() - started, time.process_time() - cpu_started, messages)
-
-
-async def bench_ours(endpoint: str, database: str, topic: str, n: int, payload: bytes) -> Result:
+async def write_ours(endpoint: str, database: str, topic: str, n: int, payload: bytes) -> None:
     import ydb_topic_async as yta
 
-    async with yta.Driver(endpoint, database, discovery=False) as driver:
-        await driver.topic.create_topic(topic)
-
-        async def run() -> None:
-            async with driver.topic.writer(topic, producer_id="bench-ours") as writer:
-                write = writer.write
-                for _ in range(n):
-                    await write(payload)
-
-        return await _measure("ydb-topic-async", n, run)
+    async with (
+        yta.Driver(endpoint, database, discovery=False) as driver,
+        driver.topic.writer(topic, producer_id="bench-ours") as writer,
+    ):
+        write = writer.write
+        for _ in range(n):
+            await write(payload)
 
 
-async def bench_official(endpoint: str, database: str, topic: str, n: int, payload: bytes) -> Result:
+async def write_official(endpoint: str, database: str, topic: str, n: int, payload: bytes) -> None:
     import ydb
     import ydb.aio
 
-    import ydb_topic_async as yta
-
-    async with yta.Driver(endpoint, database, discovery=False) as admin:
-        await admin.topic.create_topic(topic)
     driver = ydb.aio.Driver(endpoint=endpoint, database=database)
     try:
         await driver.wait(timeout=10)
-
-        async def run() -> None:
-            async with driver.topic_client.writer(
-                f"{database}/{topic}", producer_id="bench-official", codec=ydb.TopicCodec.RAW
-            ) as writer:
-                write = writer.write
-                for _ in range(n):
-                    await write(payload)
-
-        return await _measure(f"ydb {ydb.__version__} (official)", n, run)
+        async with driver.topic_client.writer(
+            f"{database}/{topic}", producer_id="bench-official", codec=ydb.TopicCodec.RAW
+        ) as writer:
+            write = writer.write
+            for _ in range(n):
+                await write(payload)
     finally:
         await driver.stop()
 
 
-def _machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return f"{cpu}, {os.cpu_count()} CPUs, Python {platform.python_version()}, {platform.system()} {platform.release()}"
+async def _create(endpoint: str, database: str, topic: str) -> None:
+    import ydb_topic_async as yta
+
+    async with yta.Driver(endpoint, database, discovery=False) as admin:
+        await admin.topic.create_topic(topic)
 
 
-async def main_async(args: argparse.Namespace, endpoint: str, database: str) -> None:
-    payload = os.urandom(args.size)
-    runs = {"ours": bench_ours, "official": bench_official}
-    best: dict[str, Result] = {}
+async def _drop(endpoint: str, database: str, topic: str) -> None:
+    """Free what the measurement stored (the local server keeps everything in memory)."""
+    import ydb_topic_async as yta
+
+    async with yta.Driver(endpoint, database, discovery=False) as admin:
+        await admin.topic.drop_topic(topic)
+
+
+def messages_for(size: int, args: argparse.Namespace) -> int:
+    """``--messages``, fewer for large payloads: at most ``--max-mib`` MiB per measurement."""
+    return max(100, min(args.messages, args.max_mib * 1024 * 1024 // size))
+
+
+def _official_label() -> str:
+    import ydb
+
+    return f"ydb {ydb.__version__} (official)"
+
+
+async def run_size(
+    server: ServerProcess | None, endpoint: str, database: str, args: argparse.Namespace, size: int
+) -> list[Figure]:
+    payload = os.urandom(size)
+    n = messages_for(size, args)
+    labels = {"ours": "ydb-topic-async", "official": _official_label(), "floor": "floor (bare grpc.aio)"}
+    rounds: dict[str, list[Figure]] = {c: [] for c in args.clients}
+    batch = args.floor_batch
     for round_no in range(args.rounds):
-        # Alternate the order so neither SDK always runs on a warmer server.
-        order = ["ours", "official"] if round_no % 2 == 0 else ["official", "ours"]
-        for key in order:
-            result = await runs[key](endpoint, database, f"bench-{key}-{round_no}", args.messages, payload)
-            if key not in best or result.rate > best[key].rate:
-                best[key] = result
-    print(f"machine: {_machine()}")
-    print(f"{args.messages} messages x {args.size} bytes, raw codec, best of {args.rounds} rounds")
-    print(f"{'writer':<28} {'messages/s':>12} {'client CPU us/msg':>18} {'wall s':>8}")
-    for result in best.values():
-        print(f"{result.name:<28} {result.rate:>12,.0f} {result.cpu_us_per_message:>18.2f} {result.seconds:>8.2f}")
-    ours, official = best["ours"], best["official"]
-    print(
-        f"ours/official: {ours.rate / official.rate:.2f}x messages/s,"
-        f" {ours.cpu_us_per_message / official.cpu_us_per_message:.2f}x CPU per message"
-    )
+        order = [c for c in CLIENTS if c in args.clients]
+        order = order[round_no % len(order) :] + order[: round_no % len(order)]
+        if round_no == 0 and "floor" in order and "ours" in order and not batch:
+            order.remove("ours")
+            order.insert(0, "ours")  # the floor copies the batching ours used: measure ours first
+        for client in order:
+            topic = f"bench-write-{client}-{size}-{round_no}"
+            await _create(endpoint, database, topic)
+            run: Any
+            if client == "ours":
+                run = lambda topic=topic: write_ours(endpoint, database, topic, n, payload)  # noqa: E731
+            elif client == "official":
+                run = lambda topic=topic: write_official(endpoint, database, topic, n, payload)  # noqa: E731
+            else:
+                use = batch or 1000
+                run = lambda topic=topic, use=use: floor_write(endpoint, database, topic, payload, n, use)  # noqa: E731
+            figure = await measure(
+                server, run, benchmark="write", client=client, label=labels[client], messages=n, size=size,
+                mode="write",
+            )
+            if server is not None:
+                await _drop(endpoint, database, topic)
+            if client == "ours" and not args.floor_batch:
+                means = [m for f in [*rounds["ours"], figure] if (m := messages_per_write_request(f))]
+                if means:
+                    batch = max(1, round(sum(means) / len(means)))
+            rounds[client].append(figure)
+    return [best(rounds[c]) for c in CLIENTS if c in rounds]
+
+
+def report(figures: list[Figure]) -> None:
+    floor = next((f for f in figures if f.client == "floor"), None)
+    print(table(figures, {"write": floor} if floor else None))
+    ours = next((f for f in figures if f.client == "ours"), None)
+    official = next((f for f in figures if f.client == "official"), None)
+    if ours and official:
+        print(
+            f"ours/official: {ours.rate / official.rate:.2f}x messages/s, "
+            f"{ours.client_us_per_message / official.client_us_per_message:.2f}x CPU per message"
+        )
+    for f in figures:
+        per_request = messages_per_write_request(f)
+        if per_request:
+            print(f"  {f.label}: {per_request:.0f} messages per WriteRequest")
+
+
+async def main_async(args: argparse.Namespace) -> None:
+    info = machine()
+    print(f"machine: {describe_machine(info)}")
+    figures: list[Figure] = []
+    with server_or_endpoint(args.endpoint, args.database) as server:
+        endpoint = server.endpoint if server else args.endpoint
+        database = server.database if server else args.database
+        for size in args.sizes:
+            print(f"\n{messages_for(size, args)} messages x {size} B, raw codec, best of {args.rounds} rounds")
+            done = await run_size(server, endpoint, database, args, size)
+            report(done)
+            figures.extend(done)
+    write_json(args.json, "write", args, figures)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--messages", type=int, default=100_000, help="messages per writer (default 100000)")
-    parser.add_argument("--size", type=int, default=100, help="payload bytes per message (default 100)")
-    parser.add_argument("--rounds", type=int, default=3, help="runs per SDK; the best is reported (default 3)")
+    parser.add_argument("--sizes", type=int, nargs="+", default=[100], help="payload sizes in bytes (default 100)")
+    parser.add_argument("--max-mib", type=int, default=200, help="fewer messages for large sizes: MiB per measurement")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds; the least client CPU is reported (default 3)")
+    parser.add_argument("--clients", nargs="+", choices=CLIENTS, default=list(CLIENTS))
+    parser.add_argument("--floor-batch", type=int, default=0,
+                        help="messages per WriteRequest for the floor (default: as this SDK's writer batched)")
     parser.add_argument("--endpoint", help="use this server instead of starting the local one")
     parser.add_argument("--database", default="/local")
-    args = parser.parse_args()
-    if args.endpoint:
-        asyncio.run(main_async(args, args.endpoint, args.database))
-        return
-    parent, child = multiprocessing.get_context("spawn").Pipe()
-    server = multiprocessing.get_context("spawn").Process(target=_serve, args=(child,), daemon=True)
-    server.start()
-    try:
-        endpoint, database = parent.recv()
-        asyncio.run(main_async(args, endpoint, database))
-    finally:
-        parent.close()
-        server.join(timeout=5)
-        if server.is_alive():
-            server.terminate()
+    parser.add_argument("--json", help="write the figures to this JSON file (for charts.py)")
+    asyncio.run(main_async(parser.parse_args()))
 
 
 if __name__ == "__main__":

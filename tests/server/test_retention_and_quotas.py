@@ -137,6 +137,28 @@ async def test_a_split_parent_whose_data_expired_hands_over_its_children(
     await later.close()
 
 
+async def test_a_parent_finished_before_its_start_was_confirmed_still_ends_with_end_partition_session(
+    channel: grpc.aio.Channel, server: LocalTopicServer
+) -> None:
+    """A start confirmation still on its way when the parent is finished (split, then emptied by
+    retention) must not turn the parent's EndPartitionSession into a StopPartitionSession: the
+    auto-partitioning reader learns of the children from the end, whenever it confirms."""
+    await create_topic(channel, "t", consumers=("c",))
+    await write(channel, "t", "p", [1, 2])
+    aware = RawReader(channel)
+    await aware.init("t", consumer="c", auto_partitioning=True)
+    start = await aware.expect("start_partition_session_request")
+    server.storage.split_partition("t", 0)
+    server.advance_time(25 * 3600)
+    await aware.nothing("stop_partition_session_request")
+    await aware.confirm_start(start)
+    end = (await aware.expect("end_partition_session")).end_partition_session
+    parent = start.start_partition_session_request.partition_session.partition_session_id
+    assert (end.partition_session_id, list(end.child_partition_ids)) == (parent, [1, 2])
+    assert sorted(await aware.start_all(2)) == [1, 2]
+    await aware.close()
+
+
 async def test_retention_runs_on_its_own() -> None:
     """Retention also runs periodically, without ``advance_time``."""
     async with (

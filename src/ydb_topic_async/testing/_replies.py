@@ -69,7 +69,12 @@ def metadata(context: grpc.aio.ServicerContext[Any, Any]) -> dict[str, str]:
 def rpc_handler(
     kind: Callable[..., grpc.RpcMethodHandler], behaviour: Any, request_cls: Any, response_cls: Any
 ) -> grpc.RpcMethodHandler:
-    """A method handler of ``kind`` (``grpc.unary_unary_rpc_method_handler``, ...) for our message classes."""
-    return kind(
-        behaviour, request_deserializer=request_cls.FromString, response_serializer=response_cls.SerializeToString
-    )
+    """A method handler of ``kind`` (``grpc.unary_unary_rpc_method_handler``, ...) for our message classes.
+
+    A handler may also answer with bytes it serialized itself (a ``response_cls`` message); they go out as they are.
+    """
+    return kind(behaviour, request_deserializer=request_cls.FromString, response_serializer=_serialize)
+
+
+def _serialize(message: Message | bytes) -> bytes:
+    return message if type(message) is bytes else message.SerializeToString()  # type: ignore[union-attr]

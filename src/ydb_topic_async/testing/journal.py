@@ -30,7 +30,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from .partition_log import Consumer, Partition, StoredMessage, Topic, TopicSettings, TopicStorage
+from .partition_log import Consumer, Partition, StoredMessage, StoredRow, Topic, TopicSettings, TopicStorage
 
 try:
     import fcntl
@@ -59,11 +59,8 @@ _SETTINGS_FIELDS = (
 )
 
 
-def _message_record(m: StoredMessage) -> tuple[Any, ...]:
-    return (
-        m.offset, m.seq_no, m.created_at_ns, m.written_at_ns, m.producer_id, m.message_group_id, m.codec,
-        m.data, m.uncompressed_size, m.metadata, m.write_session_meta,
-    )
+def _message_record(m: StoredMessage | StoredRow) -> tuple[Any, ...]:
+    return tuple(m)  # a plain tuple in StoredMessage's field order (marshal takes no NamedTuple)
 
 
 def _message(record: tuple[Any, ...]) -> StoredMessage:
@@ -167,7 +164,7 @@ class Journal:
     def dropped(self, path: str) -> None:
         self._write(("drop", path))
 
-    def appended(self, partition: Partition, messages: Iterable[StoredMessage]) -> None:
+    def appended(self, partition: Partition, messages: Iterable[StoredMessage | StoredRow]) -> None:
         self._write(("append", partition.topic.path, partition.partition_id,
                      tuple(_message_record(m) for m in messages)))
 
@@ -241,9 +238,7 @@ class _Replay:
     def _append(self, path: str, partition_id: int, messages: tuple[Any, ...]) -> None:
         topic = self._topic_at(path)
         if topic is not None:
-            partition = topic.partitions[partition_id]
-            for record in messages:
-                partition.restore(_message(record))
+            topic.partitions[partition_id].restore(_message(record) for record in messages)
 
     def _bind(self, path: str, source_id: str, partition_id: int) -> None:
         topic = self._topic_at(path)

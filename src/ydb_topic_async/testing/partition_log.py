@@ -25,12 +25,14 @@ applied with them.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import datetime as dt
 import hashlib
 import itertools
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from itertools import accumulate, islice
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, overload
 
 from .clock import ServerClock
 
@@ -44,6 +46,11 @@ KEY_SPACE = 1 << 128
 """Source ids hash to keys in [0, KEY_SPACE); partitions own key ranges of it."""
 SERVICE_TYPE = "data-streams"
 """The consumer service type a YDB database uses by default."""
+
+READ_MESSAGE_OVERHEAD = 32
+READ_ITEM_OVERHEAD = 6
+"""About what a message and a metadata item add to a ReadResponse besides their bytes: a read
+fills the client's credit by serialized size, as YDB's partition reads count stored blob sizes."""
 
 _AUTOPARTITIONING_OFF = (0, 1)  # AUTO_PARTITIONING_STRATEGY_UNSPECIFIED, _DISABLED
 
@@ -75,9 +82,20 @@ def even_key_ranges(count: int) -> list[tuple[int, int]]:
     return [(n * step, KEY_SPACE if n == count - 1 else (n + 1) * step) for n in range(count)]
 
 
-@dataclass(frozen=True, slots=True)
-class StoredMessage:
-    """One message in a partition, as the writer sent it (data possibly compressed)."""
+def read_size(message: StoredMessage) -> int:
+    """What ``message`` adds to a ReadResponse, about: its bytes plus field framing."""
+    size = len(message.data) + len(message.message_group_id) + READ_MESSAGE_OVERHEAD
+    for key, value in message.metadata:
+        size += len(key) + len(value) + READ_ITEM_OVERHEAD
+    return size
+
+
+class StoredMessage(NamedTuple):
+    """One message in a partition, as the writer sent it (data possibly compressed).
+
+    Partitions keep their messages as plain tuples of these fields, in this order (``StoredRow``), and
+    hand out ``StoredMessage``s when asked (``Partition.messages``, ``Partition.read``).
+    """
 
     offset: int
     seq_no: int
@@ -90,6 +108,49 @@ class StoredMessage:
     uncompressed_size: int
     metadata: tuple[tuple[str, bytes], ...] = ()
     write_session_meta: tuple[tuple[str, str], ...] = ()
+
+
+StoredRow = tuple[
+    int, int, int, int, str, str, int, bytes, int, tuple[tuple[str, bytes], ...], tuple[tuple[str, str], ...]
+]
+"""A stored message as the partition keeps it: ``StoredMessage``'s fields in a plain tuple.
+
+Plain tuples of immutable values are what the garbage collector stops tracking after their
+first collection; NamedTuple instances (like any subclass) stay tracked, and a server holding a
+million messages would have every full collection walk all of them."""
+_to_stored = StoredMessage._make
+_OFFSET: Final = 0
+_WRITTEN_AT: Final = 3
+_DATA: Final = 7
+assert StoredMessage._fields[_OFFSET] == "offset" and StoredMessage._fields[_WRITTEN_AT] == "written_at_ns"
+assert StoredMessage._fields[_DATA] == "data"
+
+
+class StoredMessages(Sequence[StoredMessage]):
+    """A read-only view of a partition's log: its rows as ``StoredMessage``s, made on access."""
+
+    __slots__ = ("_rows",)
+
+    def __init__(self, rows: list[StoredRow]) -> None:
+        self._rows = rows
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    @overload
+    def __getitem__(self, index: int) -> StoredMessage: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[StoredMessage]: ...
+    def __getitem__(self, index: int | slice) -> StoredMessage | list[StoredMessage]:
+        if isinstance(index, slice):
+            return [_to_stored(row) for row in self._rows[index]]
+        return _to_stored(self._rows[index])
+
+    def __iter__(self) -> Iterator[StoredMessage]:
+        return map(_to_stored, self._rows)
+
+    def __reversed__(self) -> Iterator[StoredMessage]:
+        return map(_to_stored, reversed(self._rows))
 
 
 @dataclass(slots=True)
@@ -127,7 +188,12 @@ class Partition:
         self.node_id = 1
         """The node reported as the partition's location (tests set it to simulate a cluster)."""
         self.start_offset = 0
-        self.messages: list[StoredMessage] = []
+        self.rows: list[StoredRow] = []
+        """The log: the message at offset ``start_offset + i`` is ``rows[i]``."""
+        self.read_sizes: list[int] = [0]
+        """Running total of ``read_size`` over ``rows``: entry i is the size of the messages before
+        ``rows[i]``, so a read finds where its credit runs out by bisection instead of summing
+        message by message."""
         self.max_seq_no: dict[str, int] = {}
         self.last_write_ns = 0
         self.bytes_stored = 0
@@ -136,8 +202,13 @@ class Partition:
         self._waiters: set[asyncio.Event] = set()
 
     @property
+    def messages(self) -> StoredMessages:
+        """The stored messages, oldest first."""
+        return StoredMessages(self.rows)
+
+    @property
     def end_offset(self) -> int:
-        return self.start_offset + len(self.messages)
+        return self.start_offset + len(self.rows)
 
     def last_seq_no(self, source_id: str) -> int:
         return self.max_seq_no.get(source_id, 0)
@@ -153,43 +224,69 @@ class Partition:
         """Store ``msg`` at the next offset (the caller checked deduplication); written now unless told."""
         if written_at_ns is None:
             written_at_ns = self.topic.owner.clock.now_ns() // 1_000_000 * 1_000_000
+        self._check_active()
+        row = (
+            self.start_offset + len(self.rows),
+            msg.seq_no,
+            msg.created_at_ns,
+            written_at_ns,
+            msg.producer_id,
+            msg.message_group_id,
+            msg.codec,
+            msg.data,
+            msg.uncompressed_size,
+            msg.metadata,
+            msg.write_session_meta,
+        )
+        self.restore([row])
+        self._wake()
+        return _to_stored(row)
+
+    def extend(self, rows: Sequence[StoredRow], data_bytes: int, read_sizes: Iterable[int]) -> None:
+        """Append the rows of one write request (checked and deduplicated by the caller, offsets
+        following the log's end): ``data_bytes`` is the sum of their data lengths, ``read_sizes``
+        their ``read_size``s. The bookkeeping is done once per request, not per message."""
+        self._check_active()
+        if not rows:
+            return
+        self.rows.extend(rows)
+        last = _to_stored(rows[-1])
+        source = last.producer_id
+        if source and last.seq_no > self.max_seq_no.get(source, 0):
+            self.max_seq_no[source] = last.seq_no  # seq_nos increase within a request: the last is the largest
+        self.last_write_ns = last.written_at_ns
+        self.bytes_stored += data_bytes
+        sizes = self.read_sizes
+        sizes.extend(islice(accumulate(read_sizes, initial=sizes[-1]), 1, None))
+        self._wake()
+
+    def _check_active(self) -> None:
         if not self.active:
             raise StorageError(
                 "OVERLOADED", f"partition {self.partition_id} is inactive (split); write to its children"
             )
-        stored = StoredMessage(
-            offset=self.start_offset + len(self.messages),
-            seq_no=msg.seq_no,
-            created_at_ns=msg.created_at_ns,
-            written_at_ns=written_at_ns,
-            producer_id=msg.producer_id,
-            message_group_id=msg.message_group_id,
-            codec=msg.codec,
-            data=msg.data,
-            uncompressed_size=msg.uncompressed_size,
-            metadata=msg.metadata,
-            write_session_meta=msg.write_session_meta,
-        )
-        self.restore(stored)
-        self._wake()
-        return stored
 
-    def restore(self, stored: StoredMessage) -> None:
-        """Put an already stored message back at the end of the log (a journal replay)."""
-        self.messages.append(stored)
-        source = stored.producer_id
-        if source and stored.seq_no > self.max_seq_no.get(source, 0):
-            self.max_seq_no[source] = stored.seq_no
-        self.last_write_ns = stored.written_at_ns
-        self.bytes_stored += len(stored.data)
+    def restore(self, messages: Iterable[StoredMessage | StoredRow]) -> None:
+        """Put already stored messages back at the end of the log (a journal replay)."""
+        rows, max_seq_no, sizes = self.rows, self.max_seq_no, self.read_sizes
+        for message in messages:
+            stored = _to_stored(message)
+            rows.append(tuple(message))  # type: ignore[arg-type]
+            source = stored.producer_id
+            if source and stored.seq_no > max_seq_no.get(source, 0):
+                max_seq_no[source] = stored.seq_no
+            self.last_write_ns = stored.written_at_ns
+            self.bytes_stored += len(stored.data)
+            sizes.append(sizes[-1] + read_size(stored))
 
     def truncate(self, offset: int) -> int:
         """Delete the messages below ``offset`` (retention); their seq_nos stay known. Returns how many."""
         count = min(offset, self.end_offset) - self.start_offset
         if count <= 0:
             return 0
-        self.bytes_stored -= sum(len(m.data) for m in self.messages[:count])
-        del self.messages[:count]
+        self.bytes_stored -= sum(len(row[_DATA]) for row in self.rows[:count])
+        del self.rows[:count]
+        del self.read_sizes[:count]
         self.start_offset += count
         return count
 
@@ -217,27 +314,40 @@ class Partition:
     def read(self, offset: int, limit: int | None = None) -> list[StoredMessage]:
         """Messages from ``offset`` on (at most ``limit``)."""
         first = max(offset, self.start_offset) - self.start_offset
-        last = len(self.messages) if limit is None else min(len(self.messages), first + limit)
-        return self.messages[first:last]
+        last = len(self.rows) if limit is None else min(len(self.rows), first + limit)
+        return [_to_stored(row) for row in self.rows[first:last]]
+
+    def read_rows(self, offset: int, budget: int, limit: int) -> list[StoredRow]:
+        """Rows from ``offset`` on until their ``read_size``s reach ``budget`` (the last one may
+        pass it), at most ``limit``."""
+        first = max(offset, self.start_offset) - self.start_offset
+        last = min(len(self.rows), first + limit)
+        if first >= last:
+            return []
+        sizes = self.read_sizes
+        # sizes[k] - sizes[first] is the size of rows[first:k]: the first k where that reaches
+        # the budget ends the read (``last + 1`` when it never does).
+        end = bisect.bisect_left(sizes, sizes[first] + budget, first + 1, last + 1)
+        return self.rows[first : min(end, last)]
 
     def message_at(self, offset: int) -> StoredMessage | None:
         index = offset - self.start_offset
-        return self.messages[index] if 0 <= index < len(self.messages) else None
+        return _to_stored(self.rows[index]) if 0 <= index < len(self.rows) else None
 
     def first_offset_written_since(self, since_ns: int) -> int:
         """The first offset whose write time is at or after ``since_ns`` (end offset if none)."""
-        for m in self.messages:
-            if m.written_at_ns >= since_ns:
-                return m.offset
+        for row in self.rows:
+            if row[_WRITTEN_AT] >= since_ns:
+                return row[_OFFSET]
         return self.end_offset
 
     def bytes_written_since(self, since_ns: int) -> int:
         """Bytes of the stored messages written at or after ``since_ns``."""
         total = 0
-        for m in reversed(self.messages):
-            if m.written_at_ns < since_ns:
+        for row in reversed(self.rows):
+            if row[_WRITTEN_AT] < since_ns:
                 break
-            total += len(m.data)
+            total += len(row[_DATA])
         return total
 
 
@@ -601,7 +711,7 @@ class TopicStorage:
     def appended(self, partition: Partition, count: int) -> None:
         """The last ``count`` messages of ``partition`` were just appended: journal them."""
         if self.journal is not None:
-            self.journal.appended(partition, partition.messages[-count:])
+            self.journal.appended(partition, partition.rows[-count:])
 
     def apply_transaction(
         self, offsets: list[tuple[Consumer, Partition, int]], writes: PendingWrites

@@ -115,8 +115,10 @@ class ConsumerGroup:
                 self.released(pid)
         for pid, (owner, state) in list(self.owner.items()):
             if finished(self.consumer, state.partition) and pid not in self.releasing:
-                if owner.auto_partitioning and state.started and not state.end_sent:
-                    continue  # its EndPartitionSession goes first
+                if owner.auto_partitioning and not state.end_sent:
+                    # Its EndPartitionSession goes first, once the reader confirmed the start
+                    # (a confirmation still on its way must not turn the end into a stop).
+                    continue
                 owner.stop(state, graceful=False)
                 del self.owner[pid]
         # Partitions on their way to another reader count for nobody until released.

@@ -31,16 +31,12 @@ def expire(partition: Partition, now_ns: int) -> int:
     """Delete what retention allows in ``partition``; returns how many messages went."""
     settings = partition.topic.settings
     cutoff = now_ns - int(settings.retention.total_seconds() * 1_000_000_000)
-    new_start = partition.start_offset
-    for message in partition.messages:
-        if message.written_at_ns >= cutoff:
-            break
-        new_start = message.offset + 1
+    new_start = partition.first_offset_written_since(cutoff)
     limit = settings.retention_storage_mb * MIB
     if limit and partition.bytes_stored > limit:
         excess = partition.bytes_stored - limit
-        excess -= sum(len(m.data) for m in partition.messages[: new_start - partition.start_offset])
         messages = partition.messages
+        excess -= sum(len(m.data) for m in messages[: new_start - partition.start_offset])
         index = new_start - partition.start_offset
         while excess > 0 and index < len(messages):
             excess -= len(messages[index].data)
@@ -75,7 +71,7 @@ def expire_all(storage: TopicStorage) -> int:
     deleted = 0
     for topic in list(storage.topics.values()):
         for partition in topic.partitions:
-            if partition.messages:
+            if partition.rows:
                 deleted += expire(partition, now_ns)
     if deleted:
         storage.notify()

@@ -25,6 +25,7 @@ from .query_service import QueryService
 from .quotas import WriteQuotas
 from .read_stream import ReadService
 from .retention import Retention, expire_all
+from .stats import ServerStats
 from .write_stream import WriteService
 
 logger = logging.getLogger("ydb_topic_async.testing")
@@ -43,8 +44,9 @@ class LocalTopicServer:
     (name -> password), every call needs a token from ``AuthService.Login``; tokens expire after
     ``token_ttl`` seconds when given. ``tls`` is a (PEM private key, PEM certificate chain) pair
     to serve TLS instead of plaintext. ``storage`` holds every topic and message (for inspection),
-    ``faults`` breaks streams and injects statuses on purpose. ``query`` holds the query sessions
-    and transactions that topic writes and consumer offsets join.
+    ``faults`` breaks streams and injects statuses on purpose, ``stats`` counts requests and
+    messages. ``query`` holds the query sessions and transactions that topic writes and consumer
+    offsets join.
 
     ``data_dir``: keep everything acknowledged in that directory, so that a server started
     later on it (after a stop or a crash of the process) continues where this one stopped.
@@ -83,6 +85,8 @@ class LocalTopicServer:
         self.closing = False
         """True while ``stop`` runs: stream handlers stop waiting (for write quota) and end."""
         self.faults = Faults()
+        self.stats = ServerStats()
+        """Requests and messages served so far (see ``ServerStats``)."""
         self.auth = Auth(users, token_ttl)
         self.gate = Gate(self.auth, self.database)
         self.discovery = DiscoveryHandlers(self)

@@ -42,8 +42,17 @@ import grpc
 
 from .._proto import ydb_topic_pb2 as pb
 from ._inbox import Inbox, receive_handshake
-from ._replies import SUCCESS, duration, failure
-from .partition_log import NewMessage, Partition, StorageError, Topic, source_key
+from ._replies import SUCCESS, failure
+from .partition_log import (
+    READ_ITEM_OVERHEAD,
+    READ_MESSAGE_OVERHEAD,
+    NewMessage,
+    Partition,
+    StorageError,
+    StoredRow,
+    Topic,
+    source_key,
+)
 from .retention import check_not_full
 
 if TYPE_CHECKING:
@@ -77,12 +86,19 @@ class _Session:
     meta: tuple[tuple[str, str], ...]
 
 
+CheckedRow = tuple[int, int, bytes, int, str, tuple[tuple[str, bytes], ...], int]
+"""One checked message: (seq_no, created_at_ns, data, uncompressed_size, message_group_id, metadata,
+read size). A plain tuple: it is built once per message written, so it must be cheap."""
+
+
 @dataclass(slots=True)
 class _Batch:
     """A checked WriteRequest, ready to store."""
 
-    messages: list[NewMessage]
+    rows: list[CheckedRow]
     size: int
+    """The bytes of the messages' data."""
+    codec: int
     tx: Transaction | None
 
 
@@ -125,6 +141,7 @@ class WriteService:
                     request = inbox.messages.popleft()
                     kind = request.WhichOneof("client_message")
                     if kind == "write_request":
+                        server.stats.write_requests += 1
                         try:
                             batch = self._check(session, request.write_request)
                             waited = await self._wait_for_quota(session.partition, batch, wakeup, handle, inbox)
@@ -132,6 +149,7 @@ class WriteService:
                         except StorageError as exc:
                             yield _failure(exc.status, exc.message)
                             return
+                        server.stats.messages_received += len(batch.rows)
                         if handle.is_broken():
                             break  # stored, but the ack is lost with the stream: the client must resend
                         yield response
@@ -237,13 +255,17 @@ class WriteService:
                 raise StorageError(
                     "OVERLOADED", f"partition {partition.partition_id} is inactive (split); write to its children"
                 )
-        source_id, meta = session.source_id, session.meta
-        batch: list[NewMessage] = []
+        source_id = session.source_id
+        rows: list[CheckedRow] = []
+        append = rows.append
         size = 0
         previous = 0
-        for index, m in enumerate(messages):
+        # The per-message loop reads each field once and builds one tuple; everything else about
+        # the request (deduplication, storage, bookkeeping) is done per request in ``_store``.
+        for m in messages:
             seq_no = m.seq_no
             if seq_no <= previous:
+                index = len(rows)
                 if seq_no <= 0:
                     raise _bad(
                         f"sequence number must be greater than 0. Value at position {index} has seq_no {seq_no}"
@@ -256,7 +278,10 @@ class WriteService:
             created = m.created_at
             seconds, nanos = created.seconds, created.nanos
             if not (_MIN_TIMESTAMP_SECONDS <= seconds <= _MAX_TIMESTAMP_SECONDS and 0 <= nanos < 1_000_000_000):
-                raise _bad(f"created_at of the message at position {index} is not a valid timestamp")
+                raise _bad(f"created_at of the message at position {len(rows)} is not a valid timestamp")
+            data = m.data
+            group = m.message_group_id or source_id
+            read_size = len(data) + len(group) + READ_MESSAGE_OVERHEAD
             metadata: tuple[tuple[str, bytes], ...] = ()
             if m.metadata_items:
                 metadata = tuple((item.key, item.value) for item in m.metadata_items)
@@ -264,22 +289,20 @@ class WriteService:
                     raise StorageError(
                         "BAD_REQUEST", f"Message level metadata size is limited to {MAX_METADATA_BYTES} per message"
                     )
-            data = m.data
+                read_size += sum(len(k) + len(v) + READ_ITEM_OVERHEAD for k, v in metadata)
             size += len(data)
-            batch.append(NewMessage(
-                seq_no=seq_no,
-                created_at_ns=(seconds * 1000 + nanos // 1_000_000) * 1_000_000,
-                codec=codec,
-                data=data,
-                uncompressed_size=m.uncompressed_size or len(data),
-                producer_id=source_id,
-                message_group_id=m.message_group_id or source_id,
-                metadata=metadata,
-                write_session_meta=meta,
+            append((
+                seq_no,
+                (seconds * 1000 + nanos // 1_000_000) * 1_000_000,
+                data,
+                m.uncompressed_size or len(data),
+                group,
+                metadata,
+                read_size,
             ))
         if tx is None and topic.settings.retention_storage_mb:
             check_not_full(partition, size, self.server.clock.now_ns())
-        return _Batch(batch, size, tx)
+        return _Batch(rows, size, codec, tx)
 
     async def _wait_for_quota(
         self, partition: Partition, batch: _Batch, wakeup: asyncio.Event, handle: Any, inbox: Inbox
@@ -315,40 +338,74 @@ class WriteService:
         response = reply.write_response
         response.partition_id = partition.partition_id
         add_ack = response.acks.add
+        rows = batch.rows
         stored = 0
         held = 0
-        for new in batch.messages:
-            ack = add_ack(seq_no=new.seq_no)
-            duplicate = (
-                tx.writes.is_duplicate(partition, source_id, new.seq_no)
-                if tx is not None
-                else partition.is_duplicate(source_id, new.seq_no)
-            )
-            if duplicate:
-                ack.skipped.reason = _SKIPPED
-                continue
-            if tx is not None:
-                tx.writes.add(partition, new)
-                ack.written_in_tx.SetInParent()
-                held += 1
-                continue
-            ack.written.offset = partition.append(new, written_at).offset
-            stored += 1
-        if stored:
-            storage.appended(partition, stored)
-            storage.notify()
+        if tx is not None:
+            held = self._hold(session, batch, add_ack)
+        else:
+            # Seq_nos increase within a request, so what the source already wrote is a prefix.
+            skip = 0
+            if source_id:
+                last = partition.last_seq_no(source_id)
+                while skip < len(rows) and rows[skip][0] <= last:
+                    add_ack(seq_no=rows[skip][0]).skipped.reason = _SKIPPED
+                    skip += 1
+            fresh = rows[skip:] if skip else rows
+            if fresh:
+                codec, meta = batch.codec, session.meta
+                offset = partition.end_offset
+                messages: list[StoredRow] = []
+                keep = messages.append
+                for seq_no, created, data, size, group, metadata, _ in fresh:
+                    add_ack(seq_no=seq_no).written.offset = offset
+                    keep((offset, seq_no, created, written_at, source_id, group, codec, data, size, metadata, meta))
+                    offset += 1
+                data_bytes = batch.size - sum(len(row[2]) for row in rows[:skip]) if skip else batch.size
+                partition.extend(messages, data_bytes, [row[6] for row in fresh])
+                stored = len(messages)
+                storage.appended(partition, stored)
+                storage.notify()
         if stored or held:
             # Held messages count too: a lost ack inside a transaction must be injectable.
             self.server.faults.messages_stored(handle, stored + held)
         stats = response.write_statistics
-        stats.persisting_time.CopyFrom(duration(_milliseconds(time.perf_counter() - started)))
-        stats.min_queue_wait_time.CopyFrom(duration(0))
-        stats.max_queue_wait_time.CopyFrom(duration(0))
-        stats.partition_quota_wait_time.CopyFrom(duration(_milliseconds(waited)))
-        stats.topic_quota_wait_time.CopyFrom(duration(0))
+        _set_milliseconds(stats.persisting_time, time.perf_counter() - started)
+        stats.min_queue_wait_time.SetInParent()  # zero, present
+        stats.max_queue_wait_time.SetInParent()
+        _set_milliseconds(stats.partition_quota_wait_time, waited)
+        stats.topic_quota_wait_time.SetInParent()
         return reply
 
+    @staticmethod
+    def _hold(session: _Session, batch: _Batch, add_ack: Any) -> int:
+        """Hold a transaction's messages (deduplicated against the partition and the transaction); returns how many."""
+        tx, partition, source_id = batch.tx, session.partition, session.source_id
+        assert tx is not None
+        held = 0
+        for seq_no, created, data, uncompressed, group, metadata, _ in batch.rows:
+            ack = add_ack(seq_no=seq_no)
+            if tx.writes.is_duplicate(partition, source_id, seq_no):
+                ack.skipped.reason = _SKIPPED
+                continue
+            tx.writes.add(partition, NewMessage(
+                seq_no=seq_no,
+                created_at_ns=created,
+                codec=batch.codec,
+                data=data,
+                uncompressed_size=uncompressed,
+                producer_id=source_id,
+                message_group_id=group,
+                metadata=metadata,
+                write_session_meta=session.meta,
+            ))
+            ack.written_in_tx.SetInParent()
+            held += 1
+        return held
 
-def _milliseconds(seconds: float) -> float:
-    """``seconds`` rounded to whole milliseconds, the precision YDB reports."""
-    return round(seconds * 1000) / 1000
+
+def _set_milliseconds(target: Any, seconds: float) -> None:
+    """Set a Duration to ``seconds`` rounded to whole milliseconds, the precision YDB reports."""
+    milliseconds = round(seconds * 1000)
+    target.seconds, remainder = divmod(milliseconds, 1000)
+    target.nanos = remainder * 1_000_000

@@ -1,0 +1,93 @@
+"""Charts from the JSON the benchmarks wrote: throughput and client CPU per message, by message size.
+
+    pip install -e ".[bench]"        # matplotlib
+    python benchmarks/write.py --sizes 100 1024 16384 --json benchmarks/results/write.json
+    python benchmarks/read.py --sizes 100 1024 16384 --json benchmarks/results/read.json
+    python benchmarks/charts.py benchmarks/results/write.json benchmarks/results/read.json --out docs/img
+
+One SVG per input file and measure (``<benchmark>-rate.svg``, ``<benchmark>-cpu.svg``), with one
+line per client and mode: this SDK, the official SDK, the bare ``grpc.aio`` floor. Message sizes
+are on a logarithmic axis; each point is a figure the benchmark measured, nothing is
+interpolated. The machine and the server's CPU utilisation of each point are in the JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+STYLE = {"ours": ("tab:blue", "o"), "official": ("tab:orange", "s"), "floor": ("tab:gray", "^")}
+MEASURES = {
+    "rate": ("messages per second", lambda f: f["rate"]),
+    "cpu": ("client CPU µs per message", lambda f: f["client_us_per_message"]),
+}
+
+
+def series(figures: list[dict[str, Any]]) -> dict[tuple[str, str, str], list[dict[str, Any]]]:
+    """Figures grouped by (client, mode, label), each group sorted by message size."""
+    out: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
+    for figure in figures:
+        out[(figure["client"], figure["mode"], figure["label"])].append(figure)
+    for group in out.values():
+        group.sort(key=lambda f: f["size"])
+    return out
+
+
+def draw(path: Path, out_dir: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    data = json.loads(path.read_text())
+    benchmark = data["benchmark"]
+    groups = series(data["figures"])
+    machine = data.get("machine", {})
+    written = []
+    for measure, (ylabel, value) in MEASURES.items():
+        fig, ax = plt.subplots(figsize=(7, 4.2))
+        for (client, mode, label), figures in sorted(groups.items()):
+            color, marker = STYLE.get(client, ("black", "x"))
+            dashed = mode == "message"
+            ax.plot(
+                [f["size"] for f in figures], [value(f) for f in figures], marker=marker, color=color,
+                linestyle="--" if dashed else "-", label=f"{label} ({mode})" if mode and mode != benchmark else label,
+            )
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("message size, bytes")
+        ax.set_ylabel(ylabel)
+        ax.set_title(f"{benchmark}: {ylabel}", fontsize=11)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+        note = f"{machine.get('cpu', '?')}, {machine.get('cpus', '?')} CPUs, Python {machine.get('python', '?')}"
+        fig.text(0.01, 0.01, note, fontsize=7, color="gray")
+        fig.tight_layout(rect=(0, 0.03, 1, 1))
+        target = out_dir / f"{benchmark}-{measure}.svg"
+        # A fixed hash salt and no date: the same figures give the same file.
+        fig.savefig(target, metadata={"Date": None}, format="svg")
+        plt.close(fig)
+        written.append(target)
+    return written
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("inputs", nargs="+", type=Path, help="JSON files written by write.py / read.py --json")
+    parser.add_argument("--out", type=Path, default=Path("docs/img"), help="directory for the SVGs (default docs/img)")
+    args = parser.parse_args()
+    import matplotlib
+
+    matplotlib.rcParams["svg.hashsalt"] = "ydb-topic-async"
+    matplotlib.rcParams["svg.fonttype"] = "none"  # text stays text: smaller files, searchable
+    args.out.mkdir(parents=True, exist_ok=True)
+    for path in args.inputs:
+        for target in draw(path, args.out):
+            print(target)
+
+
+if __name__ == "__main__":
+    main()
