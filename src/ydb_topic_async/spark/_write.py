@@ -1,0 +1,470 @@
+"""Executor side of writes: a batch-write task and an exactly-once streaming-sink task.
+
+Batch writes are at-least-once: every task attempt writes under a producer id of its own (job id,
+Spark partition, attempt number), so no write is ever deduplicated against an earlier job, and a
+retried task writes its rows again.
+
+The streaming sink is exactly-once for replays that reproduce the same rows, and proves it.
+A task writes as ``<prefix>-<query id>-<Spark partition>`` with seq_no ``(batch id + 1) << 32 |
+row position``, and every message carries in its metadata (key ``DIGEST_KEY``) a chained digest of
+the task's rows up to and including it. When Spark runs a micro-batch again, the writer's
+handshake tells how far the earlier attempt got (the producer's last stored seq_no); the task then
+reads that stored message back and compares its digest with the digest of its own rows up to the
+same position. Equal: the earlier rows are exactly these, so they are skipped and the rest is
+written. Different (a non-deterministic plan): the task fails with ``ReplayMismatchError``, or,
+with ``onReplayMismatch=atLeastOnce``, writes its rows again under a new producer id. No row of
+the batch is ever dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from pyspark.sql.datasource import WriterCommitMessage
+
+from .._driver import Driver
+from .._errors import OperationTimeoutError
+from ..observability.logging import sdk_logger
+from ..reader import TopicMessage, TopicSelector
+from ..writer import Message, Skipped, TopicWriter, WriteResult, Written
+from ._bridge import Runtime, retry_policy, runtime
+from ._errors import ReplayMismatchError
+from ._options import SourceOptions
+from ._planning import describe
+
+logger = sdk_logger("spark")
+
+DIGEST_KEY = "ydb-spark-digest"
+"""Metadata key of the sink's chained row digest (16 bytes) on every message it writes."""
+SEQ_BATCH_SHIFT = 32
+"""Sink seq_no = (batch id + 1) << 32 | row position (from 1): increasing across batches."""
+_POSITION_MASK = (1 << SEQ_BATCH_SHIFT) - 1
+_LOOKBACK = 1024
+"""Offsets a replay first reads back from a partition's end to find an earlier attempt's last message."""
+
+Record = tuple[bytes, list[tuple[str, bytes]] | None, int | None]
+"""A row to write: payload, metadata pairs, explicit partition."""
+Outgoing = list[bytes | str | Message]
+"""Messages for one ``write_with_ack_future`` call."""
+
+
+@dataclass(frozen=True)
+class Columns:
+    """Where the writable columns are in the input rows."""
+
+    data: int
+    metadata: int | None
+    partition: int | None
+
+
+@dataclass(frozen=True)
+class YdbTopicCommitMessage(WriterCommitMessage):  # type: ignore[misc,unused-ignore]
+    """What a write task reports once every message it sent was acknowledged.
+
+    ``written``: messages this task attempt stored. ``already_stored``: rows an earlier attempt
+    of the same micro-batch had stored, proven identical and not written again. ``rewritten``:
+    rows written under a new producer id after a replay mismatch (``onReplayMismatch=atLeastOnce``;
+    they may duplicate rows the earlier attempt stored).
+    """
+
+    producer_ids: tuple[str, ...]
+    written: int
+    already_stored: int = 0
+    rewritten: int = 0
+
+
+def records_from_arrow(batches: Iterator[Any], cols: Columns) -> Iterator[list[Record]]:
+    """The rows of each Arrow batch as one list."""
+    for batch in batches:
+        data = batch.column(cols.data).to_pylist()
+        meta = batch.column(cols.metadata).to_pylist() if cols.metadata is not None else None
+        part = batch.column(cols.partition).to_pylist() if cols.partition is not None else None
+        if meta is None and part is None:
+            yield [(_payload(payload), None, None) for payload in data]
+        else:
+            yield [
+                _record(payload, meta[i] if meta is not None else None, part[i] if part is not None else None)
+                for i, payload in enumerate(data)
+            ]
+
+
+def records_from_rows(rows: Iterator[Any], cols: Columns, chunk: int = 4096) -> Iterator[list[Record]]:
+    """Rows (pyspark < 4.1 hands the streaming sink Rows, not Arrow) in lists of ``chunk``."""
+    records: list[Record] = []
+    for row in rows:
+        meta = row[cols.metadata] if cols.metadata is not None else None
+        part = row[cols.partition] if cols.partition is not None else None
+        records.append(_record(row[cols.data], meta, part))
+        if len(records) >= chunk:
+            yield records
+            records = []
+    if records:
+        yield records
+
+
+def _payload(value: Any) -> bytes:
+    if value is None:
+        raise ValueError("ydb_topic: column 'data' is null in a row to write")
+    return value.encode() if isinstance(value, str) else bytes(value)
+
+
+def _record(payload: Any, meta: Any, partition: Any) -> Record:
+    items = None
+    if meta:
+        pairs = meta.items() if isinstance(meta, dict) else meta
+        items = [(str(k), v.encode() if isinstance(v, str) else bytes(v or b"")) for k, v in pairs]
+        if any(k == DIGEST_KEY for k, _ in items):
+            raise ValueError(f"ydb_topic: metadata key {DIGEST_KEY!r} is reserved for the sink's row digest")
+    if partition is not None and partition < 0:
+        raise ValueError(f"ydb_topic: column 'partition' must not be negative, got {partition}")
+    return _payload(payload), items, partition
+
+
+# --- acknowledgements -------------------------------------------------------------------------
+
+
+class _Acks:
+    """Acknowledgement futures of one writer, tallied as they complete (acks arrive in order)."""
+
+    def __init__(self) -> None:
+        self.chunks: list[list[asyncio.Future[WriteResult]]] = []
+        self.stored = 0
+
+    def add(self, futures: list[asyncio.Future[WriteResult]]) -> None:
+        if futures:
+            self.chunks.append(futures)
+        while self.chunks and self.chunks[0][-1].done():
+            self._tally(self.chunks.pop(0))
+
+    async def wait(self) -> None:
+        for chunk in self.chunks:
+            await asyncio.wait(chunk)
+            self._tally(chunk)
+        self.chunks = []
+
+    def _tally(self, chunk: list[asyncio.Future[WriteResult]]) -> None:
+        for future in chunk:
+            result = future.result()  # a failed message fails the task
+            # Skipped: the server already has this seq_no from this same producer id, i.e. from
+            # this attempt's own resend after a reconnect (an earlier attempt's rows are never sent).
+            if isinstance(result, (Written, Skipped)):
+                self.stored += 1
+
+
+# --- batch writes -----------------------------------------------------------------------------
+
+
+class _Task(Protocol):
+    async def write(self, records: list[Record]) -> None: ...
+    async def finish(self) -> YdbTopicCommitMessage: ...
+    async def close(self) -> None: ...
+
+
+def _drive(rt: Runtime, task: _Task, chunks: Iterator[list[Record]]) -> YdbTopicCommitMessage:
+    """Feed Spark's rows to ``task`` on the runtime's loop, chunk by chunk; close it whatever happens."""
+    try:
+        for records in chunks:
+            rt.run(task.write(records))
+        return rt.run(task.finish())
+    finally:
+        rt.run(task.close())
+
+
+def write_batch_task(options: SourceOptions, producer_id: str, chunks: Iterator[list[Record]]) -> YdbTopicCommitMessage:
+    """Write every row under ``producer_id`` (one per job and task attempt) and count what was stored."""
+    rt = runtime()
+    return _drive(rt, _BatchTask(rt, options, producer_id), chunks)
+
+
+class _BatchTask:
+    def __init__(self, rt: Runtime, options: SourceOptions, producer_id: str) -> None:
+        self.rt = rt
+        self.options = options
+        self.producer_id = producer_id
+        self.writers: dict[int | None, tuple[TopicWriter, _Acks]] = {}
+
+    async def _writer(self, target: int | None) -> tuple[TopicWriter, _Acks]:
+        entry = self.writers.get(target)
+        if entry is None:
+            driver = await self.rt.driver(self.options.connection)
+            producer_id = self.producer_id if target is None else f"{self.producer_id}-{target}"
+            writer = driver.topic.writer(
+                self.options.topic, producer_id=producer_id, partition_id=target, codec=self.options.codec,
+                retry=retry_policy(self.options.connection),
+            )
+            entry = self.writers[target] = (writer, _Acks())
+        return entry
+
+    async def write(self, records: list[Record]) -> None:
+        groups: dict[int | None, Outgoing] = {}
+        for data, metadata, target in records:
+            groups.setdefault(target, []).append(data if metadata is None else Message(data, metadata=metadata))
+        for target, messages in groups.items():
+            writer, acks = await self._writer(target)
+            acks.add(await writer.write_with_ack_future(messages))
+
+    async def finish(self) -> YdbTopicCommitMessage:
+        for writer, acks in self.writers.values():
+            await writer.flush()
+            await acks.wait()
+        return YdbTopicCommitMessage(
+            tuple(w.producer_id or "" for w, _ in self.writers.values()),
+            sum(acks.stored for _, acks in self.writers.values()),
+        )
+
+    async def close(self) -> None:
+        await _close_all([w for w, _ in self.writers.values()])
+
+
+async def _close_all(writers: list[TopicWriter]) -> None:
+    """Close every writer (each waits for its acknowledgements); the first failure is raised."""
+    first: BaseException | None = None
+    for writer in writers:
+        try:
+            await writer.close()
+        except Exception as exc:
+            first = first or exc
+    if first is not None:
+        raise first
+
+
+# --- the exactly-once streaming sink ---------------------------------------------------------
+
+
+def write_sink_task(
+    options: SourceOptions, producer_base: str, batch_id: int, chunks: Iterator[list[Record]]
+) -> YdbTopicCommitMessage:
+    """Write one micro-batch task's rows exactly once (see the module docstring)."""
+    rt = runtime()
+    return _drive(rt, _SinkTask(rt, options, producer_base, batch_id), chunks)
+
+
+def _digest(previous: bytes, seq_no: int, data: bytes, metadata: list[tuple[str, bytes]] | None) -> bytes:
+    h = hashlib.blake2b(previous, digest_size=16)
+    h.update(seq_no.to_bytes(8, "big"))
+    h.update(len(data).to_bytes(8, "big"))
+    h.update(data)
+    for key, value in metadata or ():
+        encoded = key.encode()
+        h.update(len(encoded).to_bytes(4, "big"))
+        h.update(encoded)
+        h.update(len(value).to_bytes(4, "big"))
+        h.update(value)
+    return h.digest()
+
+
+@dataclass
+class _SinkProducer:
+    """One target partition's writer in a sink task, its digest chain and its replay check."""
+
+    producer_id: str
+    target: int | None
+    writer: TopicWriter
+    acks: _Acks = field(default_factory=_Acks)
+    digest: bytes = b""
+    stored_until: int = 0
+    """seq_no up to which an earlier attempt of this micro-batch stored rows (0: none did)."""
+    lookup: asyncio.Task[bytes | None] | None = None
+    """Reads back the digest the earlier attempt stored at ``stored_until``."""
+    held: Outgoing = field(default_factory=list)
+    """This attempt's rows at or below ``stored_until``, kept until the check decides."""
+    rewrite: TopicWriter | None = None
+    """The writer under a new producer id after a mismatch (``onReplayMismatch=atLeastOnce``)."""
+    already_stored: int = 0
+    rewritten: int = 0
+
+
+class _SinkTask:
+    def __init__(self, rt: Runtime, options: SourceOptions, producer_base: str, batch_id: int) -> None:
+        self.rt = rt
+        self.options = options
+        self.producer_base = producer_base
+        self.batch_id = batch_id
+        self.lowest = (batch_id + 1) << SEQ_BATCH_SHIFT
+        self.highest = self.lowest | _POSITION_MASK
+        self.position = 0
+        self.producers: dict[int | None, _SinkProducer] = {}
+
+    async def _producer(self, target: int | None) -> _SinkProducer:
+        producer = self.producers.get(target)
+        if producer is not None:
+            return producer
+        driver = await self.rt.driver(self.options.connection)
+        producer_id = self.producer_base if target is None else f"{self.producer_base}-{target}"
+        writer = driver.topic.writer(
+            self.options.topic, producer_id=producer_id, partition_id=target, auto_seqno=False,
+            codec=self.options.codec, retry=retry_policy(self.options.connection),
+        )
+        producer = self.producers[target] = _SinkProducer(producer_id, target, writer)
+        info = await writer.wait_init()
+        last = info.last_seq_no
+        if last >= self.lowest:
+            producer.stored_until = last
+            if last > self.highest:
+                # A later micro-batch is stored already: the checkpoint is behind the topic (it was
+                # restored or edited). Rows of this batch cannot be matched to stored ones.
+                await self._mismatch(producer, f"a later micro-batch was stored already (seq_no {last})")
+            else:
+                producer.lookup = asyncio.get_running_loop().create_task(
+                    _stored_digest(driver, self.options, info.partition_id, producer_id, last),
+                    name=f"ydb-topic-async sink lookup {producer_id}",
+                )
+        return producer
+
+    async def write(self, records: list[Record]) -> None:
+        outgoing: dict[int | None, Outgoing] = {}
+        for data, metadata, target in records:
+            self.position += 1
+            if self.position > _POSITION_MASK:
+                raise ValueError(f"ydb_topic: a sink task takes at most {_POSITION_MASK} rows per micro-batch")
+            seq_no = self.lowest | self.position
+            producer = await self._producer(target)
+            producer.digest = _digest(producer.digest, seq_no, data, metadata)
+            message = Message(data, seq_no=seq_no, metadata=[*(metadata or ()), (DIGEST_KEY, producer.digest)])
+            if producer.lookup is not None:
+                await self._check(producer, message, outgoing)
+            else:
+                outgoing.setdefault(target, []).append(message)
+        await self._send(outgoing)
+
+    async def _check(
+        self, producer: _SinkProducer, message: Message, outgoing: dict[int | None, Outgoing]
+    ) -> None:
+        """A row of a replayed batch, while the earlier attempt's rows are being matched."""
+        assert message.seq_no is not None
+        if message.seq_no < producer.stored_until:
+            producer.held.append(message)
+            return
+        if message.seq_no == producer.stored_until:
+            producer.held.append(message)
+            assert producer.lookup is not None
+            stored = await producer.lookup
+            producer.lookup = None
+            if stored == producer.digest:
+                producer.already_stored += len(producer.held)
+                producer.held = []
+                return
+            await self._mismatch(producer, "the rows differ" if stored else "the stored rows cannot be read back")
+            return
+        # This attempt has no row at the stored position: its rows differ from the stored ones.
+        await self._mismatch(producer, "the rows differ")
+        outgoing.setdefault(producer.target, []).append(message)
+
+    async def _mismatch(self, producer: _SinkProducer, why: str) -> None:
+        if producer.lookup is not None:
+            producer.lookup.cancel()
+            await asyncio.gather(producer.lookup, return_exceptions=True)
+            producer.lookup = None
+        position = producer.stored_until & _POSITION_MASK
+        where = (
+            f"micro-batch {self.batch_id} is being written again, and {why} from what an earlier attempt stored "
+            f"as producer {producer.producer_id!r} (rows up to position {position} of this Spark partition)"
+        )
+        if not self.options.rewrite_on_replay_mismatch:
+            raise ReplayMismatchError(
+                f"ydb_topic: {where}. The query is not deterministic (for example rand(), a shuffle whose row "
+                "order varies, or a source that does not replay the same data), so the exactly-once sink cannot "
+                "deduplicate the replay. Nothing more was written for this producer and the stored rows stay. "
+                "Set the option onReplayMismatch to atLeastOnce to write this attempt's rows again under a new "
+                "producer id instead (rows may then be stored twice)."
+            )
+        driver = await self.rt.driver(self.options.connection)
+        rewrite_id = f"{producer.producer_id}-rewrite-{uuid.uuid4().hex[:12]}"
+        producer.rewrite = driver.topic.writer(
+            self.options.topic, producer_id=rewrite_id, partition_id=producer.target, auto_seqno=False,
+            codec=self.options.codec, retry=retry_policy(self.options.connection),
+        )
+        logger.warning(
+            "ydb_topic: %s; onReplayMismatch is atLeastOnce: writing this attempt's rows again as producer %r "
+            "(rows of the earlier attempt stay, so some may be stored twice)",
+            where, rewrite_id,
+        )
+        held, producer.held = producer.held, []
+        producer.rewritten += len(held)
+        producer.stored_until = 0
+        if held:
+            producer.acks.add(await producer.rewrite.write_with_ack_future(held))
+
+    async def _send(self, outgoing: dict[int | None, Outgoing]) -> None:
+        for target, messages in outgoing.items():
+            producer = self.producers[target]
+            writer = producer.rewrite or producer.writer
+            if producer.rewrite is not None:
+                producer.rewritten += len(messages)
+            producer.acks.add(await writer.write_with_ack_future(messages))
+
+    async def finish(self) -> YdbTopicCommitMessage:
+        for producer in self.producers.values():
+            if producer.lookup is not None or producer.held:
+                # The earlier attempt stored more rows than this one has: they cannot all match.
+                await self._mismatch(producer, "this attempt has fewer rows")
+        for producer in self.producers.values():
+            for writer in (producer.writer, producer.rewrite):
+                if writer is not None:
+                    await writer.flush()
+            await producer.acks.wait()
+        rewritten = sum(p.rewritten for p in self.producers.values())
+        stored = sum(p.acks.stored for p in self.producers.values())
+        return YdbTopicCommitMessage(
+            tuple(p.producer_id for p in self.producers.values()),
+            written=stored - rewritten,
+            already_stored=sum(p.already_stored for p in self.producers.values()),
+            rewritten=rewritten,
+        )
+
+    async def close(self) -> None:
+        writers: list[TopicWriter] = []
+        for producer in self.producers.values():
+            if producer.lookup is not None:
+                producer.lookup.cancel()
+                await asyncio.gather(producer.lookup, return_exceptions=True)
+            writers.append(producer.writer)
+            if producer.rewrite is not None:
+                writers.append(producer.rewrite)
+        await _close_all(writers)
+
+
+async def _stored_digest(
+    driver: Driver, options: SourceOptions, partition: int, producer_id: str, seq_no: int
+) -> bytes | None:
+    """The digest on the message ``producer_id`` stored with ``seq_no`` in ``partition``, or None.
+
+    That message is the producer's latest, so it lies after every other message of the producer:
+    read back from the partition's end in growing windows until a window holds any of them.
+    """
+    state = await describe(driver, options.topic)
+    first, end = state.bounds.get(partition, (0, 0))
+    high, window = end, _LOOKBACK
+    while high > first:
+        low = max(first, high - window)
+        seen = False
+        async for messages in _read_between(driver, options, partition, low, high):
+            for message in messages:
+                if message.producer_id == producer_id:
+                    seen = True
+                    if message.seq_no == seq_no:
+                        return message.metadata_items.get(DIGEST_KEY)
+        if seen:
+            return None  # the producer's messages are here but not that seq_no: it expired or never was
+        high, window = low, window * 4
+    return None
+
+
+async def _read_between(
+    driver: Driver, options: SourceOptions, partition: int, start: int, end: int
+) -> AsyncIterator[list[TopicMessage]]:
+    selector = TopicSelector(options.topic, partitions=[partition], start_offsets={partition: start})
+    async with driver.topic.reader(selector, consumer=None, retry=retry_policy(options.connection)) as reader:
+        position = start
+        while position < end:
+            try:
+                batch = await reader.receive_batch(timeout=options.poll_timeout)
+            except OperationTimeoutError:
+                return  # the range expired meanwhile
+            yield [m for m in batch if m.offset < end]
+            position = batch.end_offset
