@@ -8,6 +8,7 @@ process, so tests can also reach into it (move its clock, put a proxy in front o
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import os
 import shutil
@@ -166,6 +167,14 @@ def spark() -> Iterator[Any]:
         yield session
     finally:
         session.stop()
+
+
+def ended(query: Any, timeout: float = 120) -> Any:
+    """Wait for a streaming query to end (failed or not); the caller looks at ``query.exception()``."""
+    with contextlib.suppress(Exception):
+        query.awaitTermination(timeout)
+    assert not query.isActive, f"the query did not end within {timeout} s"
+    return query
 
 
 @pytest.fixture

@@ -176,7 +176,8 @@ def check_mode(options: SourceOptions, mode: str) -> None:
     for name in sorted(options.given):
         modes = _MODES[name]
         if mode not in modes:
-            raise ValueError(f"ydb_topic: option {name!r} is for {' and '.join(sorted(modes))}s, not a {mode}")
+            raise ValueError(f"ydb_topic: option {name!r} is for {' and '.join(m + 's' for m in sorted(modes))}, "
+                             f"not a {mode}")
 
 
 def _reject_unknown(opts: Mapping[str, str]) -> None:

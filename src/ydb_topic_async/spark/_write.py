@@ -166,13 +166,20 @@ class _Task(Protocol):
 
 
 def _drive(rt: Runtime, task: _Task, chunks: Iterator[list[Record]]) -> YdbTopicCommitMessage:
-    """Feed Spark's rows to ``task`` on the runtime's loop, chunk by chunk; close it whatever happens."""
+    """Feed Spark's rows to ``task`` on the runtime's loop, chunk by chunk; close it whatever happens
+    (a failure while closing after an earlier one is logged: the earlier one is what the task reports)."""
     try:
         for records in chunks:
             rt.run(task.write(records))
-        return rt.run(task.finish())
-    finally:
-        rt.run(task.close())
+        result = rt.run(task.finish())
+    except BaseException:
+        try:
+            rt.run(task.close())
+        except Exception:
+            logger.debug("ydb_topic: closing the writers of a failed task failed too", exc_info=True)
+        raise
+    rt.run(task.close())
+    return result
 
 
 def write_batch_task(options: SourceOptions, producer_id: str, chunks: Iterator[list[Record]]) -> YdbTopicCommitMessage:
