@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from ydb_topic_async import Driver
+from ydb_topic_async import Driver, TopicMessage, TopicSelector
 from ydb_topic_async.testing import LocalTopicServer
 
 from .._proxy import FlakyProxy
@@ -99,6 +99,31 @@ class Server:
     @property
     def local(self) -> LocalTopicServer:
         return self.thread.server
+
+    def stored(self, topic: str) -> int:
+        """How many messages ``topic`` holds (its partitions' end offsets added up)."""
+
+        async def count(driver: Driver) -> int:
+            description = await driver.topic.describe_topic(topic, include_stats=True)
+            return sum(p.stats.end_offset for p in description.partitions if p.stats)
+
+        return self.run(count)
+
+    def messages(self, topic: str) -> list[TopicMessage]:
+        """Every message ``topic`` holds, read with the SDK's reader (not through Spark)."""
+
+        async def main(driver: Driver) -> list[TopicMessage]:
+            description = await driver.topic.describe_topic(topic, include_stats=True)
+            bounds = {p.partition_id: (p.stats.start_offset, p.stats.end_offset) for p in description.partitions
+                      if p.stats}  # fmt: skip
+            result: list[TopicMessage] = []
+            selector = TopicSelector(topic, start_offsets={pid: first for pid, (first, _) in bounds.items()})
+            async with driver.topic.reader(selector, consumer=None) as reader:
+                while len(result) < sum(end - first for first, end in bounds.values()):
+                    result.extend(await reader.receive_batch(timeout=10))
+            return sorted(result, key=lambda m: (m.partition_id, m.offset))
+
+        return self.run(main)
 
 
 def start_server(**options: Any) -> tuple[ServerThread, Server]:

@@ -69,14 +69,6 @@ def batches_done(query: Any) -> int:
     return sum(1 for p in query.recentProgress if p.numInputRows)
 
 
-def stored(server: Server, topic: str) -> int:
-    async def count(driver: Driver) -> int:
-        description = await driver.topic.describe_topic(topic, include_stats=True)
-        return sum(p.stats.end_offset for p in description.partitions if p.stats)
-
-    return server.run(count)
-
-
 def test_a_streaming_query_opens_no_connections_per_trigger(
     spark: Any, proxied: tuple[Server, FlakyProxy], tmp_path: Path
 ) -> None:
@@ -114,8 +106,8 @@ def test_a_streaming_query_rides_out_a_network_outage(
             server.thread.do(proxy.cut)
             time.sleep(0.02)
         server.thread.do(proxy.resume)
-        assert stored(server, "out") < 500  # the outage hit the query mid-way
-        wait_for(lambda: stored(server, "out") >= 500, 120, "every message in 'out'", query)
+        assert server.stored("out") < 500  # the outage hit the query mid-way
+        wait_for(lambda: server.stored("out") >= 500, 120, "every message in 'out'", query)
         assert query.isActive and query.exception() is None
     finally:
         query.stop()

@@ -22,7 +22,6 @@ from ydb_topic_async.spark._options import parse_options
 from ydb_topic_async.spark._write import DIGEST_KEY, Record, write_sink_task
 
 from .conftest import Server, ended
-from .test_data_loss import read_all_direct
 from .test_source import create, read_all, write_messages
 
 
@@ -50,7 +49,7 @@ def attempt(
 
 
 def stored(server: Server, topic: str) -> list[bytes]:
-    return [m.data for m in sorted(read_all_direct(server, topic), key=lambda m: (m.partition_id, m.offset))]
+    return [m.data for m in server.messages(topic)]
 
 
 def test_a_replay_of_the_same_rows_skips_what_the_earlier_attempt_stored(ydb_server: Server, topic_name: str) -> None:
@@ -63,7 +62,7 @@ def test_a_replay_of_the_same_rows_skips_what_the_earlier_attempt_stored(ydb_ser
     ydb_server.run(lambda d: _write_plain(d, topic_name, 3000))
     report = attempt(ydb_server, topic_name, rows("a", 100))
     assert (report.already_stored, report.written, report.rewritten) == (40, 60, 0)
-    ours = [m for m in read_all_direct(ydb_server, topic_name) if m.producer_id == "spark-q-0"]
+    ours = [m for m in ydb_server.messages(topic_name) if m.producer_id == "spark-q-0"]
     assert [m.data for m in ours] == [f"a-{i}".encode() for i in range(100)]
     assert all(len(m.metadata_items[DIGEST_KEY]) == 16 for m in ours)
 
@@ -184,21 +183,13 @@ def killed_mid_batch(spark: Any, server: Server, source: str, sink: str, checkpo
     """Run the query and kill its Python workers once the sink stored part of the batch; the rows stored."""
     query = sink_query(spark, server, source, sink, checkpoint, shuffle=shuffle)
     deadline = time.monotonic() + 120
-    while _size(server, sink) == 0:
+    while server.stored(sink) == 0:
         assert query.isActive, f"the query ended before the sink stored anything: {query.exception()}"
         assert time.monotonic() < deadline, "the sink stored nothing within 120 s"
         time.sleep(0.01)
     assert kill_python_workers() > 0
     assert ended(query).exception() is not None
-    return _size(server, sink)
-
-
-def _size(server: Server, topic: str) -> int:
-    async def count(driver: Driver) -> int:
-        description = await driver.topic.describe_topic(topic, include_stats=True)
-        return sum(p.stats.end_offset for p in description.partitions if p.stats)
-
-    return server.run(count)
+    return server.stored(sink)
 
 
 def test_a_killed_deterministic_batch_is_replayed_exactly_once(
@@ -219,7 +210,7 @@ def test_a_killed_deterministic_batch_is_replayed_exactly_once(
 def test_a_killed_non_deterministic_batch_fails_loudly_then_is_written_at_least_once(
     spark: Any, ydb_server: Server, topic_name: str, tmp_path: Path
 ) -> None:
-    """``repartition(4, rand())`` sends different rows to each Spark partition when the batch runs
+    """``repartition(8, rand())`` sends different rows to each Spark partition when the batch runs
     again: the replay cannot be deduplicated, so it fails; allowed at-least-once, it loses nothing."""
     sink = topic_name + "-out"
     write_messages(ydb_server, topic_name, partitions=2, per_partition=500)
