@@ -130,7 +130,7 @@ def main() -> None:
                 .option("checkpointLocation", os.path.join(tmp, "cp"))
                 .trigger(processingTime=f"{TRIGGER_SECONDS} seconds")
                 .start()
-            )  # fmt: skip
+            )
             time.sleep(args.seconds / 2)  # warm-up: Python workers start, first connections
             for phase in ("idle", "writing"):
                 if phase == "writing":

@@ -115,7 +115,7 @@ class Server:
         async def main(driver: Driver) -> list[TopicMessage]:
             description = await driver.topic.describe_topic(topic, include_stats=True)
             bounds = {p.partition_id: (p.stats.start_offset, p.stats.end_offset) for p in description.partitions
-                      if p.stats}  # fmt: skip
+                      if p.stats}
             result: list[TopicMessage] = []
             selector = TopicSelector(topic, start_offsets={pid: first for pid, (first, _) in bounds.items()})
             async with driver.topic.reader(selector, consumer=None) as reader:

@@ -190,7 +190,7 @@ def test_tls_with_root_certificates_from_a_file(spark: Any, tmp_path: Path) -> N
         ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
          "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost", "-keyout", str(key), "-out", str(cert)],
         check=True, capture_output=True, timeout=60,
-    )  # fmt: skip
+    )
     thread = ServerThread(tls=(key.read_bytes(), cert.read_bytes()))
     try:
         endpoint, database = thread.server.endpoint, thread.server.database

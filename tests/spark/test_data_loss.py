@@ -161,7 +161,7 @@ def test_starting_at_a_time(spark: Any, ydb_server: Server, topic_name: str) -> 
     with pytest.raises(Exception, match="has no message written at or after"):
         read_all(spark, ydb_server, topic_name, startingTimestamp=future)
     assert read_all(spark, ydb_server, topic_name, startingTimestamp=future,
-                    startingOffsetsByTimestampStrategy="latest") == []  # fmt: skip
+                    startingOffsetsByTimestampStrategy="latest") == []
 
 
 async def _old_topic(driver: Driver, topic: str) -> None:

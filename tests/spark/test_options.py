@@ -67,7 +67,7 @@ def test_spark_own_options_and_spellings_are_accepted() -> None:
         path="ignored-when-topic-is-set", checkpointLocation="/tmp/cp", queryName="q",
         MAXOFFSETSPERTRIGGER="10", failondataloss="False", onReplayMismatch="at-least-once",
         maxTriggerDelay="30s", startingOffsetsByTimestampStrategy="LATEST",
-    )  # fmt: skip
+    )
     assert parsed.max_offsets_per_trigger == 10
     assert parsed.fail_on_data_loss is False
     assert parsed.rewrite_on_replay_mismatch is True
@@ -98,7 +98,7 @@ def test_timestamps_follow_the_kafka_connector() -> None:
 )
 def test_options_of_another_mode_fail(option: str, mode: str, message: str) -> None:
     values = {"endingOffsets": "latest", "codec": "gzip", "startingOffsets": "earliest", "consumer": "c",
-              "maxOffsetsPerTrigger": "5", "onReplayMismatch": "fail"}  # fmt: skip
+              "maxOffsetsPerTrigger": "5", "onReplayMismatch": "fail"}
     with pytest.raises(ValueError, match=message):
         check_mode(parse(**{option: values[option]}), mode)
 
@@ -171,7 +171,7 @@ def test_split_gives_big_ranges_more_tasks() -> None:
     assert split(parts, None, None) == parts
     pieces = split(parts, 4, None)
     assert [(r.partition, r.start, r.end) for r in pieces] == [(0, 0, 22), (0, 22, 45), (0, 45, 67), (0, 67, 90),
-                                                              (1, 0, 10)]  # fmt: skip
+                                                              (1, 0, 10)]
     assert [r.size for r in split(parts, None, 30)] == [30, 30, 30, 10]
     assert split([OffsetRange(0, 5, 7)], 10, None) == [OffsetRange(0, 5, 6), OffsetRange(0, 6, 7)]
 

@@ -156,7 +156,7 @@ def kill_python_workers() -> int:
 
 
 def sink_query(spark: Any, server: Server, source: str, sink: str, checkpoint: Path, *, shuffle: bool,
-               **sink_options: str) -> Any:  # fmt: skip
+               **sink_options: str) -> Any:
     """``source`` -> 8 Spark partitions (ranges of 125 offsets, or a shuffle by ``rand()``) -> 2 ms per
     row in the JVM -> the sink, AvailableNow. Two tasks run at a time, so the batch's 8 sink tasks
     store their rows in four waves, about a quarter of a second apart."""
