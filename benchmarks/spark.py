@@ -6,7 +6,7 @@ The local topic server runs in a separate process; Spark runs ``local[2]``. The 
 topic with the async writer, then times ``spark.read.format("ydb_topic")...`` aggregated over
 every row (so each message is read and converted); the write times ``df.write.format("ydb_topic")``
 of the same number of rows (every task waits for all acknowledgements). Each is run
-``--rounds`` times after a warm-up and the best round is reported.
+``--rounds`` times after a warm-up, taking turns with the others, and the best round is reported.
 
 The reference, in the same run: the async SDK alone doing the same work in this process (a
 reader without a consumer over every partition; one writer per partition), i.e. what the server
@@ -106,25 +106,29 @@ def main() -> None:
             async with Driver(endpoint, database) as driver:
                 await asyncio.gather(*(one_partition(driver, pid) for pid in range(args.partitions)))
 
-        results = []
-        for name, run in (
-            ("batch read", lambda r: read()),
-            ("batch write", write),
-            ("SDK read", lambda r: asyncio.run(sdk_read())),
-            ("SDK write", lambda r: asyncio.run(sdk_write(r))),
-        ):
-            times = []
-            for r in range(args.rounds + 1):  # round 0 warms up Python workers and gRPC
+        operations = {
+            "batch read": lambda r: read(),
+            "batch write": write,
+            "SDK read": lambda r: asyncio.run(sdk_read()),
+            "SDK write": lambda r: asyncio.run(sdk_write(r)),
+        }
+        times: dict[str, list[float]] = {name: [] for name in operations}
+        # Round 0 warms up Python workers and gRPC. The operations take turns within each round,
+        # so Spark and its reference share whatever else the machine is doing at the time.
+        for r in range(args.rounds + 1):
+            for name, run in operations.items():
                 started = time.perf_counter()
                 run(r)
                 if r:
-                    times.append(time.perf_counter() - started)
-            best = min(times)
-            results.append((name, best, rows / best))
+                    times[name].append(time.perf_counter() - started)
+        results = [(name, min(t), rows / min(t)) for name, t in times.items()]
         print(f"\n{rows} rows x {args.size} B, {args.partitions} partitions, local[2], best of {args.rounds}")
         print(f"{'operation':<12}{'seconds':>9}{'rows/s':>10}   (SDK rows: the async SDK alone, for reference)")
         for name, seconds, rate in results:
             print(f"{name:<12}{seconds:>9.2f}{rate:>10.0f}")
+        rate = {name: r for name, _, r in results}
+        print(f"Spark / SDK: read {rate['batch read'] / rate['SDK read']:.0%}, "
+              f"write {rate['batch write'] / rate['SDK write']:.0%}")
     finally:
         spark.stop()
         server.terminate()

@@ -19,7 +19,7 @@ from ydb_topic_async import Driver
 from ydb_topic_async.spark import DataLossError
 from ydb_topic_async.spark._offsets import OffsetRange
 from ydb_topic_async.spark._options import parse_options
-from ydb_topic_async.spark._write import write_batch_task
+from ydb_topic_async.spark._write import Chunk, write_batch_task
 from ydb_topic_async.spark.source import SCHEMA, _arrow_schema, _StreamReaderBase, read_range
 from ydb_topic_async.testing import LocalTopicServer
 
@@ -72,9 +72,9 @@ def test_a_batch_write_task_reports_what_the_server_acknowledged(ydb_server: Ser
     create(ydb_server, topic_name, partitions=2)
     options = parse_options(ydb_server.options(topic_name))
     records = [(f"m{i}".encode(), [("k", b"v")] if i % 2 else None, i % 2) for i in range(300)]
-    report = write_batch_task(options, "job-0-0", iter([records[:100], records[100:]]))
+    report = write_batch_task(options, "job-0-0", iter([Chunk.of(records[:100]), Chunk.of(records[100:])]))
     assert report.written == 300
-    again = write_batch_task(options, "job-0-1", iter([records[:10]]))  # a retried attempt: its own id
+    again = write_batch_task(options, "job-0-1", iter([Chunk.of(records[:10])]))  # a retried attempt: its own id
     assert again.written == 10
     assert len(ydb_server.messages(topic_name)) == 310
 

@@ -19,7 +19,7 @@ if not os.environ.get("CI"):  # in CI the Spark tests must run (see conftest.req
 from ydb_topic_async import Driver
 from ydb_topic_async.spark import ReplayMismatchError
 from ydb_topic_async.spark._options import parse_options
-from ydb_topic_async.spark._write import DIGEST_KEY, Record, write_sink_task
+from ydb_topic_async.spark._write import DIGEST_KEY, Chunk, Record, write_sink_task
 
 from .conftest import Server, ended
 from .test_source import create, read_all, write_messages
@@ -39,11 +39,11 @@ def attempt(
     """One sink task attempt of Spark partition 0 of query ``q`` (chunks of 10 rows)."""
     parsed = parse_options(server.options(topic, **options))
 
-    def chunks() -> Iterator[list[Record]]:
+    def chunks() -> Iterator[Chunk]:
         for i in range(0, len(records), 10):
             if dies_after is not None and i >= dies_after:
                 raise Killed
-            yield records[i : i + 10]
+            yield Chunk.of(records[i : i + 10])
 
     return write_sink_task(parsed, "spark-q-0", batch, chunks())
 

@@ -117,10 +117,6 @@ async def _check_silence(
     return position
 
 
-def _micros(value: dt.datetime) -> int:
-    return (value - _EPOCH) // _MICROSECOND
-
-
 def _emit(
     topic: str, partition: int, messages: list[TopicMessage], arrow: pa.Schema | None, with_metadata: bool
 ) -> Iterator[Any]:
@@ -131,28 +127,28 @@ def _emit(
             yield (*row, m.metadata_items, m.data) if with_metadata else (*row, m.data)
         return
     n = len(messages)
-    # written_at is shared by the messages of one server batch: convert each value once.
+    # The messages of one server batch share one written_at object: convert each object once.
     written: list[int] = []
     last: dt.datetime | None = None
     last_micros = 0
     for m in messages:
         value = m.written_at
         if value is not last:
-            last, last_micros = value, _micros(value)
+            last, last_micros = value, (value - _EPOCH) // _MICROSECOND
         written.append(last_micros)
     columns: dict[str, Any] = {
-        "topic": pa.array([topic], pa.string()).take(pa.array([0] * n, pa.int32())),
+        "topic": pa.array([topic] * n, pa.string()),
         "partition": pa.array([partition] * n, pa.int32()),
         "offset": [m.offset for m in messages],
         "seq_no": [m.seq_no for m in messages],
         "producer_id": [m.producer_id for m in messages],
         "message_group_id": [m.message_group_id for m in messages],
-        "created_at": [_micros(m.created_at) for m in messages],
+        "created_at": [m.created_at_us for m in messages],
         "written_at": written,
         "data": [m.data for m in messages],
     }
     if with_metadata:
-        columns["metadata"] = [list(m.metadata_items.items()) for m in messages]
+        columns["metadata"] = [m.metadata_items for m in messages]
     arrays = [
         column if isinstance(column := columns[f.name], pa.Array) else pa.array(column, type=f.type) for f in arrow
     ]

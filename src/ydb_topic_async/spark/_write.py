@@ -78,58 +78,83 @@ class YdbTopicCommitMessage(WriterCommitMessage):  # type: ignore[misc,unused-ig
     rewritten: int = 0
 
 
-def records_from_arrow(batches: Iterator[Any], cols: Columns) -> Iterator[list[Record]]:
-    """The rows of each Arrow batch as one list."""
+@dataclass(frozen=True)
+class Chunk:
+    """Rows to write, column by column: payloads, and metadata pairs and partitions when given."""
+
+    data: list[bytes]
+    metadata: list[list[tuple[str, bytes]] | None] | None = None
+    partitions: list[int | None] | None = None
+
+    @classmethod
+    def of(cls, records: list[Record]) -> Chunk:
+        return cls([r[0] for r in records], [r[1] for r in records], [r[2] for r in records])
+
+    def rows(self) -> Iterator[Record]:
+        n = len(self.data)
+        return zip(self.data, self.metadata or [None] * n, self.partitions or [None] * n, strict=True)
+
+
+def chunks_from_arrow(batches: Iterator[Any], cols: Columns) -> Iterator[Chunk]:
+    """One chunk per Arrow batch of the input."""
     for batch in batches:
-        data = batch.column(cols.data).to_pylist()
-        meta = batch.column(cols.metadata).to_pylist() if cols.metadata is not None else None
-        part = batch.column(cols.partition).to_pylist() if cols.partition is not None else None
-        if meta is None and part is None:
-            yield [(_payload(payload), None, None) for payload in data]
-        else:
-            yield [
-                _record(payload, meta[i] if meta is not None else None, part[i] if part is not None else None)
-                for i, payload in enumerate(data)
-            ]
+        data = _payloads(batch.column(cols.data).to_pylist())
+        meta = None
+        if cols.metadata is not None:
+            meta = [_metadata(m) for m in batch.column(cols.metadata).to_pylist()]
+        part = None
+        if cols.partition is not None:
+            part = [_partition(p) for p in batch.column(cols.partition).to_pylist()]
+        yield Chunk(data, meta, part)
 
 
-def records_from_rows(rows: Iterator[Any], cols: Columns, chunk: int = 4096) -> Iterator[list[Record]]:
-    """Rows (pyspark < 4.1 hands the streaming sink Rows, not Arrow) in lists of ``chunk``."""
+def chunks_from_rows(rows: Iterator[Any], cols: Columns, size: int = 4096) -> Iterator[Chunk]:
+    """Rows (pyspark < 4.1 hands the streaming sink Rows, not Arrow) in chunks of ``size``."""
     records: list[Record] = []
     for row in rows:
-        meta = row[cols.metadata] if cols.metadata is not None else None
-        part = row[cols.partition] if cols.partition is not None else None
-        records.append(_record(row[cols.data], meta, part))
-        if len(records) >= chunk:
-            yield records
+        meta = _metadata(row[cols.metadata]) if cols.metadata is not None else None
+        part = _partition(row[cols.partition]) if cols.partition is not None else None
+        records.append((_payloads([row[cols.data]])[0], meta, part))
+        if len(records) >= size:
+            yield Chunk.of(records)
             records = []
     if records:
-        yield records
+        yield Chunk.of(records)
 
 
-def _payload(value: Any) -> bytes:
-    if value is None:
+def _payloads(values: list[Any]) -> list[bytes]:
+    if all(type(v) is bytes for v in values):
+        return values  # a binary column: nothing to convert
+    if any(v is None for v in values):
         raise ValueError("ydb_topic: column 'data' is null in a row to write")
-    return value.encode() if isinstance(value, str) else bytes(value)
+    return [v.encode() if isinstance(v, str) else bytes(v) for v in values]
 
 
-def _record(payload: Any, meta: Any, partition: Any) -> Record:
-    items = None
-    if meta:
-        pairs = meta.items() if isinstance(meta, dict) else meta
-        items = [(str(k), v.encode() if isinstance(v, str) else bytes(v or b"")) for k, v in pairs]
-        if any(k == DIGEST_KEY for k, _ in items):
-            raise ValueError(f"ydb_topic: metadata key {DIGEST_KEY!r} is reserved for the sink's row digest")
+def _metadata(meta: Any) -> list[tuple[str, bytes]] | None:
+    if not meta:
+        return None
+    pairs = meta.items() if isinstance(meta, dict) else meta
+    items = [(str(k), v.encode() if isinstance(v, str) else bytes(v or b"")) for k, v in pairs]
+    if any(k == DIGEST_KEY for k, _ in items):
+        raise ValueError(f"ydb_topic: metadata key {DIGEST_KEY!r} is reserved for the sink's row digest")
+    return items
+
+
+def _partition(partition: Any) -> int | None:
     if partition is not None and partition < 0:
         raise ValueError(f"ydb_topic: column 'partition' must not be negative, got {partition}")
-    return _payload(payload), items, partition
+    return partition  # type: ignore[no-any-return]
 
 
 # --- acknowledgements -------------------------------------------------------------------------
 
 
 class _Acks:
-    """Acknowledgement futures of one writer, tallied as they complete (acks arrive in order)."""
+    """Acknowledgement futures of one writer, tallied as they complete.
+
+    Acks arrive in order, so a chunk is waited for through its last future only (one callback per
+    chunk instead of one per message); any future still pending after that is awaited on its own.
+    """
 
     def __init__(self) -> None:
         self.chunks: list[list[asyncio.Future[WriteResult]]] = []
@@ -138,14 +163,17 @@ class _Acks:
     def add(self, futures: list[asyncio.Future[WriteResult]]) -> None:
         if futures:
             self.chunks.append(futures)
-        while self.chunks and self.chunks[0][-1].done():
+        while self.chunks and self.chunks[0][-1].done() and all(f.done() for f in self.chunks[0]):
             self._tally(self.chunks.pop(0))
 
     async def wait(self) -> None:
-        for chunk in self.chunks:
-            await asyncio.wait(chunk)
+        chunks, self.chunks = self.chunks, []
+        for chunk in chunks:
+            await asyncio.wait([chunk[-1]])
+            for future in chunk:
+                if not future.done():
+                    await asyncio.wait([future])
             self._tally(chunk)
-        self.chunks = []
 
     def _tally(self, chunk: list[asyncio.Future[WriteResult]]) -> None:
         for future in chunk:
@@ -160,17 +188,17 @@ class _Acks:
 
 
 class _Task(Protocol):
-    async def write(self, records: list[Record]) -> None: ...
+    async def write(self, chunk: Chunk) -> None: ...
     async def finish(self) -> YdbTopicCommitMessage: ...
     async def close(self) -> None: ...
 
 
-def _drive(rt: Runtime, task: _Task, chunks: Iterator[list[Record]]) -> YdbTopicCommitMessage:
+def _drive(rt: Runtime, task: _Task, chunks: Iterator[Chunk]) -> YdbTopicCommitMessage:
     """Feed Spark's rows to ``task`` on the runtime's loop, chunk by chunk; close it whatever happens
     (a failure while closing after an earlier one is logged: the earlier one is what the task reports)."""
     try:
-        for records in chunks:
-            rt.run(task.write(records))
+        for chunk in chunks:
+            rt.run(task.write(chunk))
         result = rt.run(task.finish())
     except BaseException:
         try:
@@ -182,7 +210,7 @@ def _drive(rt: Runtime, task: _Task, chunks: Iterator[list[Record]]) -> YdbTopic
     return result
 
 
-def write_batch_task(options: SourceOptions, producer_id: str, chunks: Iterator[list[Record]]) -> YdbTopicCommitMessage:
+def write_batch_task(options: SourceOptions, producer_id: str, chunks: Iterator[Chunk]) -> YdbTopicCommitMessage:
     """Write every row under ``producer_id`` (one per job and task attempt) and count what was stored."""
     rt = runtime()
     return _drive(rt, _BatchTask(rt, options, producer_id), chunks)
@@ -207,10 +235,13 @@ class _BatchTask:
             entry = self.writers[target] = (writer, _Acks())
         return entry
 
-    async def write(self, records: list[Record]) -> None:
+    async def write(self, chunk: Chunk) -> None:
         groups: dict[int | None, Outgoing] = {}
-        for data, metadata, target in records:
-            groups.setdefault(target, []).append(data if metadata is None else Message(data, metadata=metadata))
+        if chunk.partitions is None and (chunk.metadata is None or not any(chunk.metadata)):
+            groups[None] = list(chunk.data)  # the common case: payloads only, in one call
+        else:
+            for data, metadata, target in chunk.rows():
+                groups.setdefault(target, []).append(data if metadata is None else Message(data, metadata=metadata))
         for target, messages in groups.items():
             writer, acks = await self._writer(target)
             acks.add(await writer.write_with_ack_future(messages))
@@ -244,7 +275,7 @@ async def _close_all(writers: list[TopicWriter]) -> None:
 
 
 def write_sink_task(
-    options: SourceOptions, producer_base: str, batch_id: int, chunks: Iterator[list[Record]]
+    options: SourceOptions, producer_base: str, batch_id: int, chunks: Iterator[Chunk]
 ) -> YdbTopicCommitMessage:
     """Write one micro-batch task's rows exactly once (see the module docstring)."""
     rt = runtime()
@@ -323,9 +354,9 @@ class _SinkTask:
                 )
         return producer
 
-    async def write(self, records: list[Record]) -> None:
+    async def write(self, chunk: Chunk) -> None:
         outgoing: dict[int | None, Outgoing] = {}
-        for data, metadata, target in records:
+        for data, metadata, target in chunk.rows():
             self.position += 1
             if self.position > _POSITION_MASK:
                 raise ValueError(f"ydb_topic: a sink task takes at most {_POSITION_MASK} rows per micro-batch")

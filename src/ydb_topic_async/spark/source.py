@@ -48,8 +48,8 @@ from ._read import read_range
 from ._write import (
     Columns,
     YdbTopicCommitMessage,
-    records_from_arrow,
-    records_from_rows,
+    chunks_from_arrow,
+    chunks_from_rows,
     write_batch_task,
     write_sink_task,
 )
@@ -463,7 +463,7 @@ class _BatchWriter(DataSourceArrowWriter):  # type: ignore[misc,unused-ignore]
         partition, ctx = _task_context()
         attempt = ctx.attemptNumber() if ctx is not None else 0
         producer_id = f"{self.prefix}-{partition}-{attempt}"
-        return write_batch_task(self.options, producer_id, records_from_arrow(iterator, self.cols))
+        return write_batch_task(self.options, producer_id, chunks_from_arrow(iterator, self.cols))
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         written, _, _ = _totals(messages)
@@ -495,9 +495,9 @@ class _StreamWriter(_StreamWriterBase):  # type: ignore[misc,unused-ignore]
         if batch_id is None:
             raise RuntimeError(f"ydb_topic: the streaming sink runs in a task without {BATCH_ID_PROPERTY!r}")
         chunks = (
-            records_from_arrow(iterator, self.cols)
+            chunks_from_arrow(iterator, self.cols)
             if _StreamWriterBase is not DataSourceStreamWriter
-            else records_from_rows(iterator, self.cols)
+            else chunks_from_rows(iterator, self.cols)
         )
         return write_sink_task(self.options, f"{self.prefix}-{query_id}-{partition}", int(batch_id), chunks)
 
