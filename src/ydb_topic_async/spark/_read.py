@@ -83,9 +83,11 @@ async def _collect(
             report(f"offsets {position}..{min(first, rng.end) - 1} of partition {rng.partition} are missing "
                    f"(the first message available is at {first}): they expired or were deleted")
             position = first
-        for message in batch:
-            if position <= message.offset < rng.end:
-                collected.append(message)
+        messages = batch.messages
+        if first >= position and messages[-1].offset < rng.end:
+            collected.extend(messages)  # the whole batch is in the range (the usual case)
+        else:
+            collected.extend(m for m in messages if position <= m.offset < rng.end)
         position = max(position, batch.end_offset)
     return collected, min(position, rng.end)
 

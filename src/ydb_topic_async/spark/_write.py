@@ -150,23 +150,39 @@ def _partition(partition: Any) -> int | None:
 
 
 class _Acks:
-    """Acknowledgement futures of one writer, tallied as they complete.
+    """Sends to one writer and counts what the server stored.
 
-    Acks arrive in order, so a chunk is waited for through its last future only (one callback per
-    chunk instead of one per message); any future still pending after that is awaited on its own.
+    With a compressing codec a message can fail on its own after the writer accepted it (its
+    compressed form may not fit a request), so every message gets an acknowledgement future and
+    each one is checked. Raw payloads are checked when the writer accepts them, and afterwards they
+    can only fail with the whole writer, which ``flush`` raises: a successful flush means every
+    accepted message is stored, and the cost of a future per message is saved. Acks arrive in
+    order, so a chunk of futures is waited for through its last one (one callback per chunk).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, writer: TopicWriter, per_message: bool) -> None:
+        self.writer = writer
+        self.per_message = per_message
         self.chunks: list[list[asyncio.Future[WriteResult]]] = []
+        self.accepted = 0
         self.stored = 0
 
-    def add(self, futures: list[asyncio.Future[WriteResult]]) -> None:
-        if futures:
-            self.chunks.append(futures)
-        while self.chunks and self.chunks[0][-1].done() and all(f.done() for f in self.chunks[0]):
-            self._tally(self.chunks.pop(0))
+    async def send(self, messages: Outgoing) -> None:
+        if not messages:
+            return
+        if self.per_message:
+            self.chunks.append(await self.writer.write_with_ack_future(messages))
+            while self.chunks and all(f.done() for f in self.chunks[0]):
+                self._tally(self.chunks.pop(0))
+        else:
+            await self.writer.write(messages)
+            self.accepted += len(messages)
 
     async def wait(self) -> None:
+        """Wait for every acknowledgement; raise the first failure."""
+        await self.writer.flush()
+        self.stored += self.accepted
+        self.accepted = 0
         chunks, self.chunks = self.chunks, []
         for chunk in chunks:
             await asyncio.wait([chunk[-1]])
@@ -221,9 +237,9 @@ class _BatchTask:
         self.rt = rt
         self.options = options
         self.producer_id = producer_id
-        self.writers: dict[int | None, tuple[TopicWriter, _Acks]] = {}
+        self.writers: dict[int | None, _Acks] = {}
 
-    async def _writer(self, target: int | None) -> tuple[TopicWriter, _Acks]:
+    async def _writer(self, target: int | None) -> _Acks:
         entry = self.writers.get(target)
         if entry is None:
             driver = await self.rt.driver(self.options.connection)
@@ -232,7 +248,7 @@ class _BatchTask:
                 self.options.topic, producer_id=producer_id, partition_id=target, codec=self.options.codec,
                 retry=retry_policy(self.options.connection),
             )
-            entry = self.writers[target] = (writer, _Acks())
+            entry = self.writers[target] = _Acks(writer, _compresses(self.options))
         return entry
 
     async def write(self, chunk: Chunk) -> None:
@@ -243,20 +259,22 @@ class _BatchTask:
             for data, metadata, target in chunk.rows():
                 groups.setdefault(target, []).append(data if metadata is None else Message(data, metadata=metadata))
         for target, messages in groups.items():
-            writer, acks = await self._writer(target)
-            acks.add(await writer.write_with_ack_future(messages))
+            await (await self._writer(target)).send(messages)
 
     async def finish(self) -> YdbTopicCommitMessage:
-        for writer, acks in self.writers.values():
-            await writer.flush()
+        for acks in self.writers.values():
             await acks.wait()
         return YdbTopicCommitMessage(
-            tuple(w.producer_id or "" for w, _ in self.writers.values()),
-            sum(acks.stored for _, acks in self.writers.values()),
+            tuple(acks.writer.producer_id or "" for acks in self.writers.values()),
+            sum(acks.stored for acks in self.writers.values()),
         )
 
     async def close(self) -> None:
-        await _close_all([w for w, _ in self.writers.values()])
+        await _close_all([acks.writer for acks in self.writers.values()])
+
+
+def _compresses(options: SourceOptions) -> bool:
+    return options.codec not in (None, 1)  # 1: raw
 
 
 async def _close_all(writers: list[TopicWriter]) -> None:
@@ -302,8 +320,8 @@ class _SinkProducer:
 
     producer_id: str
     target: int | None
-    writer: TopicWriter
-    acks: _Acks = field(default_factory=_Acks)
+    acks: _Acks
+    """The writer under ``producer_id``."""
     digest: bytes = b""
     stored_until: int = 0
     """seq_no up to which an earlier attempt of this micro-batch stored rows (0: none did)."""
@@ -311,7 +329,7 @@ class _SinkProducer:
     """Reads back the digest the earlier attempt stored at ``stored_until``."""
     held: Outgoing = field(default_factory=list)
     """This attempt's rows at or below ``stored_until``, kept until the check decides."""
-    rewrite: TopicWriter | None = None
+    rewrite: _Acks | None = None
     """The writer under a new producer id after a mismatch (``onReplayMismatch=atLeastOnce``)."""
     already_stored: int = 0
     rewritten: int = 0
@@ -338,7 +356,7 @@ class _SinkTask:
             self.options.topic, producer_id=producer_id, partition_id=target, auto_seqno=False,
             codec=self.options.codec, retry=retry_policy(self.options.connection),
         )
-        producer = self.producers[target] = _SinkProducer(producer_id, target, writer)
+        producer = self.producers[target] = _SinkProducer(producer_id, target, _Acks(writer, _compresses(self.options)))
         info = await writer.wait_init()
         last = info.last_seq_no
         if last >= self.lowest:
@@ -413,10 +431,11 @@ class _SinkTask:
             )
         driver = await self.rt.driver(self.options.connection)
         rewrite_id = f"{producer.producer_id}-rewrite-{uuid.uuid4().hex[:12]}"
-        producer.rewrite = driver.topic.writer(
+        rewrite = driver.topic.writer(
             self.options.topic, producer_id=rewrite_id, partition_id=producer.target, auto_seqno=False,
             codec=self.options.codec, retry=retry_policy(self.options.connection),
         )
+        producer.rewrite = _Acks(rewrite, _compresses(self.options))
         logger.warning(
             "ydb_topic: %s; onReplayMismatch is atLeastOnce: writing this attempt's rows again as producer %r "
             "(rows of the earlier attempt stay, so some may be stored twice)",
@@ -425,16 +444,14 @@ class _SinkTask:
         held, producer.held = producer.held, []
         producer.rewritten += len(held)
         producer.stored_until = 0
-        if held:
-            producer.acks.add(await producer.rewrite.write_with_ack_future(held))
+        await producer.rewrite.send(held)
 
     async def _send(self, outgoing: dict[int | None, Outgoing]) -> None:
         for target, messages in outgoing.items():
             producer = self.producers[target]
-            writer = producer.rewrite or producer.writer
             if producer.rewrite is not None:
                 producer.rewritten += len(messages)
-            producer.acks.add(await writer.write_with_ack_future(messages))
+            await (producer.rewrite or producer.acks).send(messages)
 
     async def finish(self) -> YdbTopicCommitMessage:
         for producer in self.producers.values():
@@ -442,12 +459,11 @@ class _SinkTask:
                 # The earlier attempt stored more rows than this one has: they cannot all match.
                 await self._mismatch(producer, "this attempt has fewer rows")
         for producer in self.producers.values():
-            for writer in (producer.writer, producer.rewrite):
-                if writer is not None:
-                    await writer.flush()
-            await producer.acks.wait()
+            for acks in (producer.acks, producer.rewrite):
+                if acks is not None:
+                    await acks.wait()
         rewritten = sum(p.rewritten for p in self.producers.values())
-        stored = sum(p.acks.stored for p in self.producers.values())
+        stored = sum(p.acks.stored + (p.rewrite.stored if p.rewrite else 0) for p in self.producers.values())
         return YdbTopicCommitMessage(
             tuple(p.producer_id for p in self.producers.values()),
             written=stored - rewritten,
@@ -461,9 +477,9 @@ class _SinkTask:
             if producer.lookup is not None:
                 producer.lookup.cancel()
                 await asyncio.gather(producer.lookup, return_exceptions=True)
-            writers.append(producer.writer)
+            writers.append(producer.acks.writer)
             if producer.rewrite is not None:
-                writers.append(producer.rewrite)
+                writers.append(producer.rewrite.writer)
         await _close_all(writers)
 
 
