@@ -1,12 +1,14 @@
-"""The ``ydb_topic`` Spark data source against a local topic server process (Spark ``local[2]``)."""
+"""The ``ydb_topic`` Spark data source against a local topic server (Spark ``local[2]``)."""
 
 from __future__ import annotations
 
 import datetime as dt
 import itertools
+import json
 import os
 import shutil
 import threading
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,7 @@ if not os.environ.get("CI"):  # in CI the Spark tests must run (see conftest.req
     pytest.importorskip("pyspark", reason="pyspark is not installed (pip install 'ydb-topic-async[spark]')")
 
 from ydb_topic_async import Driver, Message
+from ydb_topic_async.spark import lag
 from ydb_topic_async.spark._bridge import runtime, shutdown
 from ydb_topic_async.spark._offsets import OffsetRange
 from ydb_topic_async.spark._options import parse_options
@@ -217,6 +220,45 @@ def test_admission_control_without_spark_read_limits(ydb_server: Server, topic_n
         assert limited == ends[1:]
 
 
+def test_min_offsets_per_trigger_waits_until_max_trigger_delay(ydb_server: Server, topic_name: str) -> None:
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMinRows
+
+    from ydb_topic_async.spark.source import _StreamReaderBase
+
+    write_messages(ydb_server, topic_name, partitions=1, per_partition=6)
+    options = parse_options({**ydb_server.options(topic_name), "minOffsetsPerTrigger": "10",
+                             "maxTriggerDelay": "300ms"})
+    reader = _StreamReaderBase(options, SCHEMA)
+    assert reader.getDefaultReadLimit() == ReadMinRows(10)
+    start = reader.initialOffset()
+    assert reader.latestOffset(start, ReadMinRows(10))["partitions"] == {"0": 0}  # 6 < 10: no batch yet
+    time.sleep(0.35)
+    end = reader.latestOffset(start, ReadMinRows(10))
+    assert end["partitions"] == {"0": 6}  # waited long enough: take what there is
+    write_messages(ydb_server, topic_name, partitions=1, per_partition=3, create=False)
+    assert reader.latestOffset(end, ReadMinRows(10))["partitions"] == {"0": 6}
+    assert reader.latestOffset(end, ReadAllAvailable())["partitions"] == {"0": 9}  # Trigger.AvailableNow
+
+
+def test_min_partitions_and_max_records_split_large_partitions(
+    spark: Any, ydb_server: Server, topic_name: str
+) -> None:
+    write_messages(ydb_server, topic_name, partitions=2, per_partition=30)
+    df = spark.read.format("ydb_topic").options(**ydb_server.options(topic_name, minPartitions="6")).load()
+    assert df.rdd.getNumPartitions() == 6
+    assert sorted((r.partition, r.offset) for r in df.collect()) == [(p, o) for p in (0, 1) for o in range(30)]
+    df = spark.read.format("ydb_topic").options(**ydb_server.options(topic_name, maxRecordsPerPartition="7")).load()
+    assert df.rdd.getNumPartitions() == 10  # ceil(30 / 7) = 5 per topic partition
+    assert df.count() == 60
+
+
+def test_include_metadata_false_leaves_the_column_out(spark: Any, ydb_server: Server, topic_name: str) -> None:
+    write_messages(ydb_server, topic_name, partitions=1, per_partition=3)
+    df = spark.read.format("ydb_topic").options(**ydb_server.options(topic_name, includeMetadata="false")).load()
+    assert "metadata" not in df.columns
+    assert [r.data for r in df.orderBy("offset").collect()] == [b"p0-0", b"p0-1", b"p0-2"]
+
+
 # --- batch write --------------------------------------------------------------------------------
 
 
@@ -269,6 +311,10 @@ def test_stream_round_trip_restart_and_consumer_lag(
     query = run_stream(spark, ydb_server, topic_name, sink, checkpoint, maxOffsetsPerTrigger="20", consumer="spark")
     batches = [p for p in query.recentProgress if p.numInputRows > 0]
     assert [p.numInputRows for p in batches] == [20, 20, 10]  # admission control: 50 rows, 20 per trigger
+    # Each trigger's progress reports the latest offsets too: the first batch stopped 30 short.
+    assert json.loads(batches[0].sources[0].latestOffset)["partitions"] == {"0": 25, "1": 25}
+    assert sum(lag(batches[0]).values()) == 30
+    assert lag(batches[-1]) == {0: 0, 1: 0}
     assert Counter(r.data for r in read_all(spark, ydb_server, sink)) == Counter(
         f"p{pid}-{i}".encode() for pid in range(2) for i in range(25)
     )
