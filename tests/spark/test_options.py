@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -179,3 +182,42 @@ def test_split_gives_big_ranges_more_tasks() -> None:
 def test_limit_shares_the_budget_by_backlog() -> None:
     assert limit_offsets({0: 0, 1: 0}, {0: 90, 1: 10}, 20) == {0: 18, 1: 2}
     assert limit_offsets({0: 0}, {0: 5, 1: 3}, None) == {0: 5, 1: 3}
+
+
+# --- credentials -----------------------------------------------------------------------------
+
+
+def token_provider() -> Any:
+    """A ``credentialsProvider`` for the test below."""
+    from ydb_topic_async import AccessTokenCredentials
+
+    return AccessTokenCredentials("from-provider")
+
+
+def not_credentials() -> object:
+    return "a token string is not a credentials object"
+
+
+async def test_each_credential_option_makes_its_credentials(tmp_path: Path) -> None:
+    from ydb_topic_async import AccessTokenCredentials, StaticCredentials
+    from ydb_topic_async.spark._bridge import TokenFileCredentials, credentials
+
+    assert credentials(parse(token="t").connection).__class__ is AccessTokenCredentials
+    assert isinstance(credentials(parse(user="u", password="p").connection), StaticCredentials)
+    assert credentials(parse().connection) is None
+    provided = credentials(parse(credentialsProvider=f"{__name__}:token_provider").connection)
+    assert provided is not None and await provided.auth_token() == "from-provider"
+    with pytest.raises(ValueError, match="returned str, not credentials"):
+        credentials(parse(credentialsProvider=f"{__name__}:not_credentials").connection)
+
+    token_file = tmp_path / "token"
+    token_file.write_text("first\n")
+    from_file = credentials(parse(tokenFile=str(token_file)).connection)
+    assert isinstance(from_file, TokenFileCredentials)
+    assert await from_file.auth_token() == "first"
+    token_file.write_text("second, rotated\n")
+    os.utime(token_file, ns=(time.time_ns() + 10**9, time.time_ns() + 10**9))  # a new mtime, however fast
+    assert await from_file.auth_token() == "second, rotated"
+    token_file.unlink()
+    with pytest.raises(ValueError, match="token file cannot be read"):
+        await from_file.auth_token()
