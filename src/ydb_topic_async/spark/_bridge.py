@@ -22,10 +22,7 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
-from .._credentials import AccessTokenCredentials, Credentials, StaticCredentials
-from .._driver import Driver
-from .._errors import InvalidArgumentError
-from .._retry import RetryPolicy
+from .. import AccessTokenCredentials, Credentials, Driver, InvalidArgumentError, RetryPolicy, StaticCredentials
 from ..observability.logging import register_secret, sdk_logger
 from ._options import ConnectionOptions
 

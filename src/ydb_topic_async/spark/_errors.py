@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .._errors import YdbTopicError
+from .. import YdbTopicError
 
 
 class DataLossError(YdbTopicError):

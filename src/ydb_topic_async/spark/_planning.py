@@ -5,8 +5,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 
-from .._driver import Driver
-from ..reader import TopicSelector
+from .. import Driver, TopicSelector
 from ._offsets import TopicState
 from ._options import ByTimestamp
 

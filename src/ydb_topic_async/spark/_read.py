@@ -16,9 +16,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from .._errors import OperationTimeoutError
+from .. import OperationTimeoutError, TopicMessage, TopicReader, TopicSelector
 from ..observability.logging import sdk_logger
-from ..reader import TopicMessage, TopicReader, TopicSelector
 from ._bridge import Runtime, retry_policy, runtime
 from ._offsets import LossReport, OffsetRange, loss_reporter
 from ._options import SourceOptions

@@ -27,11 +27,18 @@ from typing import Any, Protocol
 
 from pyspark.sql.datasource import WriterCommitMessage
 
-from .._driver import Driver
-from .._errors import OperationTimeoutError
+from .. import (
+    Driver,
+    Message,
+    OperationTimeoutError,
+    Skipped,
+    TopicMessage,
+    TopicSelector,
+    TopicWriter,
+    WriteResult,
+    Written,
+)
 from ..observability.logging import sdk_logger
-from ..reader import TopicMessage, TopicSelector
-from ..writer import Message, Skipped, TopicWriter, WriteResult, Written
 from ._bridge import Runtime, retry_policy, runtime
 from ._errors import ReplayMismatchError
 from ._options import SourceOptions

@@ -37,7 +37,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from .._driver import Driver
+from .. import Driver
 from ..observability.logging import sdk_logger
 from . import _offsets
 from ._bridge import runtime
