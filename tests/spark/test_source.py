@@ -27,7 +27,7 @@ from ydb_topic_async.spark.source import HAS_READ_LIMIT, SCHEMA, _arrow_schema, 
 
 from .conftest import Server
 
-T0 = dt.datetime(2024, 5, 1, 12, 0, 0, 123456, tzinfo=dt.timezone.utc)
+T0 = dt.datetime(2024, 5, 1, 12, 0, 0, 123000, tzinfo=dt.timezone.utc)  # YDB keeps milliseconds
 
 
 def write_messages(server: Server, topic: str, partitions: int, per_partition: int, *, create: bool = True) -> None:
