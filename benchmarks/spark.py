@@ -6,11 +6,13 @@ The local topic server runs in a separate process; Spark runs ``local[2]``. The 
 topic with the async writer, then times ``spark.read.format("ydb_topic")...`` aggregated over
 every row (so each message is read and converted); the write times ``df.write.format("ydb_topic")``
 of the same number of rows (every task waits for all acknowledgements). Each is run
-``--rounds`` times after a warm-up and the best round is reported.
+``--rounds`` times after a warm-up, taking turns with the others, and the best round is reported.
 
 The reference, in the same run: the async SDK alone doing the same work in this process (a
 reader without a consumer over every partition; one writer per partition), i.e. what the server
-and the client library allow before Spark's task and row handling is added.
+and the client library allow before Spark's task and row handling is added. "Spark floor" is the
+same query over a Python data source that yields ready-made Arrow batches of the same schema and
+size from memory: what Spark itself costs, with no topic read at all.
 """
 
 from __future__ import annotations
@@ -24,6 +26,50 @@ import sys
 import time
 
 os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+
+
+def floor_source(rows: int, partitions: int, size: int) -> type:
+    """A Python data source that yields ready-made Arrow batches in the ``ydb_topic`` schema."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    from ydb_topic_async.spark.source import SCHEMA, _arrow_schema
+
+    class FloorReader(DataSourceReader):  # type: ignore[misc]
+        def partitions(self) -> list[InputPartition]:
+            return [InputPartition(i) for i in range(partitions)]
+
+        def read(self, partition: InputPartition) -> object:
+            import pyarrow as pa
+
+            arrow = _arrow_schema(SCHEMA)
+            n = 8192
+            ts = arrow.field("created_at").type
+            columns = {
+                "topic": pa.array(["bench/read"] * n), "partition": pa.array([partition.value] * n, pa.int32()),
+                "offset": pa.array(range(n), pa.int64()), "seq_no": pa.array(range(1, n + 1), pa.int64()),
+                "producer_id": pa.array(["p0"] * n), "message_group_id": pa.array(["p0"] * n),
+                "created_at": pa.array([0] * n, ts), "written_at": pa.array([0] * n, ts),
+                "metadata": pa.array([{}] * n, arrow.field("metadata").type),
+                "data": pa.array([b"x" * size] * n, pa.binary()),
+            }
+            batch = pa.RecordBatch.from_arrays([columns[f.name] for f in arrow], schema=arrow)
+            left = rows // partitions
+            while left > 0:
+                yield batch.slice(0, min(n, left))
+                left -= n
+
+    class Floor(DataSource):  # type: ignore[misc]
+        @classmethod
+        def name(cls) -> str:
+            return "ydb_topic_floor"
+
+        def schema(self) -> object:
+            return SCHEMA
+
+        def reader(self, schema: object) -> FloorReader:
+            return FloorReader()
+
+    return Floor
 
 
 def main() -> None:
@@ -58,6 +104,7 @@ def main() -> None:
     )
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
+    spark.dataSource.register(floor_source(args.rows, args.partitions, args.size))
     payload = b"x" * args.size
 
     async def fill() -> None:
@@ -76,8 +123,11 @@ def main() -> None:
         rows = args.rows // args.partitions * args.partitions
         options = {"endpoint": endpoint, "database": database}
 
-        def read() -> None:
-            df = spark.read.format("ydb_topic").options(**options, topic="bench/read").load()
+        def read(source: str = "ydb_topic") -> None:
+            reader = spark.read.format(source)
+            if source == "ydb_topic":
+                reader = reader.options(**options, topic="bench/read")
+            df = reader.load()
             total = df.select(F.count("*"), F.sum(F.length("data"))).collect()[0]
             assert total[0] == rows, total
 
@@ -106,25 +156,31 @@ def main() -> None:
             async with Driver(endpoint, database) as driver:
                 await asyncio.gather(*(one_partition(driver, pid) for pid in range(args.partitions)))
 
-        results = []
-        for name, run in (
-            ("batch read", lambda r: read()),
-            ("batch write", write),
-            ("SDK read", lambda r: asyncio.run(sdk_read())),
-            ("SDK write", lambda r: asyncio.run(sdk_write(r))),
-        ):
-            times = []
-            for r in range(args.rounds + 1):  # round 0 warms up Python workers and gRPC
+        operations = {
+            "batch read": lambda r: read(),
+            "Spark floor": lambda r: read("ydb_topic_floor"),
+            "batch write": write,
+            "SDK read": lambda r: asyncio.run(sdk_read()),
+            "SDK write": lambda r: asyncio.run(sdk_write(r)),
+        }
+        times: dict[str, list[float]] = {name: [] for name in operations}
+        # Round 0 warms up Python workers and gRPC. The operations take turns within each round,
+        # so Spark and its reference share whatever else the machine is doing at the time.
+        for r in range(args.rounds + 1):
+            for name, run in operations.items():
                 started = time.perf_counter()
                 run(r)
                 if r:
-                    times.append(time.perf_counter() - started)
-            best = min(times)
-            results.append((name, best, rows / best))
+                    times[name].append(time.perf_counter() - started)
+        results = [(name, min(t), rows / min(t)) for name, t in times.items()]
         print(f"\n{rows} rows x {args.size} B, {args.partitions} partitions, local[2], best of {args.rounds}")
         print(f"{'operation':<12}{'seconds':>9}{'rows/s':>10}   (SDK rows: the async SDK alone, for reference)")
         for name, seconds, rate in results:
             print(f"{name:<12}{seconds:>9.2f}{rate:>10.0f}")
+        rate = {name: r for name, _, r in results}
+        print(f"Spark / SDK: read {rate['batch read'] / rate['SDK read']:.0%}, "
+              f"write {rate['batch write'] / rate['SDK write']:.0%}; "
+              f"Spark floor / SDK read: {rate['Spark floor'] / rate['SDK read']:.0%}")
     finally:
         spark.stop()
         server.terminate()

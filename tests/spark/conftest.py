@@ -1,64 +1,152 @@
-"""Spark test fixtures: one local topic server process and one SparkSession per test session.
+"""Spark test fixtures: a local topic server on loopback and one SparkSession per test session.
 
-Python data source tasks run in Spark's Python worker processes, so the server runs as a
-separate process on loopback (as a real cluster would), not inside the test's event loop.
+Python data source tasks run in Spark's Python worker processes, which reach the server over
+loopback as they would reach a cluster. The server runs on an event loop in a thread of the test
+process, so tests can also reach into it (move its clock, put a proxy in front of it).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import itertools
 import os
-import re
 import shutil
-import subprocess
 import sys
-from collections.abc import Awaitable, Callable, Iterator
+import threading
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import pytest
 
-from ydb_topic_async import Driver
+from ydb_topic_async import Driver, TopicMessage, TopicSelector
+from ydb_topic_async.testing import LocalTopicServer
+
+from .._proxy import FlakyProxy
 
 T = TypeVar("T")
 _names = itertools.count()
+
+
+class ServerThread:
+    """A ``LocalTopicServer`` (and proxies in front of it) on an event loop in a background thread."""
+
+    def __init__(self, **server_options: Any) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="local-topic-server", daemon=True)
+        self._thread.start()
+        self._proxies: list[FlakyProxy] = []
+        self.server: LocalTopicServer = self.call(self._start(server_options))
+
+    @staticmethod
+    async def _start(options: dict[str, Any]) -> LocalTopicServer:
+        server = LocalTopicServer(**options)
+        await server.start()
+        return server
+
+    def call(self, coro: Coroutine[Any, Any, T], timeout: float = 60) -> T:
+        """Run ``coro`` on the server's loop (bounded wait)."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def do(self, fn: Callable[[], T]) -> T:
+        """Call ``fn()`` on the server's loop (for sync methods of the server and proxies)."""
+
+        async def call() -> T:
+            return fn()
+
+        return self.call(call())
+
+    def proxy(self) -> FlakyProxy:
+        """A started proxy in front of the server; discovery names it as the only node, so every
+        connection of a client that starts at the proxy goes through it."""
+        proxy = FlakyProxy(self.server.host, self.server.port)
+        self.call(proxy.start())
+        self._proxies.append(proxy)
+        return proxy
+
+    def route_discovery_through(self, proxy: FlakyProxy | None) -> None:
+        nodes = [] if proxy is None else [("127.0.0.1", int(proxy.endpoint.rsplit(":", 1)[1]), 1)]
+        self.do(lambda: setattr(self.server.discovery, "nodes", nodes))
+
+    def close(self) -> None:
+        for proxy in self._proxies:
+            self.call(proxy.close())
+        self.call(self.server.stop())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+        self.loop.close()
 
 
 @dataclass(frozen=True)
 class Server:
     endpoint: str
     database: str
+    thread: ServerThread
 
     def options(self, topic: str, **extra: str) -> dict[str, str]:
         return {"endpoint": self.endpoint, "database": self.database, "topic": topic, **extra}
 
     def run(self, fn: Callable[[Driver], Awaitable[T]]) -> T:
-        """Run ``fn(driver)`` on a private event loop (these tests are synchronous, as Spark is)."""
-        from ydb_topic_async.spark._bridge import run_with_driver
-        from ydb_topic_async.spark._options import parse_options
+        """Run ``fn(driver)`` with a fresh driver on a private event loop (these tests are synchronous)."""
 
-        return run_with_driver(parse_options(self.options("unused")), fn)
+        async def main() -> T:
+            async with Driver(self.endpoint, self.database) as driver:
+                return await fn(driver)
+
+        return asyncio.run(main())
+
+    @property
+    def local(self) -> LocalTopicServer:
+        return self.thread.server
+
+    def stored(self, topic: str) -> int:
+        """How many messages ``topic`` holds (its partitions' end offsets added up)."""
+
+        async def count(driver: Driver) -> int:
+            description = await driver.topic.describe_topic(topic, include_stats=True)
+            return sum(p.stats.end_offset for p in description.partitions if p.stats)
+
+        return self.run(count)
+
+    def messages(self, topic: str) -> list[TopicMessage]:
+        """Every message ``topic`` holds, read with the SDK's reader (not through Spark)."""
+
+        async def main(driver: Driver) -> list[TopicMessage]:
+            description = await driver.topic.describe_topic(topic, include_stats=True)
+            bounds = {p.partition_id: (p.stats.start_offset, p.stats.end_offset) for p in description.partitions
+                      if p.stats}
+            result: list[TopicMessage] = []
+            selector = TopicSelector(topic, start_offsets={pid: first for pid, (first, _) in bounds.items()})
+            async with driver.topic.reader(selector, consumer=None) as reader:
+                while len(result) < sum(end - first for first, end in bounds.values()):
+                    result.extend(await reader.receive_batch(timeout=10))
+            return sorted(result, key=lambda m: (m.partition_id, m.offset))
+
+        return self.run(main)
+
+
+def start_server(**options: Any) -> tuple[ServerThread, Server]:
+    thread = ServerThread(**options)
+    return thread, Server(thread.server.endpoint, thread.server.database, thread)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _shared_connections() -> Iterator[None]:
+    """Tests call executor-side code in this process too: close its shared connections at the end."""
+    yield
+    from ydb_topic_async.spark._bridge import shutdown
+
+    shutdown()
 
 
 @pytest.fixture(scope="session")
 def ydb_server() -> Iterator[Server]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ydb_topic_async.testing", "--port", "0"],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    thread, server = start_server()
     try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        match = re.search(r"(grpcs?://[^/\s]+)/\?database=(\S+)", line)
-        if match is None:
-            raise RuntimeError(f"unexpected output from the local topic server: {line!r}")
-        yield Server(match.group(1), match.group(2))
+        yield server
     finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-        if proc.stdout is not None:
-            proc.stdout.close()
+        thread.close()
 
 
 def require_spark() -> None:
@@ -91,6 +179,7 @@ def spark() -> Iterator[Any]:
         SparkSession.builder.master("local[2]")
         .appName("ydb-topic-async-tests")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.streaming.stopTimeout", "10s")
         .config("spark.driver.bindAddress", "127.0.0.1")
@@ -103,6 +192,14 @@ def spark() -> Iterator[Any]:
         yield session
     finally:
         session.stop()
+
+
+def ended(query: Any, timeout: float = 120) -> Any:
+    """Wait for a streaming query to end (failed or not); the caller looks at ``query.exception()``."""
+    with contextlib.suppress(Exception):
+        query.awaitTermination(timeout)
+    assert not query.isActive, f"the query did not end within {timeout} s"
+    return query
 
 
 @pytest.fixture

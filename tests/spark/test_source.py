@@ -1,12 +1,14 @@
-"""The ``ydb_topic`` Spark data source against a local topic server process (Spark ``local[2]``)."""
+"""The ``ydb_topic`` Spark data source against a local topic server (Spark ``local[2]``)."""
 
 from __future__ import annotations
 
 import datetime as dt
 import itertools
+import json
 import os
 import shutil
 import threading
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -17,8 +19,11 @@ if not os.environ.get("CI"):  # in CI the Spark tests must run (see conftest.req
     pytest.importorskip("pyspark", reason="pyspark is not installed (pip install 'ydb-topic-async[spark]')")
 
 from ydb_topic_async import Driver, Message
+from ydb_topic_async.spark import lag
+from ydb_topic_async.spark._bridge import runtime, shutdown
+from ydb_topic_async.spark._offsets import OffsetRange
 from ydb_topic_async.spark._options import parse_options
-from ydb_topic_async.spark.source import HAS_READ_LIMIT, SCHEMA, read_range
+from ydb_topic_async.spark.source import HAS_READ_LIMIT, SCHEMA, _arrow_schema, read_range
 
 from .conftest import Server
 
@@ -74,7 +79,10 @@ def create(server: Server, topic: str, partitions: int = 1) -> None:
         ({"endingOffsets": "earliest"}, "cannot be 'earliest'"),
         ({"maxOffsetsPerTrigger": "0"}, "maxOffsetsPerTrigger"),
         ({"maxOffsetsPerTrigger": "ten"}, "maxOffsetsPerTrigger"),
-        ({"token": "t", "user": "u"}, "either 'token' or 'user'"),
+        ({"token": "t", "user": "u"}, "one way to authenticate, not 'token' and 'user'"),
+        ({"maxOffsetPerTrigger": "5"}, "unknown option 'maxoffsetpertrigger'; did you mean 'maxOffsetsPerTrigger'"),
+        ({"kafka.bootstrap.servers": "h:9092"}, "configures a Kafka client"),
+        ({"subscribe": "t"}, "Kafka connector's, not this source's: this source reads one topic"),
         ({"codec": "snappy"}, "codec"),
     ],
 )
@@ -97,7 +105,7 @@ def test_stream_only_errors_fail_at_start(spark: Any, ydb_server: Server, topic_
         .writeStream.format("noop")
         .option("checkpointLocation", str(tmp_path / "cp"))
     )
-    with pytest.raises(Exception, match="'endingOffsets' is for batch reads only"):
+    with pytest.raises(Exception, match="'endingOffsets' is for batch reads, not a stream read"):
         stream.start().awaitTermination(30)
     with pytest.raises(Exception, match="no consumer 'nobody'"):
         (
@@ -160,21 +168,29 @@ def test_starting_and_ending_offsets(spark: Any, ydb_server: Server, topic_name:
         offsets(startingOffsets='{"7": 0}')
 
 
-def test_reader_task_closes_its_loop_and_leaves_no_threads(ydb_server: Server, topic_name: str) -> None:
-    """The sync bridge used by executor tasks, run here in-process: full and abandoned reads."""
+def test_read_tasks_share_one_driver_and_leave_no_threads(ydb_server: Server, topic_name: str) -> None:
+    """The executor-side read, run here in-process: every task of a process shares one driver on one
+    loop thread; a task stopped early (a LIMIT) still closes its reader; shutting down ends it all."""
     write_messages(ydb_server, topic_name, partitions=1, per_partition=30)
     options = parse_options(ydb_server.options(topic_name))
-    from ydb_topic_async.spark._offsets import OffsetRange
-
-    list(read_range(options, OffsetRange(0, 0, 30), SCHEMA))  # warm up process-wide gRPC state
+    arrow = _arrow_schema(SCHEMA)
+    shutdown()
     before = set(threading.enumerate())
-    batches = list(read_range(options, OffsetRange(0, 3, 30), SCHEMA))
+
+    list(read_range(options, OffsetRange(0, 0, 30), arrow))
+    after_first = set(threading.enumerate())
+    batches = list(read_range(options, OffsetRange(0, 3, 30), arrow))
     assert sum(b.num_rows for b in batches) == 27
     assert batches[0].column("offset").to_pylist()[0] == 3
-    partial = read_range(options, OffsetRange(0, 0, 30), SCHEMA)
+    partial = read_range(options, OffsetRange(0, 0, 30), arrow)
     next(partial)
-    partial.close()  # Spark stops a task early (e.g. a LIMIT): the stream and loop still close
-    assert set(threading.enumerate()) - before == set()
+    partial.close()  # Spark stops a task early (e.g. a LIMIT): the reader still closes
+    assert runtime().drivers == 1
+    assert set(threading.enumerate()) == after_first, "a task left a thread behind"
+    assert any(t.name == "ydb-topic-async-spark" for t in after_first - before)
+
+    shutdown()
+    assert {t for t in threading.enumerate() if t.name == "ydb-topic-async-spark"} == set()
 
 
 def test_admission_control_without_spark_read_limits(ydb_server: Server, topic_name: str) -> None:
@@ -189,9 +205,9 @@ def test_admission_control_without_spark_read_limits(ydb_server: Server, topic_n
     ends = [legacy.initialOffset()]
     while len(ends) < 6:
         ends.append(legacy.latestOffset())  # the 4.0/4.1 signature
-    sizes = [sum(b.values()) - sum(a.values()) for a, b in itertools.pairwise(ends)]
+    sizes = [sum(b["partitions"].values()) - sum(a["partitions"].values()) for a, b in itertools.pairwise(ends)]
     assert sizes == [6, 6, 6, 2, 0]
-    assert ends[-1] == {"0": 10, "1": 10}
+    assert ends[-1]["partitions"] == {"0": 10, "1": 10}
 
     if HAS_READ_LIMIT:
         from pyspark.sql.streaming.datasource import ReadMaxRows
@@ -202,6 +218,45 @@ def test_admission_control_without_spark_read_limits(ydb_server: Server, topic_n
         while len(limited) < 5:
             limited.append(modern.latestOffset(limited[-1], ReadMaxRows(6)))
         assert limited == ends[1:]
+
+
+def test_min_offsets_per_trigger_waits_until_max_trigger_delay(ydb_server: Server, topic_name: str) -> None:
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMinRows
+
+    from ydb_topic_async.spark.source import _StreamReaderBase
+
+    write_messages(ydb_server, topic_name, partitions=1, per_partition=6)
+    options = parse_options({**ydb_server.options(topic_name), "minOffsetsPerTrigger": "10",
+                             "maxTriggerDelay": "300ms"})
+    reader = _StreamReaderBase(options, SCHEMA)
+    assert reader.getDefaultReadLimit() == ReadMinRows(10)
+    start = reader.initialOffset()
+    assert reader.latestOffset(start, ReadMinRows(10))["partitions"] == {"0": 0}  # 6 < 10: no batch yet
+    time.sleep(0.35)
+    end = reader.latestOffset(start, ReadMinRows(10))
+    assert end["partitions"] == {"0": 6}  # waited long enough: take what there is
+    write_messages(ydb_server, topic_name, partitions=1, per_partition=3, create=False)
+    assert reader.latestOffset(end, ReadMinRows(10))["partitions"] == {"0": 6}
+    assert reader.latestOffset(end, ReadAllAvailable())["partitions"] == {"0": 9}  # Trigger.AvailableNow
+
+
+def test_min_partitions_and_max_records_split_large_partitions(
+    spark: Any, ydb_server: Server, topic_name: str
+) -> None:
+    write_messages(ydb_server, topic_name, partitions=2, per_partition=30)
+    df = spark.read.format("ydb_topic").options(**ydb_server.options(topic_name, minPartitions="6")).load()
+    assert df.rdd.getNumPartitions() == 6
+    assert sorted((r.partition, r.offset) for r in df.collect()) == [(p, o) for p in (0, 1) for o in range(30)]
+    df = spark.read.format("ydb_topic").options(**ydb_server.options(topic_name, maxRecordsPerPartition="7")).load()
+    assert df.rdd.getNumPartitions() == 10  # ceil(30 / 7) = 5 per topic partition
+    assert df.count() == 60
+
+
+def test_include_metadata_false_leaves_the_column_out(spark: Any, ydb_server: Server, topic_name: str) -> None:
+    write_messages(ydb_server, topic_name, partitions=1, per_partition=3)
+    df = spark.read.format("ydb_topic").options(**ydb_server.options(topic_name, includeMetadata="false")).load()
+    assert "metadata" not in df.columns
+    assert [r.data for r in df.orderBy("offset").collect()] == [b"p0-0", b"p0-1", b"p0-2"]
 
 
 # --- batch write --------------------------------------------------------------------------------
@@ -256,6 +311,10 @@ def test_stream_round_trip_restart_and_consumer_lag(
     query = run_stream(spark, ydb_server, topic_name, sink, checkpoint, maxOffsetsPerTrigger="20", consumer="spark")
     batches = [p for p in query.recentProgress if p.numInputRows > 0]
     assert [p.numInputRows for p in batches] == [20, 20, 10]  # admission control: 50 rows, 20 per trigger
+    # Each trigger's progress reports the latest offsets too: the first batch stopped 30 short.
+    assert json.loads(batches[0].sources[0].latestOffset)["partitions"] == {"0": 25, "1": 25}
+    assert sum(lag(batches[0]).values()) == 30
+    assert lag(batches[-1]) == {0: 0, 1: 0}
     assert Counter(r.data for r in read_all(spark, ydb_server, sink)) == Counter(
         f"p{pid}-{i}".encode() for pid in range(2) for i in range(25)
     )
@@ -267,10 +326,10 @@ def test_stream_round_trip_restart_and_consumer_lag(
     assert Counter(r.data for r in out) == Counter(f"p{pid}-{i}".encode() for pid in range(2) for i in range(30))
     assert len({r.metadata["from"] for r in out}) == 60
 
-    # Spark commits a batch's source offsets when it plans the next batch: the restart committed
-    # the first run's end; the second run's last batch is committed by the next run.
+    # Spark never calls commit() for the last batch of a run; the source commits a batch's end
+    # once Spark asks for the next offsets, which it does after the last batch too.
     consumer = ydb_server.run(lambda d: d.topic.describe_consumer(topic_name, "spark"))
-    assert [p.committed_offset for p in consumer.partitions] == [25, 25]
+    assert [p.committed_offset for p in consumer.partitions] == [30, 30]
 
 
 def test_exactly_once_sink_when_spark_re_executes_a_batch(

@@ -220,6 +220,12 @@ class TopicMessage:
         return self._info.written_at
 
     @property
+    def created_at_us(self) -> int:
+        """``created_at`` in microseconds since the epoch, without building a datetime (bulk conversion)."""
+        ts = self._proto.created_at
+        return int(ts.seconds * 1_000_000 + ts.nanos // 1000)
+
+    @property
     def producer_id(self) -> str:
         """The writer's producer id (empty when it wrote without one)."""
         return self._info.producer_id
@@ -232,7 +238,8 @@ class TopicMessage:
     @property
     def metadata_items(self) -> dict[str, bytes]:
         """The message's metadata, key to value."""
-        return {item.key: item.value for item in self._proto.metadata_items}
+        items = self._proto.metadata_items
+        return {item.key: item.value for item in items} if items else {}
 
     @property
     def session_metadata(self) -> dict[str, str]:

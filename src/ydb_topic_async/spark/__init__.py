@@ -6,17 +6,15 @@
           .option("endpoint", "grpc://localhost:2136").option("database", "/local")
           .option("topic", "clicks").load())
 
-Options (camelCase, as in the Kafka connector): ``endpoint``, ``database``, ``topic``;
-``startingOffsets`` (``earliest`` | ``latest`` | JSON ``{"0": 42, "1": -2}``, -2 earliest,
--1 latest), ``endingOffsets`` (batch only: ``latest`` | JSON), ``maxOffsetsPerTrigger``
-(streaming), ``consumer`` (streaming: commit processed offsets so YDB shows the lag),
-``token`` or ``user``/``password``, ``pollTimeout`` (seconds a task waits for data it expects),
-and for writes ``codec`` (raw | gzip | zstd) and ``producerIdPrefix``.
+The options follow Spark's Kafka connector where a counterpart exists (``startingOffsets``,
+``endingOffsets``, ``startingTimestamp``, ``maxOffsetsPerTrigger``, ``minOffsetsPerTrigger``,
+``maxTriggerDelay``, ``minPartitions``, ``failOnDataLoss``, ...); an unknown option fails with the
+closest known name. The Spark guide (``docs/spark.md``) lists them all with each mode's guarantee.
 
 Rows read: topic, partition, offset, seq_no, producer_id, message_group_id, created_at,
 written_at, metadata (map<string, binary>), data (binary). Rows written: ``data`` (binary or
 string), optional ``metadata`` (map<string, binary|string>) and ``partition``. The streaming
-sink is exactly-once (deterministic producer ids and seq_nos, deduplicated by the server).
+sink is exactly-once for replays that reproduce the same rows and detects replays that do not.
 """
 
 from __future__ import annotations
@@ -26,12 +24,22 @@ from typing import Any
 from .._errors import raise_for_missing_extra
 
 try:
-    from .source import NAME, SCHEMA, YdbTopicCommitMessage, YdbTopicDataSource
+    from ._errors import DataLossError, ReplayMismatchError
+    from .source import NAME, SCHEMA, YdbTopicCommitMessage, YdbTopicDataSource, lag
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise_for_missing_extra(exc, __name__, "pyspark>=4.0 and pyarrow", "spark", ("pyspark", "pyarrow", "py4j"))
     raise
 
-__all__ = ["NAME", "SCHEMA", "YdbTopicCommitMessage", "YdbTopicDataSource", "register"]
+__all__ = [
+    "NAME",
+    "SCHEMA",
+    "DataLossError",
+    "ReplayMismatchError",
+    "YdbTopicCommitMessage",
+    "YdbTopicDataSource",
+    "lag",
+    "register",
+]
 
 
 def register(spark: Any) -> None:

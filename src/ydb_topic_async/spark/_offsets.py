@@ -1,18 +1,172 @@
-"""Offset arithmetic for planning reads: resolving specs, ranges, and the per-trigger limit.
+"""Offsets for planning reads: the checkpoint format, data-loss checks, ranges and limits.
 
-Offsets in Spark's checkpoint are JSON objects with string keys (partition ids) and the next
-offset to read as values: ``{"0": 1200, "1": 1187}``.
+Offsets in Spark's checkpoint are JSON objects that name the topic (its full path and the time
+it was created, which tells a recreated topic from the original) and, per partition id, the next
+offset to read::
+
+    {"topic": "/local/clicks", "createdAt": 1714563200123, "partitions": {"0": 1200, "1": 1187}}
+
+The older form ``{"0": 1200, "1": 1187}`` (partitions only) is still read.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
+from ..observability.logging import sdk_logger
+from ._errors import DataLossError
 from ._options import EARLIEST, LATEST, OffsetSpec
 
-Bounds = Mapping[int, tuple[int, int]]
-"""Partition id -> (first offset, end offset) as the topic description reports them."""
+logger = sdk_logger("spark")
+
+
+@dataclass(frozen=True)
+class TopicState:
+    """What a topic description says: identity and, per partition, ``(first offset, end offset)``."""
+
+    path: str
+    created_at_ms: int | None
+    bounds: Mapping[int, tuple[int, int]]
+    last_write_ms: Mapping[int, int] = field(default_factory=dict)
+    """Partition id -> when its last message was written (ms since the epoch), where known."""
+
+    @property
+    def ends(self) -> dict[int, int]:
+        return {pid: end for pid, (_, end) in self.bounds.items()}
+
+    @property
+    def firsts(self) -> dict[int, int]:
+        return {pid: first for pid, (first, _) in self.bounds.items()}
+
+
+@dataclass(frozen=True)
+class TopicOffsets:
+    """A checkpointed offset: the topic's identity and the next offset to read per partition."""
+
+    partitions: Mapping[int, int]
+    path: str | None = None
+    created_at_ms: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        result: dict[str, Any] = {}
+        if self.path is not None:
+            result["topic"] = self.path
+        if self.created_at_ms is not None:
+            result["createdAt"] = self.created_at_ms
+        result["partitions"] = {str(pid): self.partitions[pid] for pid in sorted(self.partitions)}
+        return result
+
+    @classmethod
+    def from_json(cls, value: Mapping[str, Any] | None) -> TopicOffsets:
+        value = value or {}
+        if "partitions" in value:
+            raw, path, created = value["partitions"], value.get("topic"), value.get("createdAt")
+        else:
+            raw, path, created = value, None, None  # the older form: partitions only
+        partitions: dict[int, int] = {}
+        for key, offset in (raw or {}).items():
+            if not isinstance(offset, int) or isinstance(offset, bool) or not str(key).isdigit():
+                raise ValueError(f"ydb_topic: bad checkpoint offset {key!r}: {offset!r}")
+            partitions[int(key)] = offset
+        if path is not None and not isinstance(path, str):
+            raise ValueError(f"ydb_topic: bad topic in a checkpoint offset: {path!r}")
+        if created is not None and (not isinstance(created, int) or isinstance(created, bool)):
+            raise ValueError(f"ydb_topic: bad createdAt in a checkpoint offset: {created!r}")
+        return cls(partitions, path, created)
+
+    @classmethod
+    def of(cls, state: TopicState, partitions: Mapping[int, int]) -> TopicOffsets:
+        return cls(dict(partitions), state.path, state.created_at_ms)
+
+
+LossReport = Callable[[str], None]
+"""Called with a description of lost data: raises ``DataLossError`` or logs a warning."""
+
+
+def loss_reporter(fail_on_data_loss: bool, topic: str) -> LossReport:
+    def report(what: str) -> None:
+        if fail_on_data_loss:
+            raise DataLossError(
+                f"ydb_topic: {what} (topic {topic}). Some data may have been lost. If that is acceptable, "
+                "set the option failOnDataLoss to false: the query then logs a warning and continues "
+                "from the first offset available."
+            )
+        logger.warning("ydb_topic: %s (topic %s); failOnDataLoss is false: continuing from the first offset available",
+                       what, topic)
+
+    return report
+
+
+def check_start(state: TopicState, checkpoint: TopicOffsets, report: LossReport) -> dict[int, int]:
+    """Where to continue, given checkpointed offsets and the topic as it is now.
+
+    Every way the checkpoint no longer matches the topic is reported (and, when ``report`` does not
+    raise, reading continues from each partition's first available offset): another topic or a
+    recreated one, a partition that is gone, an offset past the partition's end (offsets went
+    backwards), offsets that expired. A partition the checkpoint does not know is new: it is
+    read from offset 0, and offsets it no longer has are reported too.
+    """
+    if checkpoint.path is not None and checkpoint.path != state.path:
+        report(f"the checkpoint's offsets are for topic {checkpoint.path}, not {state.path}")
+        return state.firsts
+    created, now = checkpoint.created_at_ms, state.created_at_ms
+    if created is not None and now is not None and created != now:
+        report(
+            f"the topic was deleted and created again since the checkpoint (created at {now} ms, "
+            f"the checkpoint's topic at {created} ms)"
+        )
+        return state.firsts
+    start: dict[int, int] = {}
+    for pid in sorted(set(checkpoint.partitions) - set(state.bounds)):
+        report(f"partition {pid} is gone (the checkpoint reads it from offset {checkpoint.partitions[pid]})")
+    for pid, (first, end) in sorted(state.bounds.items()):
+        offset = checkpoint.partitions.get(pid, 0)
+        if offset > end:
+            report(f"partition {pid} ends at offset {end}, before the checkpoint's offset {offset}: "
+                   "offsets went backwards")
+            offset = first
+        elif offset < first:
+            if pid in checkpoint.partitions:
+                report(f"offsets {offset}..{first - 1} of partition {pid} expired before they were read")
+            else:
+                report(f"partition {pid} appeared with offsets from {first}: {offset}..{first - 1} expired unread")
+            offset = first
+        start[pid] = offset
+    return start
+
+
+def resolve(spec: OffsetSpec, state: TopicState, name: str, report: LossReport) -> dict[int, int]:
+    """Concrete offsets for every partition of ``state`` from ``earliest``/``latest``/JSON.
+
+    Partitions the spec does not name start at the earliest (``startingOffsets``) or end at the
+    latest (``endingOffsets``). An offset outside the partition's ``[first, end]`` is reported
+    and then clamped into it.
+    """
+    bounds = state.bounds
+    if spec == "earliest":
+        return state.firsts
+    if spec == "latest":
+        return state.ends
+    if not isinstance(spec, dict):
+        raise TypeError(f"resolve takes earliest, latest or a JSON spec, not {spec!r}")
+    missing = sorted(set(spec) - set(bounds))
+    if missing:
+        raise ValueError(f"ydb_topic: option {name!r} names partitions the topic does not have: {missing}")
+    result: dict[int, int] = {}
+    for pid, (first, end) in bounds.items():
+        offset = spec.get(pid, EARLIEST if name.startswith("starting") else LATEST)
+        if offset == EARLIEST:
+            offset = first
+        elif offset == LATEST:
+            offset = end
+        elif not first <= offset <= end:
+            report(f"option {name!r} asks for offset {offset} of partition {pid}, which has offsets {first}..{end}")
+            offset = min(max(offset, first), end)
+        result[pid] = offset
+    return result
 
 
 @dataclass(frozen=True)
@@ -22,53 +176,44 @@ class OffsetRange:
     partition: int
     start: int
     end: int
+    created_at_ms: int | None = None
+    """The topic's creation time when the range was planned (None: unknown)."""
 
     @property
     def size(self) -> int:
         return max(0, self.end - self.start)
 
 
-def to_checkpoint(offsets: Mapping[int, int]) -> dict[str, int]:
-    return {str(pid): offsets[pid] for pid in sorted(offsets)}
-
-
-def from_checkpoint(offsets: Mapping[str, object] | None) -> dict[int, int]:
-    result: dict[int, int] = {}
-    for key, value in (offsets or {}).items():
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise ValueError(f"ydb_topic: bad checkpoint offset {key!r}: {value!r}")
-        result[int(key)] = value
-    return result
-
-
-def resolve(spec: OffsetSpec, bounds: Bounds, name: str) -> dict[int, int]:
-    """Concrete offsets for every partition in ``bounds``; unnamed partitions start at the earliest."""
-    if spec == "earliest":
-        return {pid: first for pid, (first, _) in bounds.items()}
-    if spec == "latest":
-        return {pid: end for pid, (_, end) in bounds.items()}
-    assert isinstance(spec, dict)
-    missing = sorted(set(spec) - set(bounds))
-    if missing:
-        raise ValueError(f"ydb_topic: option {name!r} names partitions the topic does not have: {missing}")
-    result: dict[int, int] = {}
-    for pid, (first, end) in bounds.items():
-        offset = spec.get(pid, EARLIEST if name == "startingOffsets" else LATEST)
-        if offset == EARLIEST:
-            offset = first
-        elif offset == LATEST:
-            offset = end
-        result[pid] = min(max(offset, first), end)
-    return result
-
-
-def ranges(start: Mapping[int, int], end: Mapping[int, int]) -> list[OffsetRange]:
+def ranges(start: Mapping[int, int], end: Mapping[int, int], created_at_ms: int | None = None) -> list[OffsetRange]:
     """Non-empty ranges per partition; a partition absent from ``start`` is new and read from 0."""
     result = []
     for pid in sorted(end):
         begin = start.get(pid, 0)
         if end[pid] > begin:
-            result.append(OffsetRange(pid, begin, end[pid]))
+            result.append(OffsetRange(pid, begin, end[pid], created_at_ms))
+    return result
+
+
+def split(parts: list[OffsetRange], min_partitions: int | None, max_records: int | None) -> list[OffsetRange]:
+    """Split ranges into more Spark partitions: at least ``min_partitions`` in total (large ranges
+    get more pieces, as in the Kafka connector) and at most ``max_records`` offsets each."""
+    total = sum(r.size for r in parts)
+    if total == 0:
+        return parts
+    grow = min_partitions is not None and len(parts) < min_partitions
+    result: list[OffsetRange] = []
+    for rng in parts:
+        pieces = 1
+        if grow:
+            assert min_partitions is not None
+            pieces = max(pieces, math.ceil(rng.size * min_partitions / total))
+        if max_records is not None:
+            pieces = max(pieces, math.ceil(rng.size / max_records))
+        pieces = min(pieces, rng.size)
+        for i in range(pieces):
+            lo = rng.start + rng.size * i // pieces
+            hi = rng.start + rng.size * (i + 1) // pieces
+            result.append(OffsetRange(rng.partition, lo, hi, rng.created_at_ms))
     return result
 
 
@@ -92,3 +237,8 @@ def limit_offsets(start: Mapping[int, int], latest: Mapping[int, int], max_rows:
             share[pid] += 1
             remainder -= 1
     return {pid: start.get(pid, 0) + share[pid] for pid in end}
+
+
+def backlog(start: Mapping[int, int], latest: Mapping[int, int]) -> int:
+    """Offsets between ``start`` and ``latest`` in total (new partitions count from 0)."""
+    return sum(max(0, end - start.get(pid, 0)) for pid, end in latest.items())

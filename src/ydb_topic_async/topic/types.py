@@ -124,6 +124,9 @@ class TopicDescription:
     consumers: tuple[ConsumerSettings, ...]
     metering_mode: MeteringMode
     store_size_bytes: int = 0
+    created_at: dt.datetime | None = None
+    """When the topic was created (its schema entry's plan step, in milliseconds); a topic that is
+    dropped and created again under the same path gets a new one. None when the server omits it."""
 
     def consumer(self, name: str) -> ConsumerSettings | None:
         """The consumer called ``name``, if the topic has one."""
@@ -316,7 +319,15 @@ def topic_from_proto(msg: Any, path: str) -> TopicDescription:
         consumers=tuple(consumer_from_proto(c) for c in msg.consumers),
         metering_mode=MeteringMode(msg.metering_mode),
         store_size_bytes=msg.topic_stats.store_size_bytes,
+        created_at=_plan_step_time(msg.self.created_at.plan_step),
     )
+
+
+def _plan_step_time(plan_step: int) -> dt.datetime | None:
+    """A schema entry's plan step (milliseconds since the epoch) as a UTC datetime; 0 means unknown."""
+    if plan_step <= 0:
+        return None
+    return dt.datetime.fromtimestamp(plan_step / 1000, tz=dt.UTC)
 
 
 def consumer_description_from_proto(msg: Any, path: str) -> ConsumerDescription:

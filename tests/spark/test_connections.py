@@ -1,0 +1,215 @@
+"""Connections of the ``ydb_topic`` source and sink: reused across triggers, riding out an outage,
+refreshing tokens, trusting given root certificates."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+if not os.environ.get("CI"):  # in CI the Spark tests must run (see conftest.require_spark)
+    pytest.importorskip("pyspark", reason="pyspark is not installed (pip install 'ydb-topic-async[spark]')")
+
+from ydb_topic_async import Driver, StaticCredentials
+
+from .._proxy import FlakyProxy
+from .conftest import Server, ServerThread, start_server
+from .test_source import read_all, write_messages
+
+
+@pytest.fixture
+def proxied() -> Iterator[tuple[Server, FlakyProxy]]:
+    """A server of its own whose discovery names a proxy in front of it as the only node."""
+    thread, server = start_server()
+    try:
+        proxy = thread.proxy()
+        thread.route_discovery_through(proxy)
+        yield server, proxy
+    finally:
+        thread.close()
+
+
+def copy_query(
+    spark: Any, endpoint: str, server: Server, checkpoint: Path, *, source: dict[str, str] | None = None, **both: str
+) -> Any:
+    """``in`` -> ``out`` through ``endpoint``, a trigger every 200 ms."""
+    connection = {"endpoint": endpoint, "database": server.database, **both}
+    return (
+        spark.readStream.format("ydb_topic")
+        .options(**connection, topic="in", **(source or {}))
+        .load()
+        .select("data")
+        .writeStream.format("ydb_topic")
+        .options(**connection, topic="out")
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )
+
+
+def wait_for(condition: Any, timeout: float, what: str, query: Any = None) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if query is not None and query.exception() is not None:
+            raise AssertionError(f"the query failed while waiting for {what}: {query.exception()}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.1)
+
+
+def batches_done(query: Any) -> int:
+    return sum(1 for p in query.recentProgress if p.numInputRows)
+
+
+def test_a_streaming_query_opens_no_connections_per_trigger(
+    spark: Any, proxied: tuple[Server, FlakyProxy], tmp_path: Path
+) -> None:
+    """Each process keeps one driver per connection options: after the first micro-batches have
+    started Spark's Python workers, further triggers (planning, read and write tasks) open no new
+    connection. (Before this, every planning call and task opened its own: about 3 per trigger.)"""
+    server, proxy = proxied
+    write_messages(server, "in", partitions=2, per_partition=300)
+    server.run(lambda d: d.topic.create_topic("out", min_active_partitions=2))
+    query = copy_query(spark, proxy.endpoint, server, tmp_path / "cp", source={"maxOffsetsPerTrigger": "40"})
+    try:
+        wait_for(lambda: batches_done(query) >= 3, 90, "3 micro-batches", query)
+        opened, batches = proxy.connections, batches_done(query)
+        wait_for(lambda: batches_done(query) >= batches + 5, 90, "5 more micro-batches", query)
+        assert proxy.connections - opened <= 2  # at most a late Python worker's first connection
+    finally:
+        query.stop()
+
+
+def test_a_streaming_query_rides_out_a_network_outage(
+    spark: Any, proxied: tuple[Server, FlakyProxy], tmp_path: Path
+) -> None:
+    """For 3 seconds nothing gets through the proxy and every connection is reset within 20 ms of
+    being made (planning calls, read and write streams all break, and so does every retry); the
+    query keeps retrying, then runs on and stores every message once."""
+    server, proxy = proxied
+    write_messages(server, "in", partitions=2, per_partition=250)
+    server.run(lambda d: d.topic.create_topic("out", min_active_partitions=2))
+    query = copy_query(spark, proxy.endpoint, server, tmp_path / "cp", source={"maxOffsetsPerTrigger": "40"})
+    try:
+        wait_for(lambda: batches_done(query) >= 2, 90, "2 micro-batches", query)
+        server.thread.do(proxy.stall)
+        outage_end = time.monotonic() + 3.0
+        while time.monotonic() < outage_end:
+            server.thread.do(proxy.cut)
+            time.sleep(0.02)
+        server.thread.do(proxy.resume)
+        assert server.stored("out") < 500  # the outage hit the query mid-way
+        wait_for(lambda: server.stored("out") >= 500, 120, "every message in 'out'", query)
+        assert query.isActive and query.exception() is None
+    finally:
+        query.stop()
+    out = read_all(spark, server, "out")
+    assert Counter(r.data for r in out) == Counter(f"p{pid}-{i}".encode() for pid in range(2) for i in range(250))
+
+
+def test_token_file_is_read_again_when_it_changes(spark: Any, tmp_path: Path) -> None:
+    """Tokens expire after 2 s on this server; the query's token file is rewritten every second
+    (as a mounted, rotated secret is), and the query keeps planning and reading with fresh tokens."""
+    thread = ServerThread(users={"spark": "secret"}, token_ttl=2.0)
+    try:
+        endpoint, database = thread.server.endpoint, thread.server.database
+        token_file = tmp_path / "token"
+
+        async def login() -> str:
+            async with Driver(endpoint, database, _static("spark", "secret")) as driver:
+                token = await driver.credentials.auth_token()
+                assert token
+                return token
+
+        token_file.write_text(asyncio.run(login()))
+        stop = threading.Event()
+
+        def rotate() -> None:
+            while not stop.wait(1.0):
+                (tmp_path / "token.new").write_text(asyncio.run(login()))
+                os.replace(tmp_path / "token.new", token_file)
+
+        rotator = threading.Thread(target=rotate, daemon=True)
+        rotator.start()
+        server = Server(endpoint, database, thread)
+
+        async def setup(driver: Driver) -> None:
+            await driver.topic.create_topic("in", min_active_partitions=1)
+            await driver.topic.create_topic("out", min_active_partitions=1)
+
+        _run_authenticated(server, setup)
+        query = copy_query(spark, endpoint, server, tmp_path / "cp", tokenFile=str(token_file))
+        try:
+            # Messages arrive over 6 s: three times the token lifetime.
+            for i in range(6):
+                _run_authenticated(server, lambda d, i=i: _write(d, "in", [f"m{i}-{j}".encode() for j in range(10)]))
+                time.sleep(1.0)
+            wait_for(lambda: _run_authenticated(server, lambda d: _end(d, "out")) >= 60, 60, "60 messages", query)
+            assert query.exception() is None
+        finally:
+            query.stop()
+            stop.set()
+            rotator.join(10)
+    finally:
+        thread.close()
+
+
+def _static(user: str, password: str) -> StaticCredentials:
+    return StaticCredentials(user, password)
+
+
+def _run_authenticated(server: Server, fn: Any) -> Any:
+    async def main() -> Any:
+        async with Driver(server.endpoint, server.database, _static("spark", "secret")) as driver:
+            return await fn(driver)
+
+    return asyncio.run(main())
+
+
+async def _write(driver: Driver, topic: str, payloads: list[bytes]) -> None:
+    async with driver.topic.writer(topic) as writer:
+        await writer.write(list(payloads))
+
+
+async def _end(driver: Driver, topic: str) -> int:
+    description = await driver.topic.describe_topic(topic, include_stats=True)
+    return sum(p.stats.end_offset for p in description.partitions if p.stats)
+
+
+def test_tls_with_root_certificates_from_a_file(spark: Any, tmp_path: Path) -> None:
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
+         "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost", "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True, timeout=60,
+    )
+    thread = ServerThread(tls=(key.read_bytes(), cert.read_bytes()))
+    try:
+        endpoint, database = thread.server.endpoint, thread.server.database
+        assert endpoint.startswith("grpcs://")
+
+        async def fill() -> None:
+            async with Driver(endpoint, database, root_certificates=cert.read_bytes()) as driver:
+                await _write_created(driver)
+
+        asyncio.run(fill())
+        options = {"endpoint": endpoint, "database": database, "topic": "secure", "rootCertificatesFile": str(cert)}
+        rows = spark.read.format("ydb_topic").options(**options).load().collect()
+        assert sorted(r.data for r in rows) == [b"a", b"b"]
+        with pytest.raises(Exception, match="rootCertificatesFile' cannot be read"):
+            spark.read.format("ydb_topic").options(**{**options, "rootCertificatesFile": str(tmp_path / "nope")}).load()
+    finally:
+        thread.close()
+
+
+async def _write_created(driver: Driver) -> None:
+    await driver.topic.create_topic("secure")
+    await _write(driver, "secure", [b"a", b"b"])

@@ -1,0 +1,223 @@
+"""Option parsing and offset planning of the ``ydb_topic`` source, without Spark or a server."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ydb_topic_async.spark._errors import DataLossError
+from ydb_topic_async.spark._offsets import (
+    OffsetRange,
+    TopicOffsets,
+    TopicState,
+    check_start,
+    limit_offsets,
+    loss_reporter,
+    resolve,
+    split,
+)
+from ydb_topic_async.spark._options import ByTimestamp, check_mode, parse_options
+
+BASE = {"endpoint": "grpc://localhost:2136", "database": "/local", "topic": "t"}
+
+
+def parse(**options: str) -> Any:
+    return parse_options({**BASE, **options})
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"maxOffsetPerTrigger": "5"}, "unknown option 'maxoffsetpertrigger'; did you mean 'maxOffsetsPerTrigger'"),
+        ({"failOnDataloss": "x"}, "must be one of true, false"),
+        ({"startingOffset": "latest"}, "did you mean 'startingOffsets'"),
+        ({"colour": "red"}, r"unknown option 'colour' \(the options are listed in the Spark guide\)"),
+        ({"subscribe": "a,b"}, "Kafka connector's, not this source's: this source reads one topic: use 'topic'"),
+        ({"assign": "{}"}, "name partitions in 'startingOffsets'"),
+        ({"includeHeaders": "true"}, "always in the 'metadata' column"),
+        ({"kafka.group.id": "g"}, "configures a Kafka client"),
+        ({"kafkaConsumer.pollTimeoutMs": "5"}, "use 'pollTimeout'"),
+        ({"startingTimestamp": "yesterday"}, "milliseconds since the epoch"),
+        ({"startingOffsetsByTimestamp": '{"0": -5}'}, "partition 0 must be milliseconds"),
+        ({"startingTimestamp": "1", "startingOffsets": "latest"}, "give one of 'startingTimestamp', 'startingOffsets'"),
+        ({"endingTimestamp": "1", "endingOffsetsByTimestamp": '{"0": 1}'}, "not several"),
+        ({"maxTriggerDelay": "soon"}, "duration like '15m'"),
+        ({"minPartitions": "0"}, "'minPartitions' must be a positive integer"),
+        ({"pollTimeout": "inf"}, "positive number of seconds"),
+        ({"retryTimeout": "-1"}, "'retryTimeout' must be a positive number"),
+        ({"onReplayMismatch": "ignore"}, "must be one of fail, atLeastOnce"),
+        ({"startingOffsetsByTimestampStrategy": "earliest"}, "must be one of error, latest"),
+        ({"token": "t", "tokenFile": "/x"}, "one way to authenticate, not 'token' and 'tokenFile'"),
+        ({"credentialsProvider": "no_colon"}, "must look like 'package.module:function'"),
+        ({"credentialsProvider": "no_such_module_here:make"}, "cannot be imported"),
+        ({"credentialsProvider": "os:sep"}, "is not callable"),
+        ({"rootCertificates": "not a certificate"}, "PEM text"),
+        ({"rootCertificatesFile": "/no/such/file.pem"}, "'rootCertificatesFile' cannot be read"),
+        ({"producerIdPrefix": ""}, "'producerIdPrefix' must be a short non-empty string"),
+    ],
+)
+def test_bad_options_name_the_problem(options: dict[str, str], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        parse(**options)
+
+
+def test_spark_own_options_and_spellings_are_accepted() -> None:
+    parsed = parse(
+        path="ignored-when-topic-is-set", checkpointLocation="/tmp/cp", queryName="q",
+        MAXOFFSETSPERTRIGGER="10", failondataloss="False", onReplayMismatch="at-least-once",
+        maxTriggerDelay="30s", startingOffsetsByTimestampStrategy="LATEST",
+    )
+    assert parsed.max_offsets_per_trigger == 10
+    assert parsed.fail_on_data_loss is False
+    assert parsed.rewrite_on_replay_mismatch is True
+    assert parsed.max_trigger_delay == 30.0
+    assert parsed.timestamp_strategy_latest is True
+    assert parse(maxTriggerDelay="250").max_trigger_delay == 0.25  # a bare number is milliseconds, as in Spark
+    assert parse().max_trigger_delay == 15 * 60
+    assert parse().fail_on_data_loss is True
+
+
+def test_timestamps_follow_the_kafka_connector() -> None:
+    assert parse(startingTimestamp="1700000000000").starting_offsets == ByTimestamp(default=1700000000000)
+    nested = parse(startingOffsetsByTimestamp='{"t": {"0": 5, "2": 7}}').starting_offsets
+    assert nested == ByTimestamp(partitions={0: 5, 2: 7})
+    assert parse(endingTimestamp="9").ending_offsets == ByTimestamp(default=9)
+
+
+@pytest.mark.parametrize(
+    ("option", "mode", "message"),
+    [
+        ("endingOffsets", "stream read", "'endingOffsets' is for batch reads, not a stream read"),
+        ("maxOffsetsPerTrigger", "batch read", "is for stream reads, not a batch read"),
+        ("consumer", "batch read", "is for stream reads"),
+        ("codec", "stream read", "is for batch writes and stream writes, not a stream read"),
+        ("startingOffsets", "batch write", "is for batch reads and stream reads, not a batch write"),
+        ("onReplayMismatch", "batch write", "is for stream writes, not a batch write"),
+    ],
+)
+def test_options_of_another_mode_fail(option: str, mode: str, message: str) -> None:
+    values = {"endingOffsets": "latest", "codec": "gzip", "startingOffsets": "earliest", "consumer": "c",
+              "maxOffsetsPerTrigger": "5", "onReplayMismatch": "fail"}
+    with pytest.raises(ValueError, match=message):
+        check_mode(parse(**{option: values[option]}), mode)
+
+
+def test_secrets_stay_out_of_reprs() -> None:
+    parsed = parse(user="u", password="hunter2")
+    assert "hunter2" not in repr(parsed)
+    assert "hunter2" not in repr(parsed.connection)
+
+
+# --- offsets ---------------------------------------------------------------------------------
+
+STATE = TopicState("/local/t", 1000, {0: (10, 50), 1: (0, 5)})
+
+
+def losses(fail: bool = False) -> tuple[list[str], Any]:
+    seen: list[str] = []
+    report = loss_reporter(fail, "t")
+
+    def record(what: str) -> None:
+        seen.append(what)
+        report(what)
+
+    return seen, record
+
+
+def test_checkpoint_offsets_round_trip_and_read_the_older_form() -> None:
+    offsets = TopicOffsets({1: 5, 0: 12}, "/local/t", 1000)
+    assert offsets.to_json() == {"topic": "/local/t", "createdAt": 1000, "partitions": {"0": 12, "1": 5}}
+    assert TopicOffsets.from_json(offsets.to_json()) == offsets
+    assert TopicOffsets.from_json({"0": 3}) == TopicOffsets({0: 3})
+    with pytest.raises(ValueError, match="bad checkpoint offset"):
+        TopicOffsets.from_json({"partitions": {"x": 1}})
+
+
+@pytest.mark.parametrize(
+    ("checkpoint", "expected", "lost"),
+    [
+        (TopicOffsets({0: 20, 1: 3}, "/local/t", 1000), {0: 20, 1: 3}, []),
+        (TopicOffsets({0: 20, 1: 3}, "/local/t", 999), {0: 10, 1: 0}, ["deleted and created again"]),
+        (TopicOffsets({0: 20, 1: 3}, "/local/other", 1000), {0: 10, 1: 0}, ["for topic /local/other"]),
+        (TopicOffsets({0: 60, 1: 3}), {0: 10, 1: 3}, ["ends at offset 50, before the checkpoint's offset 60"]),
+        (TopicOffsets({0: 4, 1: 3}), {0: 10, 1: 3}, ["offsets 4..9 of partition 0 expired"]),
+        (TopicOffsets({1: 3}), {0: 10, 1: 3}, ["partition 0 appeared with offsets from 10: 0..9 expired unread"]),
+        (TopicOffsets({0: 20, 1: 3, 7: 1}), {0: 20, 1: 3}, ["partition 7 is gone"]),
+    ],
+)
+def test_every_mismatch_between_checkpoint_and_topic_is_data_loss(
+    checkpoint: TopicOffsets, expected: dict[int, int], lost: list[str]
+) -> None:
+    seen, report = losses(fail=False)
+    assert check_start(STATE, checkpoint, report) == expected
+    assert len(seen) == len(lost) and all(text in got for text, got in zip(lost, seen, strict=True))
+    if lost:
+        with pytest.raises(DataLossError, match="set the option failOnDataLoss to false"):
+            check_start(STATE, checkpoint, loss_reporter(True, "t"))
+
+
+def test_requested_offsets_out_of_range_are_data_loss() -> None:
+    seen, report = losses()
+    assert resolve({0: 5, 1: -1}, STATE, "startingOffsets", report) == {0: 10, 1: 5}
+    assert seen == ["option 'startingOffsets' asks for offset 5 of partition 0, which has offsets 10..50"]
+    with pytest.raises(DataLossError, match="asks for offset 99 of partition 1"):
+        resolve({1: 99}, STATE, "endingOffsets", loss_reporter(True, "t"))
+    assert resolve({0: -2}, STATE, "endingOffsets", report) == {0: 10, 1: 5}
+
+
+def test_split_gives_big_ranges_more_tasks() -> None:
+    parts = [OffsetRange(0, 0, 90), OffsetRange(1, 0, 10)]
+    assert split(parts, None, None) == parts
+    pieces = split(parts, 4, None)
+    assert [(r.partition, r.start, r.end) for r in pieces] == [(0, 0, 22), (0, 22, 45), (0, 45, 67), (0, 67, 90),
+                                                              (1, 0, 10)]
+    assert [r.size for r in split(parts, None, 30)] == [30, 30, 30, 10]
+    assert split([OffsetRange(0, 5, 7)], 10, None) == [OffsetRange(0, 5, 6), OffsetRange(0, 6, 7)]
+
+
+def test_limit_shares_the_budget_by_backlog() -> None:
+    assert limit_offsets({0: 0, 1: 0}, {0: 90, 1: 10}, 20) == {0: 18, 1: 2}
+    assert limit_offsets({0: 0}, {0: 5, 1: 3}, None) == {0: 5, 1: 3}
+
+
+# --- credentials -----------------------------------------------------------------------------
+
+
+def token_provider() -> Any:
+    """A ``credentialsProvider`` for the test below."""
+    from ydb_topic_async import AccessTokenCredentials
+
+    return AccessTokenCredentials("from-provider")
+
+
+def not_credentials() -> object:
+    return "a token string is not a credentials object"
+
+
+async def test_each_credential_option_makes_its_credentials(tmp_path: Path) -> None:
+    from ydb_topic_async import AccessTokenCredentials, StaticCredentials
+    from ydb_topic_async.spark._bridge import TokenFileCredentials, credentials
+
+    assert credentials(parse(token="t").connection).__class__ is AccessTokenCredentials
+    assert isinstance(credentials(parse(user="u", password="p").connection), StaticCredentials)
+    assert credentials(parse().connection) is None
+    provided = credentials(parse(credentialsProvider=f"{__name__}:token_provider").connection)
+    assert provided is not None and await provided.auth_token() == "from-provider"
+    with pytest.raises(ValueError, match="returned str, not credentials"):
+        credentials(parse(credentialsProvider=f"{__name__}:not_credentials").connection)
+
+    token_file = tmp_path / "token"
+    token_file.write_text("first\n")
+    from_file = credentials(parse(tokenFile=str(token_file)).connection)
+    assert isinstance(from_file, TokenFileCredentials)
+    assert await from_file.auth_token() == "first"
+    token_file.write_text("second, rotated\n")
+    os.utime(token_file, ns=(time.time_ns() + 10**9, time.time_ns() + 10**9))  # a new mtime, however fast
+    assert await from_file.auth_token() == "second, rotated"
+    token_file.unlink()
+    with pytest.raises(ValueError, match="token file cannot be read"):
+        await from_file.auth_token()
