@@ -31,7 +31,7 @@ MiB the per-request cost is already negligible, while serializing tens of MiB at
 twice the CPU per byte (fresh, page-faulting allocations). A larger message still goes alone in a
 request of up to ``max_request_size``."""
 
-MAX_MESSAGES_PER_REQUEST = 100_000
+MAX_MESSAGES_PER_REQUEST = 1000
 """Bounds the work done between two awaits when a huge backlog is sent."""
 
 MAX_METADATA_BYTES = 4096

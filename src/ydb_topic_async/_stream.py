@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+import anyio._backends._asyncio  # noqa: F401  # see below
 import grpc
 import grpc.aio
 
@@ -46,6 +47,10 @@ ResponseT = TypeVar("ResponseT", bound="Message")
 
 _OK = frozenset((ydb_status_codes_pb2.StatusIds.SUCCESS, ydb_status_codes_pb2.StatusIds.STATUS_CODE_UNSPECIFIED))
 """Statuses of a stream response that carries no failure (most responses leave it unset)."""
+
+# anyio imports its asyncio backend on the first call that needs it: the first stream's task group,
+# which put 15 ms of imports inside the first write's (or read's) latency. It is loaded with the
+# SDK instead (the import above).
 
 HEALTHY_AFTER = 5.0
 """A stream that lived this long counts as progress: its failure starts a new streak."""

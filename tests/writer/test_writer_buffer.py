@@ -74,7 +74,7 @@ async def test_rewind_puts_inflight_back_in_seq_order() -> None:
     buffer.push([_entry(1), _entry(2), _entry(3)])
     buffer.inflight.append(buffer.unsent.popleft())
     buffer.inflight.append(buffer.unsent.popleft())
-    buffer.push_one(_entry(4))
+    buffer.push([_entry(4)])
     buffer.rewind()
     assert [e.seq_no for e in buffer.unsent] == [1, 2, 3, 4]
     assert not buffer.inflight
@@ -85,7 +85,7 @@ async def test_failure_reaches_futures_flushes_and_waiters() -> None:
     entry = _entry(1)
     entry.future = asyncio.get_running_loop().create_future()
     assert buffer.try_reserve(1, 1)
-    buffer.push_one(entry)
+    buffer.push([entry])
     space = asyncio.ensure_future(buffer.reserve(1, 1, None))
     flush = asyncio.ensure_future(buffer.wait_acked(1))
     await asyncio.sleep(0)

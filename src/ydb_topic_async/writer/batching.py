@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from .. import _codecs
 from .._errors import MessageEncodeError, MessageTooLargeError
-from .._limits import BATCH_TARGET_BYTES, MAX_MESSAGES_PER_REQUEST, REQUEST_OVERHEAD, wire_size
+from .._limits import BATCH_TARGET_BYTES, MAX_MESSAGES_PER_REQUEST, MESSAGE_OVERHEAD, REQUEST_OVERHEAD, wire_size
 from .._proto import ydb_topic_pb2 as pb
 
 if TYPE_CHECKING:
@@ -67,26 +67,36 @@ class RequestBatcher:
         along with the others, unsent, and are settled in order.
         """
         target = self._target
-        unsent = self._buffer.unsent
+        buffer = self._buffer
+        unsent = buffer.unsent
         count = 0
         raw_total = 0
         for entry in unsent:
             # Sized by the raw payload: encoding rarely grows data, and an encoded batch is packed
-            # again by its encoded sizes (splitting it if it did grow).
-            raw_total += entry_wire_size(entry.data_len, entry)
+            # again by its encoded sizes (splitting it if it did grow). (``entry_wire_size``
+            # inlined for messages without metadata: this loop runs once per message.)
+            metadata = entry.metadata
+            raw_total += entry.data_len + MESSAGE_OVERHEAD if metadata is None else entry_wire_size(entry.data_len, entry)
             if (raw_total > target and count) or count >= MAX_MESSAGES_PER_REQUEST:
                 break
             count += 1
-        batch = list(islice(unsent, count))
         if self._raw:
             # Packed already: the batch is within the target, or is one message that ``write``
-            # checked fits in a request. (Nothing raw is ever dropped: there is no encoding.)
-            groups = [batch]
-        else:
-            await self._encode(batch)
-            groups = self._pack(batch)
-        requests = [self._new_request(group) for group in groups if group]
-        buffer = self._buffer
+            # checked fits in a request. Nothing raw is ever dropped (there is no encoding), and
+            # nothing is awaited, so the messages move to ``inflight`` at once.
+            if count == len(unsent):
+                batch = list(unsent)
+                unsent.clear()
+            else:
+                popleft = unsent.popleft
+                batch = [popleft() for _ in range(count)]
+            buffer.inflight.extend(batch)
+            return [self._new_request(batch)]
+        # Encoding awaits worker threads: the messages stay in ``unsent`` meanwhile, so a stream
+        # that breaks during the wait loses none of them.
+        batch = list(islice(unsent, count))
+        await self._encode(batch)
+        requests = [self._new_request(group) for group in self._pack(batch) if group]
         buffer.inflight.extend(batch)
         if count == len(unsent):
             unsent.clear()

@@ -14,6 +14,7 @@ order, so a large call is never starved by a stream of small ones.
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections import deque
 from typing import TYPE_CHECKING
 
@@ -68,6 +69,9 @@ class WriteBuffer:
     def __init__(self, max_messages: int | None, max_bytes: int | None) -> None:
         self.max_messages = max_messages
         self.max_bytes = max_bytes
+        # The limits as plain ints (unlimited: larger than anything), for the checks per message.
+        self._message_limit = sys.maxsize if max_messages is None else max_messages
+        self._byte_limit = sys.maxsize if max_bytes is None else max_bytes
         self.unsent: deque[PendingMessage] = deque()
         self.inflight: deque[PendingMessage] = deque()
         self.messages = 0
@@ -77,7 +81,8 @@ class WriteBuffer:
         """Messages ever accepted; a flush waits until ``acked_total`` reaches this mark."""
         self.acked_total = 0
         self.has_unsent = asyncio.Event()
-        """Set when ``unsent`` gained messages; the sender clears it when it has taken them all."""
+        """Set when the empty ``unsent`` gains messages; the sender clears it, once it took them
+        all, before it waits on it."""
         self._space_waiters: deque[_SpaceWaiter] = deque()
         self._flush_waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
         self._failure: BaseException | None = None
@@ -120,9 +125,7 @@ class WriteBuffer:
                 timer.cancel()
 
     def _fits(self, count: int, nbytes: int) -> bool:
-        return (self.max_messages is None or self.messages + count <= self.max_messages) and (
-            self.max_bytes is None or self.nbytes + nbytes <= self.max_bytes
-        )
+        return self.messages + count <= self._message_limit and self.nbytes + nbytes <= self._byte_limit
 
     def _expire(self, waiter: _SpaceWaiter, timeout: float) -> None:
         if waiter.future.done():
@@ -169,16 +172,28 @@ class WriteBuffer:
 
     def push(self, entries: list[PendingMessage]) -> None:
         """Queue admitted messages for sending (their space is already reserved)."""
+        if not self.unsent:
+            self.has_unsent.set()
         self.unsent.extend(entries)
         self.accepted_total += len(entries)
-        if not self.has_unsent.is_set():
-            self.has_unsent.set()
 
-    def push_one(self, entry: PendingMessage) -> None:
-        self.unsent.append(entry)
-        self.accepted_total += 1
-        if not self.has_unsent.is_set():
+    def try_push_one(self, entry: PendingMessage) -> bool:
+        """Reserve space for one message and queue it, if that needs no waiting (else do nothing
+        and return False): ``try_reserve`` and ``push`` in one call, for ``write``'s hot path."""
+        messages = self.messages
+        size = entry.size
+        if self._space_waiters or (
+            messages and (messages >= self._message_limit or self.nbytes + size > self._byte_limit)
+        ):
+            return False
+        self.messages = messages + 1
+        self.nbytes += size
+        unsent = self.unsent
+        if not unsent:
             self.has_unsent.set()
+        unsent.append(entry)
+        self.accepted_total += 1
+        return True
 
     def rewind(self) -> None:
         """A new stream starts: every unacknowledged message is to be sent again, in order."""

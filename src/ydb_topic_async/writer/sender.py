@@ -24,7 +24,7 @@ from .._retry import RetryPolicy
 from .._stream import BidiStream, StreamKeeper, StreamMethod, refresh_tokens
 from ..observability.logging import sdk_logger, writer_fields
 from .batching import BatchSettings, RequestBatcher
-from .messages import InitInfo, Skipped, Written, WrittenInTx
+from .messages import InitInfo, Skipped, WriteResult, Written, WrittenInTx
 
 if TYPE_CHECKING:
     from .._transport import Transport
@@ -288,6 +288,42 @@ class WriterSender:
                     self._buffer.has_unsent.set()  # wake the sender to send the newer token
 
     def _handle_acks(self, response: Any) -> None:
+        acks = response.acks
+        buffer = self._buffer
+        inflight = buffer.inflight
+        count = len(acks)
+        if 0 < count <= len(inflight) and not self._report.wants_statuses:
+            first = inflight[0].seq_no
+            last = inflight[count - 1].seq_no
+            # YDB acknowledges each message once, in seq_no order. When the first and last acks
+            # name the first and last of as many in-flight messages, numbered without gaps, the
+            # acks are exactly theirs: settle them without reading every ack (the common case;
+            # anything else is checked ack by ack).
+            if last - first == count - 1 and acks[0].seq_no == first and acks[count - 1].seq_no == last:
+                self._ack_run(response.partition_id, acks, count)
+                self.last_statistics = (response.partition_id, count, response.write_statistics)
+                self._report.acked(response.partition_id, count, 0, 0)
+                self._report.buffer_changed()
+                return
+        self._ack_each(response)
+
+    def _ack_run(self, partition_id: int, acks: Any, count: int) -> None:
+        """Settle the first ``count`` in-flight messages, which ``acks`` acknowledge in order."""
+        buffer = self._buffer
+        popleft = buffer.inflight.popleft
+        nbytes = 0
+        for index in range(count):
+            entry = popleft()
+            nbytes += entry.size
+            future = entry.future
+            if future is not None and not future.done():
+                future.set_result(_result(partition_id, acks[index]))
+        self.keeper.progressed()
+        buffer.acknowledged(count, nbytes)
+        if buffer.inflight and buffer.inflight[0].error is not None:
+            buffer.settle_dropped()
+
+    def _ack_each(self, response: Any) -> None:
         partition_id = response.partition_id
         inflight = self._buffer.inflight
         count = 0
@@ -315,14 +351,7 @@ class WriterSender:
                 continue
             status = ack.WhichOneof("message_write_status")
             if future is not None:
-                if status == "written":
-                    future.set_result(Written(partition_id, ack.written.offset, seq_no))
-                elif status == "skipped":
-                    future.set_result(Skipped(partition_id, seq_no))
-                elif status == "written_in_tx":
-                    future.set_result(WrittenInTx(partition_id, seq_no))
-                else:
-                    raise InternalError(f"protocol violation: WriteAck for seq_no={seq_no} has no status")
+                future.set_result(_result(partition_id, ack, status))
             if status == "skipped":
                 skipped += 1
             else:
@@ -364,3 +393,16 @@ class WriterSender:
         if token != self._last_token and token != self._pending_token:
             self._pending_token = token
             self._buffer.has_unsent.set()
+
+
+def _result(partition_id: int, ack: Any, status: str | None = None) -> WriteResult:
+    """What a ``write_with_ack`` future gets for ``ack``."""
+    if status is None:
+        status = ack.WhichOneof("message_write_status")
+    if status == "written":
+        return Written(partition_id, ack.written.offset, ack.seq_no)
+    if status == "skipped":
+        return Skipped(partition_id, ack.seq_no)
+    if status == "written_in_tx":
+        return WrittenInTx(partition_id, ack.seq_no)
+    raise InternalError(f"protocol violation: WriteAck for seq_no={ack.seq_no} has no status")
