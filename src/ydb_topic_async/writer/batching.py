@@ -12,15 +12,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import islice
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .. import _codecs
 from .._errors import MessageEncodeError, MessageTooLargeError
 from .._limits import BATCH_TARGET_BYTES, MAX_MESSAGES_PER_REQUEST, MESSAGE_OVERHEAD, REQUEST_OVERHEAD, wire_size
 from .._proto import ydb_topic_pb2 as pb
+from .buffer import as_pending
 
 if TYPE_CHECKING:
-    from .buffer import PendingMessage, WriteBuffer
+    from collections.abc import Sequence
+
+    from .buffer import Entry, PendingMessage, WriteBuffer
 
 
 def entry_wire_size(payload_len: int, entry: PendingMessage) -> int:
@@ -75,8 +78,11 @@ class RequestBatcher:
             # Sized by the raw payload: encoding rarely grows data, and an encoded batch is packed
             # again by its encoded sizes (splitting it if it did grow). (``entry_wire_size``
             # inlined for messages without metadata: this loop runs once per message.)
-            metadata = entry.metadata
-            raw_total += entry.data_len + MESSAGE_OVERHEAD if metadata is None else entry_wire_size(entry.data_len, entry)
+            if isinstance(entry, tuple):
+                raw_total += len(entry[0]) + MESSAGE_OVERHEAD
+            else:
+                data_len = entry.data_len
+                raw_total += data_len + MESSAGE_OVERHEAD if entry.metadata is None else entry_wire_size(data_len, entry)
             if (raw_total > target and count) or count >= MAX_MESSAGES_PER_REQUEST:
                 break
             count += 1
@@ -93,11 +99,12 @@ class RequestBatcher:
             buffer.inflight.extend(batch)
             return [self._new_request(batch)]
         # Encoding awaits worker threads: the messages stay in ``unsent`` meanwhile, so a stream
-        # that breaks during the wait loses none of them.
-        batch = list(islice(unsent, count))
-        await self._encode(batch)
-        requests = [self._new_request(group) for group in self._pack(batch) if group]
-        buffer.inflight.extend(batch)
+        # that breaks during the wait loses none of them. Each becomes a PendingMessage, which
+        # keeps its encoded payload for resending.
+        pending = [as_pending(entry) for entry in islice(unsent, count)]
+        await self._encode(pending)
+        requests = [self._new_request(group) for group in self._pack(pending) if group]
+        buffer.inflight.extend(pending)
         if count == len(unsent):
             unsent.clear()
         else:
@@ -145,7 +152,7 @@ class RequestBatcher:
         groups.append(group)
         return groups
 
-    def _new_request(self, entries: list[PendingMessage]) -> pb.StreamWriteMessage.FromClient:
+    def _new_request(self, entries: Sequence[Entry]) -> pb.StreamWriteMessage.FromClient:
         """A WriteRequest carrying ``entries``: their raw payloads, or the encoded ones."""
         request = pb.StreamWriteMessage.FromClient()
         write = request.write_request
@@ -155,19 +162,21 @@ class RequestBatcher:
         add = write.messages.add
         raw = self._raw
         for entry in entries:
-            payload = entry.data if raw else entry.encoded
-            assert payload is not None
-            message = add()
-            message.seq_no = entry.seq_no
-            if entry.created_ns >= 0:
-                created = message.created_at
-                created.seconds, created.nanos = divmod(entry.created_ns, 1_000_000_000)
-            message.data = payload
-            message.uncompressed_size = entry.data_len
-            if entry.metadata:
-                items = message.metadata_items
-                for key, value in entry.metadata:
-                    items.add(key=key, value=value)
+            if isinstance(entry, tuple):
+                # A PlainMessage (only a raw writer sends one as it is): this loop runs once per
+                # message, so its few fields are set here rather than through ``_fill``.
+                data, seq_no, created_ns = entry
+                message = add()
+                message.seq_no = seq_no
+                if created_ns >= 0:
+                    created = message.created_at
+                    created.seconds, created.nanos = divmod(created_ns, 1_000_000_000)
+                message.data = data
+                message.uncompressed_size = len(data)
+            else:
+                payload = entry.data if raw else entry.encoded
+                assert payload is not None
+                _fill(add(), entry, payload)
         return request
 
     async def _encode(self, batch: list[PendingMessage]) -> None:
@@ -201,3 +210,17 @@ class RequestBatcher:
             if payload is not None:
                 entry.encoded = payload
                 entry.data = b""  # only the encoded form is sent (and resent) from now on
+
+
+def _fill(message: Any, entry: PendingMessage, payload: bytes) -> None:
+    """Set a WriteRequest's MessageData from ``entry``, carrying ``payload``."""
+    message.seq_no = entry.seq_no
+    if entry.created_ns >= 0:
+        created = message.created_at
+        created.seconds, created.nanos = divmod(entry.created_ns, 1_000_000_000)
+    message.data = payload
+    message.uncompressed_size = entry.data_len
+    if entry.metadata:
+        items = message.metadata_items
+        for key, value in entry.metadata:
+            items.add(key=key, value=value)

@@ -24,6 +24,7 @@ from .._retry import RetryPolicy
 from .._stream import BidiStream, StreamKeeper, StreamMethod, refresh_tokens
 from ..observability.logging import sdk_logger, writer_fields
 from .batching import BatchSettings, RequestBatcher
+from .buffer import seq_no_of
 from .messages import InitInfo, Skipped, WriteResult, Written, WrittenInTx
 
 if TYPE_CHECKING:
@@ -293,8 +294,8 @@ class WriterSender:
         inflight = buffer.inflight
         count = len(acks)
         if 0 < count <= len(inflight) and not self._report.wants_statuses:
-            first = inflight[0].seq_no
-            last = inflight[count - 1].seq_no
+            first = seq_no_of(inflight[0])
+            last = seq_no_of(inflight[count - 1])
             # YDB acknowledges each message once, in seq_no order. When the first and last acks
             # name the first and last of as many in-flight messages, numbered without gaps, the
             # acks are exactly theirs: settle them without reading every ack (the common case;
@@ -314,14 +315,16 @@ class WriterSender:
         nbytes = 0
         for index in range(count):
             entry = popleft()
+            if isinstance(entry, tuple):
+                nbytes += len(entry[0])  # a PlainMessage: nobody waits for its result
+                continue
             nbytes += entry.size
             future = entry.future
             if future is not None and not future.done():
                 future.set_result(_result(partition_id, acks[index]))
         self.keeper.progressed()
         buffer.acknowledged(count, nbytes)
-        if buffer.inflight and buffer.inflight[0].error is not None:
-            buffer.settle_dropped()
+        buffer.settle_dropped()
 
     def _ack_each(self, response: Any) -> None:
         partition_id = response.partition_id
@@ -335,18 +338,22 @@ class WriterSender:
             seq_no = ack.seq_no
             if not inflight:
                 raise InternalError(f"protocol violation: WriteAck for seq_no={seq_no} with nothing in flight")
-            entry = inflight[0]
-            if seq_no != entry.seq_no:
-                if seq_no < entry.seq_no:
+            expected = seq_no_of(inflight[0])
+            if seq_no != expected:
+                if seq_no < expected:
                     continue  # already settled: a repeated ack changes nothing
                 # Messages dropped unsent get no acks: settle those ahead of this one.
-                entry = self._skip_dropped(seq_no)
-            inflight.popleft()
+                self._skip_dropped(seq_no)
+            entry = inflight.popleft()
             count += 1
-            nbytes += entry.size
-            future = entry.future
-            if future is not None and future.done():
-                future = None  # the caller cancelled it
+            future = None
+            if isinstance(entry, tuple):
+                size = data_len = len(entry[0])  # a PlainMessage
+            else:
+                size, data_len, future = entry.size, entry.data_len, entry.future
+                if future is not None and future.done():
+                    future = None  # the caller cancelled it
+            nbytes += size
             if future is None and not statuses:
                 continue
             status = ack.WhichOneof("message_write_status")
@@ -355,7 +362,7 @@ class WriterSender:
             if status == "skipped":
                 skipped += 1
             else:
-                written_bytes += entry.data_len
+                written_bytes += data_len
         if count:
             self.keeper.progressed()
             self.last_statistics = (partition_id, count, response.write_statistics)
@@ -364,17 +371,16 @@ class WriterSender:
         self._buffer.settle_dropped()
         self._report.buffer_changed()
 
-    def _skip_dropped(self, seq_no: int) -> PendingMessage:
-        """Settle the dropped messages ahead of the one ``seq_no`` acknowledges; return it."""
+    def _skip_dropped(self, seq_no: int) -> None:
+        """Settle the dropped messages ahead of the one ``seq_no`` acknowledges."""
         buffer = self._buffer
         buffer.settle_dropped()
         inflight = buffer.inflight
-        if not inflight or inflight[0].seq_no != seq_no:
-            expected = inflight[0].seq_no if inflight else None
+        if not inflight or seq_no_of(inflight[0]) != seq_no:
+            expected = seq_no_of(inflight[0]) if inflight else None
             raise InternalError(
                 f"protocol violation: WriteAck for seq_no={seq_no} while seq_no={expected} is unacknowledged"
             )
-        return inflight[0]
 
     # --- tokens -------------------------------------------------------------------------
 

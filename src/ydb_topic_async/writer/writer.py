@@ -32,7 +32,7 @@ from .._validate import check_seconds, check_timeout, check_utf8
 from ..observability.logging import sdk_logger
 from ..observability.metrics import writer_report
 from .batching import entry_wire_size
-from .buffer import PendingMessage, WriteBuffer
+from .buffer import PendingMessage, PlainMessage, WriteBuffer
 from .messages import InitInfo, Message, WriteResult, WriteStatistics, check_metadata
 from .sender import SenderSettings, WriterSender
 
@@ -215,11 +215,12 @@ class TopicWriter(ConnectionStatus):
         self._task: asyncio.Task[None] | None = None
         self._init_info: InitInfo | None = None
         self._init_done = asyncio.Event()
-        self._next_seq_no = 0
-        """Auto numbering: the next seq_no to assign; 0 until the first handshake."""
+        self._next_seq_no = 1
+        """Auto numbering: the next seq_no to assign. Counted from 1 until the first handshake,
+        which moves every number past the producer's stored last seq_no."""
         self._fast = False
-        """Whether ``write`` may take its hot path: auto numbering after the first handshake, no
-        tracing, not failed, not closed (one flag instead of four checks per message)."""
+        """Whether ``write`` may take its hot path: started, auto numbering, no tracing, not failed,
+        not closed (one flag instead of five checks per message)."""
         self._accepted_since_yield = 0
         self._last_seq_no = 0
         """Manual numbering: the highest seq_no accepted so far."""
@@ -260,6 +261,7 @@ class TopicWriter(ConnectionStatus):
     def _start(self) -> None:
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._run(), name=f"topic writer {self.path}")
+            self._fast = self._auto_seqno and self._tracer is None
 
     async def _run(self) -> None:
         try:
@@ -349,14 +351,20 @@ class TopicWriter(ConnectionStatus):
 
     def _on_init(self, info: InitInfo) -> None:
         self._init_info = info
-        if self._auto_seqno:
-            # Messages accepted before the handshake are numbered after the stored last seq_no.
-            seq_no = info.last_seq_no
-            for entry in self._buffer.unsent:
-                seq_no += 1
-                entry.seq_no = seq_no
-            self._next_seq_no = seq_no + 1
-            self._fast = self._tracer is None and self._failure is None and not self._closed
+        offset = info.last_seq_no
+        if self._auto_seqno and offset:
+            # Messages accepted before the handshake (all still unsent) were numbered from 1:
+            # they follow the producer's stored last seq_no instead.
+            unsent = self._buffer.unsent
+            for _ in range(len(unsent)):
+                entry = unsent.popleft()
+                if isinstance(entry, tuple):
+                    data, seq_no, created_ns = entry
+                    entry = (data, seq_no + offset, created_ns)
+                else:
+                    entry.seq_no += offset
+                unsent.append(entry)
+            self._next_seq_no += offset
         self._init_done.set()
 
     async def wait_init(self, timeout: float | None = None) -> InitInfo:
@@ -398,11 +406,11 @@ class TopicWriter(ConnectionStatus):
         if self._accepted_since_yield >= YIELD_EVERY:
             await self._yield()
         if type(messages) is bytes and self._fast:
-            # The hot path: one payload, auto numbering, room in the buffer (then no await at all).
+            # The hot path: one payload, auto numbering, room in the buffer (no await at all then).
             size = len(messages)
             if size <= self._max_message_bytes:
                 seq_no = self._next_seq_no
-                entry = PendingMessage(messages, seq_no, time.time_ns() if self._auto_created_at else -1, None, size)
+                entry: PlainMessage = (messages, seq_no, time.time_ns() if self._auto_created_at else -1)
                 if self._buffer.try_push_one(entry):
                     self._next_seq_no = seq_no + 1
                     self._accepted_since_yield += 1
@@ -494,11 +502,10 @@ class TopicWriter(ConnectionStatus):
             self._last_seq_no = entries[-1].seq_no
         else:
             seq_no = self._next_seq_no
-            if seq_no:  # else numbered by the first handshake
-                for entry in entries:
-                    entry.seq_no = seq_no
-                    seq_no += 1
-                self._next_seq_no = seq_no
+            for entry in entries:
+                entry.seq_no = seq_no
+                seq_no += 1
+            self._next_seq_no = seq_no
         futures: list[asyncio.Future[WriteResult]] | None = None
         if with_futures or spans is not None:
             loop = asyncio.get_running_loop()
