@@ -25,6 +25,7 @@ import anyio._backends._asyncio  # noqa: F401  # see below
 import grpc
 import grpc.aio
 
+from ._credentials import AccessTokenCredentials, AnonymousCredentials
 from ._errors import (
     ConnectionLostError,
     DeadlineExceededError,
@@ -363,6 +364,13 @@ class StreamKeeper:
                     self._describe(), self._retry.attempt, error, delay, extra=self._log_fields(),
                 )
             await asyncio.sleep(delay)
+
+
+def tokens_may_change(transport: Transport) -> bool:
+    """Whether the transport's credentials may produce a new token later. Anonymous credentials
+    and a fixed token never do: a stream needs no refresh task for them (a task per stream costs
+    a writer or reader about a sixth of its memory)."""
+    return type(transport.credentials) not in (AnonymousCredentials, AccessTokenCredentials)
 
 
 async def refresh_tokens(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import threading
 from typing import Any
@@ -111,3 +112,11 @@ async def test_encoding_does_not_use_the_applications_thread_limiter(
     finally:
         default.release_on_behalf_of(holder)
     assert len(server.storage.read(topic, 0)) == 200
+
+
+def test_codec_threads_leave_a_cpu_to_the_event_loop() -> None:
+    """Compression and decompression run in at most one thread fewer than the CPUs the process
+    may use (one at least), so that the event loop's thread is not starved by them."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    assert max(1, cpus - 1) == _codecs.CODEC_THREADS
+    assert 1 <= _codecs.PARALLELISM <= _codecs.CODEC_THREADS

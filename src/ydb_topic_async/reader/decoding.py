@@ -61,29 +61,28 @@ async def decode_ahead(part: BufferedPart, upto: int) -> None:
     start = part.ready
     if start >= upto:
         return
-    payloads: list[bytes] = []
+    records: list[Any] = []
     sizes: list[int] = []
-    runs: list[tuple[int, int, _codecs.Transform]] = []  # per server batch: its range of payloads, its decoder
+    runs: list[tuple[int, int, _codecs.Transform]] = []  # per server batch: its range of records, its decoder
     for info, record in islice(part.upcoming(start), upto - start):
         fn = info.decoder
         if fn is None:
             continue
-        if runs and runs[-1][2] is fn and runs[-1][1] == len(payloads):
-            runs[-1] = (runs[-1][0], len(payloads) + 1, fn)
+        if runs and runs[-1][2] is fn and runs[-1][1] == len(records):
+            runs[-1] = (runs[-1][0], len(records) + 1, fn)
         else:
-            runs.append((len(payloads), len(payloads) + 1, fn))
-        data = record.data
-        payloads.append(data)
+            runs.append((len(records), len(records) + 1, fn))
+        records.append(record)
         # The work is in producing the output: judge by the size the writer declared, as a
         # highly compressible payload is small on the wire.
-        sizes.append(max(len(data), record.uncompressed_size))
+        sizes.append(max(record.ByteSize(), record.uncompressed_size))
     results: list[bytes | BaseException]
-    if not payloads:
+    if not records:
         results = []
     else:
         try:
             results = list(
-                await _codecs.transform_batch(sizes, lambda first, end: _decode_span(runs, payloads, first, end))
+                await _codecs.transform_batch(sizes, lambda first, end: _decode_span(runs, records, first, end))
             )
         except _codecs.PartialTransformError as exc:
             results = [exc.failures[i] if data is None else data for i, data in enumerate(exc.results)]
@@ -94,16 +93,21 @@ async def decode_ahead(part: BufferedPart, upto: int) -> None:
 
 
 def _decode_span(
-    runs: Sequence[tuple[int, int, _codecs.Transform]], payloads: Sequence[bytes], start: int, end: int
+    runs: Sequence[tuple[int, int, _codecs.Transform]], records: Sequence[Any], start: int, end: int
 ) -> list[bytes]:
-    """``payloads[start:end]`` decoded, each by the decoder of its run."""
+    """The payloads of ``records[start:end]`` decoded, each by the decoder of its run.
+
+    Where decoding runs in a worker thread, so does copying each payload out of its record:
+    a response's compressed payloads are copied one at a time there, not all at once on the
+    event loop."""
     decoded: list[bytes | None] = []
     failures: dict[int, BaseException] = {}
     for run_start, run_end, fn in runs:
         if run_end > start and run_start < end:
             first = max(start, run_start)
+            payloads = (record.data for record in records[first : min(end, run_end)])
             try:
-                decoded += _codecs.transform_all(fn, payloads[first : min(end, run_end)])
+                decoded += _codecs.transform_all(fn, payloads)
             except _codecs.PartialTransformError as exc:
                 offset = len(decoded)
                 decoded += exc.results

@@ -24,7 +24,7 @@ from .._errors import ConnectionLostError, PartitionSessionClosedError
 from .._futures import wait_within
 from .._proto import ydb_topic_pb2 as pb
 from .._retry import RetryPolicy
-from .._stream import BidiStream, RestartStream, StreamKeeper, StreamMethod, refresh_tokens
+from .._stream import BidiStream, RestartStream, StreamKeeper, StreamMethod, refresh_tokens, tokens_may_change
 from ..observability.logging import reader_fields, sdk_logger
 from ..observability.metrics import reader_report
 from .commits import GAP_ADVICE, CommitTracker
@@ -201,7 +201,7 @@ class ReaderConnection:
                 self._stream_scope = tg.cancel_scope
                 tg.start_soon(self._guard, self._receive_loop, stream, tg.cancel_scope)
                 tg.start_soon(self._guard, self._send_loop, stream, tg.cancel_scope)
-                if self._settings.token_refresh_interval > 0:
+                if self._settings.token_refresh_interval > 0 and tokens_may_change(self._transport):
                     tg.start_soon(self._guard, self._token_loop, stream, tg.cancel_scope)
             if self._stream_error is not None:
                 raise self._stream_error

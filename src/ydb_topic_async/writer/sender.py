@@ -21,7 +21,7 @@ from .. import _codecs
 from .._errors import ConnectionLostError, InternalError, UnsupportedCodecError, YdbTopicError
 from .._proto import ydb_topic_pb2 as pb
 from .._retry import RetryPolicy
-from .._stream import BidiStream, StreamKeeper, StreamMethod, refresh_tokens
+from .._stream import BidiStream, StreamKeeper, StreamMethod, refresh_tokens, tokens_may_change
 from ..observability.logging import sdk_logger, writer_fields
 from .batching import BatchSettings, RequestBatcher
 from .buffer import seq_no_of
@@ -205,7 +205,7 @@ class WriterSender:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._guard, self._send_loop, stream, tg.cancel_scope)
                 tg.start_soon(self._guard, self._read_loop, stream, tg.cancel_scope)
-                if s.token_refresh_interval > 0:
+                if s.token_refresh_interval > 0 and tokens_may_change(self._transport):
                     tg.start_soon(self._guard, self._token_loop, stream, tg.cancel_scope)
             raise self._stream_error or ConnectionLostError("write stream ended")
         finally:
