@@ -64,8 +64,9 @@ class TopicReader(ConnectionStatus):
     """Reads messages from one or more topics as a consumer (or, without one, from given offsets).
 
     ``async with driver.topic.reader("events", consumer="c") as reader: async for m in reader``.
-    ``buffer_size_bytes`` bounds the bytes received and not yet handed out (the server may send
-    one response past it). ``decoders`` adds codecs (e.g. ``{LZ4_CODEC: lz4_decode}``).
+    ``buffer_size_bytes`` bounds the bytes received and not yet handed out, counted decoded (the
+    server may send one response past it); compressed payloads are decoded as they are handed
+    out. ``decoders`` adds codecs (e.g. ``{LZ4_CODEC: lz4_decode}``).
     ``on_partition_start(session)`` may return a read offset (int) or ``StartOffsets``;
     ``on_partition_stop(session)`` is told when a session ends; both may be coroutines.
     ``consumer=None`` reads the selectors' explicit partitions from their ``start_offsets``
@@ -493,7 +494,7 @@ class TopicReader(ConnectionStatus):
 
     @property
     def buffered_bytes(self) -> int:
-        """Bytes received and not yet handed out (as the server counts them)."""
+        """Bytes received and not yet handed out, counted decoded (as ``buffer_size_bytes`` is)."""
         return self._buffer.buffered_bytes
 
     @property
