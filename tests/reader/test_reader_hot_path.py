@@ -168,3 +168,42 @@ def test_only_credentials_that_can_change_get_a_refresh_task() -> None:
     assert not tokens_may_change(Transport(AnonymousCredentials()))  # type: ignore[arg-type]
     assert not tokens_may_change(Transport(AccessTokenCredentials("t")))  # type: ignore[arg-type]
     assert tokens_may_change(Transport(StaticCredentials("user", "password")))  # type: ignore[arg-type]
+
+
+async def test_single_and_batch_receives_mixed_hand_out_every_message_once(driver: yta.Driver, topic: str) -> None:
+    """``receive_message`` hands out messages from a cursor over the front response; a batch
+    receive, a credit grant or a commit in between takes up exactly where it stopped."""
+    await fill(driver, topic, [b"%d" % i for i in range(3000)])
+    got: list[int] = []
+    async with driver.topic.reader(topic, consumer="consumer", buffer_size_bytes=64 * 1024) as reader:
+        step = 0
+        while len(got) < 3000:
+            step += 1
+            if step % 5 == 0:
+                batch = await reader.receive_batch(max_messages=7, timeout=10)
+                got += [m.offset for m in batch]
+                reader.commit(batch)
+            else:
+                message = await reader.receive_message(timeout=10)
+                got.append(message.offset)
+                reader.commit(message)
+        await reader.commit_with_ack(message, timeout=10)
+        assert reader.buffered_bytes == 0 and reader.peak_buffered_bytes < 2 * 64 * 1024
+    assert got == list(range(3000))
+
+
+async def test_a_reader_without_consumer_resumes_after_the_last_message_it_handed_out(
+    server: Any, driver: yta.Driver, topic: str
+) -> None:
+    """Messages handed out one by one from the middle of a response count as read when the
+    stream breaks: the new stream starts right after the last of them."""
+    await fill(driver, topic, [b"%d" % i for i in range(100)])
+    selector = yta.TopicSelector(topic, start_offsets={0: 0})
+    async with driver.topic.reader(selector, consumer=None) as reader:
+        first = [(await reader.receive_message(timeout=10)).offset for _ in range(5)]
+        assert server.faults.drop_read_streams() == 1
+        await until(lambda: reader.reconnects == 1, "the reader noticed")  # its buffer is gone
+        rest = []
+        while len(rest) < 95:
+            rest += [m.offset for m in await reader.receive_batch(timeout=10)]
+    assert first + rest == list(range(100))

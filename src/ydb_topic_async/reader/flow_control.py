@@ -237,6 +237,13 @@ class ReadBuffer:
     """Messages waiting for the user, in arrival order, and the byte credit they hold."""
 
     __slots__ = (
+        "_cursor",
+        "_cursor_index",
+        "_cursor_info",
+        "_cursor_records",
+        "_cursor_session",
+        "_cursor_start",
+        "_cursor_stop",
         "_grant_level",
         "_on_drained",
         "_queue",
@@ -272,11 +279,23 @@ class ReadBuffer:
         """True when enough credit can be granted for a ReadRequest (the stream's sender is woken)."""
         self._wake_sender = wake_sender
         self._on_drained = on_drained
+        # The cursor of ``pop_one``: the front part whose current server batch it hands out
+        # from, that batch and its records, the next index and where to stop, and the next
+        # message's commit start. ``_cursor_stop`` is 0 while there is none.
+        self._cursor: BufferedPart | None = None
+        self._cursor_info: Any = None  # a _ServerBatchInfo while there is a cursor
+        self._cursor_records: Any = None
+        self._cursor_index = 0
+        self._cursor_stop = 0
+        self._cursor_start = 0
+        self._cursor_session: Any = None  # a PartitionSession while there is a cursor
 
     # --- the stream side ---------------------------------------------------------------
 
     def reset(self) -> int:
         """Forget everything buffered (a new stream starts); return the initial credit."""
+        self._sync()
+        self._cursor_info = self._cursor_records = self._cursor_session = None
         for entry in self._queue:
             entry.session._buffered = 0
         self._queue.clear()
@@ -306,6 +325,7 @@ class ReadBuffer:
 
     def take_credit(self) -> int:
         """The credit to grant in the next ReadRequest (0: nothing to send)."""
+        self._sync()
         self.credit_ready = False
         credit = self.buffer_size - self.buffered_bytes - self.server_credit
         if credit <= 0:
@@ -315,6 +335,7 @@ class ReadBuffer:
 
     def drop_session(self, session: PartitionSession) -> int:
         """Discard what is buffered for ``session``; return how many messages were dropped."""
+        self._sync()
         kept: deque[BufferedPart] = deque()
         dropped = 0
         for entry in self._queue:
@@ -341,20 +362,24 @@ class ReadBuffer:
             self._wake_sender.set()
 
     def __bool__(self) -> bool:
+        self._sync()
         return bool(self._queue)
 
     @property
     def messages(self) -> int:
         """Messages received and not yet handed to the user."""
+        self._sync()
         return sum(part.left for part in self._queue)
 
     def front_ready(self, max_messages: int | None, max_bytes: int | None) -> bool:
         """Whether the next take (``pop`` with these limits) finds its payloads at hand."""
+        self._sync()
         part = self._queue[0]
         return not part.compressed or part.ready >= planned_count(part, max_messages, max_bytes)
 
     async def decode_front(self, max_messages: int | None, max_bytes: int | None) -> None:
         """Decode what the next take needs (the state may have moved on meanwhile: check again)."""
+        self._sync()
         part = self._queue[0]
         await decode_ahead(part, planned_count(part, max_messages, max_bytes))
 
@@ -362,6 +387,7 @@ class ReadBuffer:
         """Take the front messages of one partition session (``front_ready`` must hold).
 
         Raises the error of a front message that cannot be handed out (taking it out)."""
+        self._sync()
         part = self._queue[0]
         batch, error = part.take(part.left if max_messages is None else max_messages, max_bytes)
         self._finish(part, len(batch))
@@ -372,32 +398,58 @@ class ReadBuffer:
     def pop_one(self) -> TopicMessage | None:
         """Take the front message if it is at hand and no credit waits to be granted (else None:
         the caller waits as ``pop`` would). Raises like ``pop``."""
+        index = self._cursor_index
+        if index < self._cursor_stop:
+            # The hot path of one receive per message: the next raw message under the cursor,
+            # touching nothing else (``_sync`` brings the rest up to date).
+            info = self._cursor_info
+            record = self._cursor_records[index]
+            offset = record.offset
+            data = record.data
+            message = TopicMessage(data, offset, info, index, self._cursor_session, self._cursor_start)
+            if len(data) >= DETACH_SIZE:
+                message._info = _DetachedInfo(info, index)
+            self._cursor_index = index = index + 1
+            self._cursor_start = offset + 1
+            if index == self._cursor_stop:
+                self._sync()  # the credit of what the cursor handed out goes back now
+            return message
+        self._sync()
         if self.credit_ready or not self._queue:
             return None
         part = self._queue[0]
+        if part.compressed:
+            return self.pop(1, None)[0] if part.ready else None
+        # Point the cursor at the rest of the part's current server batch, or at about half a
+        # credit release's worth of it (one large message): the credit of what it hands out goes
+        # back when it ends.
         index = part.message_index
-        if part.compressed or index + 1 >= part.run_end:
-            if part.compressed and not part.ready:
-                return None
-            return self.pop(1, None)[0]
-        # The hot path of one receive per message: a raw message that is not the last of its
-        # server batch, with ``BufferedPart.take`` and ``_finish`` unrolled for it.
-        info = part.run
-        record = info.records[index]
-        offset = record.offset
-        data = record.data
-        session = part.session
-        message = TopicMessage(data, offset, info, index, session, part.commit_start)
-        if len(data) >= DETACH_SIZE:
-            message._info = _DetachedInfo(info, index)
-        part.message_index = index + 1
-        part.left -= 1
-        part.commit_start = session._delivered_end = offset + 1
-        buffered = self.buffered_bytes = self.buffered_bytes - part.share
-        if buffered <= self._grant_level and not self.credit_ready:
-            self.credit_ready = True
-            self._wake_sender.set()
-        return message
+        self._cursor = part
+        self._cursor_info = part.run
+        self._cursor_records = part.run.records
+        self._cursor_index = index
+        self._cursor_stop = min(part.run_end, index + max(1, self.release_threshold // (2 * part.share or 1)))
+        self._cursor_start = part.commit_start
+        self._cursor_session = part.session
+        return self.pop_one()
+
+    def _sync(self) -> None:
+        """Bring the front part, the credit and its session up to date with what the cursor of
+        ``pop_one`` handed out, and end the cursor. Every other use of the buffer starts here."""
+        part = self._cursor
+        if part is None:
+            return
+        self._cursor = None
+        self._cursor_stop = 0
+        taken = self._cursor_index - part.message_index
+        if taken:
+            index = self._cursor_index
+            batch_index = part.batch_index
+            if index == part.run_end:
+                batch_index += 1
+                index = 0
+            part._advance(batch_index, index, taken, self._cursor_start)
+            self._finish(part, taken)
 
     def _finish(self, part: BufferedPart, count: int) -> None:
         left = part.left

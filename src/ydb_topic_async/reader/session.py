@@ -236,8 +236,8 @@ class ReaderConnection:
 
     def _end_stream(self, error: BaseException) -> list[PartitionSession]:
         """Close every session of the ended stream; return them."""
+        self.buffer.reset()  # first: it brings the sessions up to date with what was handed out
         lost = self.partitions.end_all(error)
-        self.buffer.reset()
         self._outbox.clear()
         self.commits.take_request()
         return lost
