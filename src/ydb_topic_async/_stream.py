@@ -21,9 +21,11 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+import anyio._backends._asyncio  # noqa: F401  # see below
 import grpc
 import grpc.aio
 
+from ._credentials import AccessTokenCredentials, AnonymousCredentials
 from ._errors import (
     ConnectionLostError,
     DeadlineExceededError,
@@ -46,6 +48,10 @@ ResponseT = TypeVar("ResponseT", bound="Message")
 
 _OK = frozenset((ydb_status_codes_pb2.StatusIds.SUCCESS, ydb_status_codes_pb2.StatusIds.STATUS_CODE_UNSPECIFIED))
 """Statuses of a stream response that carries no failure (most responses leave it unset)."""
+
+# anyio imports its asyncio backend on the first call that needs it: the first stream's task group,
+# which put 15 ms of imports inside the first write's (or read's) latency. It is loaded with the
+# SDK instead (the import above).
 
 HEALTHY_AFTER = 5.0
 """A stream that lived this long counts as progress: its failure starts a new streak."""
@@ -358,6 +364,13 @@ class StreamKeeper:
                     self._describe(), self._retry.attempt, error, delay, extra=self._log_fields(),
                 )
             await asyncio.sleep(delay)
+
+
+def tokens_may_change(transport: Transport) -> bool:
+    """Whether the transport's credentials may produce a new token later. Anonymous credentials
+    and a fixed token never do: a stream needs no refresh task for them (a task per stream costs
+    a writer or reader about a sixth of its memory)."""
+    return type(transport.credentials) not in (AnonymousCredentials, AccessTokenCredentials)
 
 
 async def refresh_tokens(

@@ -8,6 +8,7 @@ import threading
 import time
 from typing import Any
 
+import anyio
 import pytest
 
 import ydb_topic_async as yta
@@ -382,8 +383,12 @@ async def test_a_failing_custom_encoder_fails_only_its_own_messages(
 
 
 async def test_large_payloads_are_encoded_off_the_loop_in_parallel(
-    server: Any, driver: yta.Driver, topic: str
+    server: Any, driver: yta.Driver, topic: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The default number of codec threads depends on the machine (one on two CPUs): four here.
+    monkeypatch.setattr(_codecs, "CODEC_THREADS", 4)
+    monkeypatch.setattr(_codecs, "PARALLELISM", 4)
+    monkeypatch.setitem(_codecs._limiters, asyncio.get_running_loop(), anyio.CapacityLimiter(4))
     loop_thread = threading.get_ident()
     threads: set[int] = set()
     running = 0
