@@ -16,8 +16,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 import ydb_topic_async as yta
 from ydb_topic_async.testing import LocalTopicServer
-
-from .._proxy import silent_endpoint
+from ydb_topic_async.testing.proxy import silent_endpoint
 
 pytestmark = pytest.mark.timeout(30)
 

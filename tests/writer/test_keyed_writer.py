@@ -33,7 +33,7 @@ from ydb_topic_async import (
 )
 from ydb_topic_async.testing import LocalTopicServer, StoredMessage
 
-from ..observability._recording import eventually
+from .._polling import eventually
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -171,7 +171,7 @@ async def test_unacknowledged_messages_of_a_split_partition_are_stored_once(
         results.append(asyncio.ensure_future(writer.write_with_ack(f"k:{n}", key="k")))
         await asyncio.sleep(0.05)
     try:
-        await eventually(lambda: server.faults.dropped_streams == 1)
+        await eventually(lambda: server.faults.dropped_streams == 1, "the stream broken")
         children = server.storage.split_partition("split", 0)
     finally:
         server.faults.clear()
