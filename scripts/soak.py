@@ -432,6 +432,9 @@ async def soak(s: Settings, data_dir: Path, progress: Callable[[str], None]) -> 
         "fault_seconds": {
             kind: round(sum(f.seconds for f in faults.injected if f.kind == kind), 1) for kind in sorted(faults.counts)
         },
+        "fault_longest": {
+            kind: round(max(f.seconds for f in faults.injected if f.kind == kind), 1) for kind in sorted(faults.counts)
+        },
         "server_restarts": server.restarts,
         "accepted": tally.accepted,
         "written": len(tally.acked),
@@ -461,7 +464,10 @@ FAILURES = ("lost", "stored_twice", "seq_nos_stored_twice", "read_again_after_co
 
 
 def summary(report: dict[str, Any]) -> str:
-    faults = ", ".join(f"{kind} {n} ({report['fault_seconds'][kind]}s)" for kind, n in report["faults"].items())
+    faults = ", ".join(
+        f"{kind} {n} ({report['fault_seconds'][kind]}s, longest {report['fault_longest'][kind]}s)"
+        for kind, n in report["faults"].items()
+    )
     rows = [
         ("duration", f"{report['seconds']}s"),
         ("faults", faults or "none"),
