@@ -253,7 +253,9 @@ class StreamKeeper:
     about each reconnect (for metrics). ``recover(error)`` may turn a final failure into a reconnect (e.g. a partition
     that moved); ``loss()`` describes what the owner loses when it gives up, for the one ERROR
     logged then. ``closing()`` tells that the owner is closing: a session that ends then ends
-    the loop quietly.
+    the loop quietly. ``hand_off(error)`` picks the failures that the owner's own user handles
+    (a keyed writer finds out why a partition's writer was refused): they end the loop at once,
+    like a final failure, but are logged at DEBUG rather than as an ERROR.
     """
 
     def __init__(
@@ -267,6 +269,7 @@ class StreamKeeper:
         recover: Callable[[BaseException], Awaitable[bool]] | None = None,
         loss: Callable[[], str] | None = None,
         closing: Callable[[], bool] | None = None,
+        hand_off: Callable[[BaseException], bool] | None = None,
     ) -> None:
         self._describe = describe
         self._retry = RetryState(policy, idempotent=True)
@@ -276,6 +279,7 @@ class StreamKeeper:
         self._recover = recover
         self._loss = loss
         self._closing = closing
+        self._hand_off = hand_off
         self.state = ConnectionState.CONNECTING
         self.reconnects = 0
         """Streams opened to replace a lost one (attempts that failed at once included)."""
@@ -333,15 +337,19 @@ class StreamKeeper:
                 self._retry.reset()
             self._connected_at = None
             self.last_error = error
-            delay = self._retry.next_delay(error)
-            if delay is None and self._recover is not None and await self._recover(error):
+            handed_off = self._hand_off is not None and self._hand_off(error)
+            delay = None if handed_off else self._retry.next_delay(error)
+            if delay is None and not handed_off and self._recover is not None and await self._recover(error):
                 delay = self._retry.policy.fast.delay(self._retry.attempt - 1)
             if delay is None:
                 self.state = ConnectionState.FAILED
-                loss = self._loss() if self._loss is not None else ""
-                self._logger.error(
-                    "%s failed%s: %r", self._describe(), f" {loss}" if loss else "", error, extra=self._log_fields()
-                )
+                if handed_off:
+                    self._logger.debug("%s ended: %r", self._describe(), error, extra=self._log_fields())
+                else:
+                    loss = self._loss() if self._loss is not None else ""
+                    self._logger.error(
+                        "%s failed%s: %r", self._describe(), f" {loss}" if loss else "", error, extra=self._log_fields()
+                    )
                 if cause is None:
                     raise error  # as it is: its own cause, if any, stays
                 raise error from cause

@@ -18,7 +18,8 @@ from ydb_topic_async.reader.messages import PartitionSession, PartitionSessionSt
 from ydb_topic_async.testing import LocalTopicServer
 from ydb_topic_async.testing.partition_log import NewMessage
 
-from .conftest import fill, until
+from .._polling import eventually
+from .conftest import fill
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -361,10 +362,7 @@ async def test_two_readers_split_four_partitions_and_rebalance(driver: yta.Drive
                     pass
             assert len(mine) == 2 and len(theirs) == 2 and not mine & theirs
             assert sorted(stopped) == sorted({0, 1, 2, 3} - mine)
-        for _ in range(200):
-            if len(first.partition_sessions) == 4:
-                break
-            await asyncio.sleep(0.05)
+        await eventually(lambda: len(first.partition_sessions) == 4, "the first reader has every partition again")
         assert {s.partition_id for s in first.partition_sessions} == {0, 1, 2, 3}
 
 
@@ -506,14 +504,14 @@ async def test_graceful_stop_delivers_buffered_messages_then_hands_over(
             first.commit(batch)
         moving = got[-1].partition_session
         async with second:
-            await until(lambda: moving.state is PartitionSessionState.STOPPING, "graceful stop of partition 1")
+            await eventually(lambda: moving.state is PartitionSessionState.STOPPING, "graceful stop of partition 1")
             assert moving._buffered > 0  # the stop arrived while partition 1 still had messages buffered
             while len(got) < 20:
                 batch = await first.receive_batch(timeout=10)
                 got.extend(batch)
                 await first.commit_with_ack(batch)
             assert sorted((m.partition_id, m.offset) for m in got) == [(p, o) for p in (0, 1) for o in range(10)]
-            await until(lambda: bool(stopped), "stop of partition 1 confirmed")
+            await eventually(lambda: bool(stopped), "stop of partition 1 confirmed")
             assert stopped == [(1, 10)] and moving.closed
             assert {s.partition_id for s in first.partition_sessions} == {0}
             await fill(driver, topic_name, [b"late"], partition_id=1)
@@ -550,7 +548,7 @@ async def test_non_graceful_stop_drops_buffered_messages(topic_name: str) -> Non
             async with second:
                 # The first reader does not consume, so it cannot confirm the graceful stop; the
                 # server takes the partition away and the first reader drops what it buffered.
-                await until(lambda: lost.partition_session.closed, "partition 1 taken away")
+                await eventually(lambda: lost.partition_session.closed, "partition 1 taken away")
                 assert stopped == [1]
                 with pytest.raises(yta.PartitionSessionClosedError):
                     await first.commit_with_ack(lost)
@@ -638,11 +636,11 @@ async def test_split_while_reading_ends_the_parent_then_reads_children(
         await fill(driver, topic, [b"left-%d" % i for i in range(3)], partition_id=left, producer_id="l")
         await fill(driver, topic, [b"right-%d" % i for i in range(2)], partition_id=right, producer_id="r")
         # The parent was read to its end: EndPartitionSession names the children.
-        await until(lambda: parent.ended, "EndPartitionSession for the parent")
+        await eventually(lambda: parent.ended, "EndPartitionSession for the parent")
         assert parent.child_partition_ids == (left, right)
         # The server hands out the children at once (auto-partitioning support); the reader holds
         # them back until the parent is consumed and committed.
-        await until(lambda: len(reader.partition_sessions) == 3, "the children's partition sessions")
+        await eventually(lambda: len(reader.partition_sessions) == 3, "the children's partition sessions")
         assert not parent.closed and {s.partition_id for s in reader.partition_sessions} == {0, left, right}
         with pytest.raises(yta.OperationTimeoutError):
             await reader.receive_batch(timeout=0.1)  # the children wait for the parent's commit

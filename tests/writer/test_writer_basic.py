@@ -14,6 +14,7 @@ import pytest
 import ydb_topic_async as yta
 from ydb_topic_async import _codecs
 
+from .._polling import eventually
 from .._streams import record_requests
 
 pytestmark = pytest.mark.timeout(30)
@@ -339,11 +340,7 @@ async def test_tokens_are_refreshed_in_band(
         return current
 
     async def wait_sent(token: str) -> None:
-        for _ in range(250):
-            if token in sent():
-                return
-            await asyncio.sleep(0.02)
-        raise AssertionError(f"{token} was not sent: {sent()}")
+        await eventually(lambda: token in sent(), f"{token} sent")
 
     credentials = yta.TokenProviderCredentials(provider)
     async with yta.Driver(server.endpoint, server.database, credentials, discovery=False) as driver:

@@ -10,10 +10,10 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Mapping, Sequence
-from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .. import _codecs
+from .._closing import ClosesOnExit
 from .._errors import (
     CommitNotAllowedError,
     InvalidArgumentError,
@@ -60,7 +60,7 @@ TopicsArg = str | TopicSelector | Sequence[str | TopicSelector]
 Committable = TopicMessage | MessageBatch
 
 
-class TopicReader(ConnectionStatus):
+class TopicReader(ConnectionStatus, ClosesOnExit):
     """Reads messages from one or more topics as a consumer (or, without one, from given offsets).
 
     ``async with driver.topic.reader("events", consumer="c") as reader: async for m in reader``.
@@ -186,26 +186,18 @@ class TopicReader(ConnectionStatus):
 
     # --- lifecycle -----------------------------------------------------------------------------
 
-    async def __aenter__(self) -> TopicReader:
-        await self.open()
-        return self
+    _logger = logger
 
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        if isinstance(exc, asyncio.CancelledError):
-            await self._shutdown()
-            return
-        try:
-            await self.close()
-        except Exception as close_error:
-            if exc is None:
-                raise
-            if close_error is not self._failure:  # the reader's own failure was logged when it happened
-                logger.warning(
-                    "closing topic reader (session %s) after an error also failed",
-                    self.read_session_id, exc_info=True, extra=self._conn.log_fields,
-                )
+    async def _stop_now(self) -> None:
+        await self._shutdown()
+
+    def _exit_log_fields(self) -> Mapping[str, Any]:
+        return self._conn.log_fields
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "failed" if self._failure else "open"
+        topics = [s.path for s in self.selectors]
+        return f"TopicReader({topics!r}, consumer={self.consumer!r}, session={self.read_session_id!r}, {state})"
 
     async def open(self) -> None:
         """Start reading in the background (the first receive does this too); returns at once."""

@@ -63,7 +63,8 @@ class SenderSettings:
 class WriterSender:
     """Keeps one write stream alive and moves the buffer's messages through it.
 
-    ``locate()`` resolves the partition's current location (for direct write).
+    ``locate()`` resolves the partition's current location (for direct write); ``hand_off(error)``
+    picks the failures that end the writer quietly for its owner to handle (see ``StreamKeeper``).
     """
 
     def __init__(
@@ -74,6 +75,7 @@ class WriterSender:
         on_init: Callable[[InitInfo], None],
         report: WriterReport,
         locate: Callable[[], Awaitable[PartitionLocation | None]] | None = None,
+        hand_off: Callable[[BaseException], bool] | None = None,
     ) -> None:
         self._transport = transport
         self._settings = settings
@@ -104,6 +106,7 @@ class WriterSender:
             on_reconnect=report.reconnect,
             recover=self._generation_changed if settings.direct_write else None,
             loss=self._loss,
+            hand_off=hand_off,
         )
 
     def _describe(self) -> str:

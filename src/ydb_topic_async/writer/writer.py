@@ -12,10 +12,10 @@ import datetime as dt
 import time
 import uuid
 from collections.abc import Mapping
-from types import TracebackType
-from typing import TYPE_CHECKING, overload
+from typing import TYPE_CHECKING, Any, overload
 
 from .. import _codecs
+from .._closing import ClosesOnExit
 from .._errors import InvalidArgumentError, MessageTooLargeError, OperationTimeoutError, WriterClosedError
 from .._futures import wait_within
 from .._limits import (
@@ -33,7 +33,7 @@ from ..observability.logging import sdk_logger
 from ..observability.metrics import writer_report
 from .batching import entry_wire_size
 from .buffer import PendingMessage, PlainMessage, WriteBuffer
-from .messages import InitInfo, Message, WriteResult, WriteStatistics, check_metadata
+from .messages import InitInfo, Message, WriteResult, WriteStatistics, check_metadata, payload_bytes
 from .sender import SenderSettings, WriterSender
 
 if TYPE_CHECKING:
@@ -81,7 +81,7 @@ if TYPE_CHECKING:
         init_timeout: float
 
 
-class TopicWriter(ConnectionStatus):
+class TopicWriter(ConnectionStatus, ClosesOnExit):
     """Writes messages to one topic partition over a reconnecting stream.
 
     Use it as ``async with driver.topic.writer(path, producer_id=...) as writer``. ``write``
@@ -209,6 +209,7 @@ class TopicWriter(ConnectionStatus):
             self._on_init,
             writer_report(driver.metrics, full_path, lambda: (buffer.messages, buffer.nbytes)),
             self._locate if direct_write else None,
+            self._hands_off,
         )
         self._keeper = self._sender.keeper
         self._tracer = driver.tracing
@@ -229,29 +230,13 @@ class TopicWriter(ConnectionStatus):
 
     # --- lifecycle ------------------------------------------------------------------------
 
-    async def __aenter__(self) -> TopicWriter:
-        await self.open()
-        return self
+    _logger = logger
 
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        if isinstance(exc, asyncio.CancelledError):
-            # The caller is being cancelled: stop now rather than wait for acknowledgements.
-            await self._shutdown(WriterClosedError("writer was closed by cancellation before these were acknowledged"))
-            return
-        try:
-            await self.close()
-        except Exception as close_error:
-            if exc is None:
-                raise
-            # Do not mask the error that is already propagating out of the block (nor log the
-            # writer's own failure again: it was logged when it happened).
-            if close_error is not self._failure:
-                logger.warning(
-                    "closing topic writer %s after an error also failed",
-                    self.path, exc_info=True, extra=self._sender.log_fields,
-                )
+    async def _stop_now(self) -> None:
+        await self._shutdown(WriterClosedError("writer was closed by cancellation before these were acknowledged"))
+
+    def _exit_log_fields(self) -> Mapping[str, Any]:
+        return self._sender.log_fields
 
     async def open(self) -> None:
         """Start connecting in the background (``write`` does this too); returns at once."""
@@ -279,6 +264,11 @@ class TopicWriter(ConnectionStatus):
             self._failure = error
         self._buffer.fail(error)
         self._init_done.set()
+
+    def _hands_off(self, error: BaseException) -> bool:
+        """Whether ``error`` is for whoever drives this writer to handle (a subclass says which):
+        it ends the writer at once, like a final failure, without retries or an ERROR log."""
+        return False
 
     async def _locate(self) -> PartitionLocation | None:
         assert self._partition_id is not None
@@ -532,19 +522,13 @@ class TopicWriter(ConnectionStatus):
             metadata = None
             meta_size = 0
         elif isinstance(message, str):
-            data = check_utf8(message, "a message")
+            data = payload_bytes(message, "a message")
             seq_no = None
             created_ns = now_ns
             metadata = None
             meta_size = 0
         elif isinstance(message, Message):
-            payload = message.data
-            if isinstance(payload, str):
-                data = check_utf8(payload, "Message.data")
-            elif isinstance(payload, (bytes, bytearray, memoryview)):
-                data = bytes(payload)
-            else:
-                raise InvalidArgumentError(f"Message.data must be bytes or str, not {type(payload).__name__}")
+            data = payload_bytes(message.data)
             seq_no = message.seq_no
             if seq_no is not None and (
                 not isinstance(seq_no, int) or isinstance(seq_no, bool) or not 0 < seq_no <= MAX_SEQ_NO
