@@ -6,6 +6,7 @@
 The local topic server runs in its own process, so ``time.process_time`` here is the client's
 CPU alone. A topic is filled once per size; each reader then reads all of it under a consumer of
 its own and commits: ``batch`` mode is one ``receive_batch`` and one ``commit`` per batch,
+taking every message of the batch and touching its ``.data`` and ``.offset`` (as the floor does),
 ``message`` mode one ``receive_message`` and one ``commit`` per message (YDB commits contiguous
 ranges, so every message is committed; both SDKs merge them). Closing the reader (waiting for the
 commit acknowledgements) is inside the measurement. Both SDKs get the same 50 MiB buffer. The
@@ -54,12 +55,17 @@ async def read_ours(endpoint: str, database: str, topic: str, consumer: str, n: 
         if mode == "batch":
             while got < n:
                 batch = await reader.receive_batch()
-                got += len(batch)
+                # A batch builds its messages as it is iterated: take what a consumer would.
+                for message in batch:
+                    message.data, message.offset  # noqa: B018
+                    got += 1
                 reader.commit(batch)
         else:
             receive, commit = reader.receive_message, reader.commit
             while got < n:
-                commit(await receive())
+                message = await receive()
+                message.data, message.offset  # noqa: B018
+                commit(message)
                 got += 1
 
 
@@ -76,11 +82,15 @@ async def read_official(endpoint: str, database: str, topic: str, consumer: str,
             if mode == "batch":
                 while got < n:
                     batch = await reader.receive_batch()
-                    got += len(batch.messages)
+                    for message in batch.messages:
+                        message.data, message.offset  # noqa: B018
+                        got += 1
                     reader.commit(batch)
             else:
                 while got < n:
-                    reader.commit(await reader.receive_message())
+                    message = await reader.receive_message()
+                    message.data, message.offset  # noqa: B018
+                    reader.commit(message)
                     got += 1
         finally:
             await reader.close()
