@@ -28,7 +28,8 @@ RAW_CODECS = (0, _codecs.Codec.RAW)
 
 
 def declared_size(record: Any) -> int:
-    """A payload's size once decoded, as its writer declared it (else its size on the wire)."""
+    """A payload's size once decoded, as its writer declared it (else its size on the wire: the
+    record serialized, a copy, which writers that declare the size spare)."""
     size: int = record.uncompressed_size or record.ByteSize()
     return size
 
@@ -75,7 +76,7 @@ async def decode_ahead(part: BufferedPart, upto: int) -> None:
         records.append(record)
         # The work is in producing the output: judge by the size the writer declared, as a
         # highly compressible payload is small on the wire.
-        sizes.append(max(record.ByteSize(), record.uncompressed_size))
+        sizes.append(declared_size(record))
     results: list[bytes | BaseException]
     if not records:
         results = []

@@ -65,12 +65,14 @@ class BufferedPart:
         compressed: bool,
     ) -> None:
         """``nbytes``: the part's share of its response's bytes on the wire; compressed payloads
-        are charged what they grow by when decoded too, as their writers declared it."""
+        are charged what they decode to as well, as their writers declared it: the response
+        stays in memory until its last message is taken, so until then both are held. (Not
+        the decoded size minus the wire size: measuring a batch on the wire means serializing
+        it again, a copy of megabytes on the event loop for large messages.)"""
         if compressed:
             for info in batches:
                 if info.decoder is not None:
-                    declared = sum(record.uncompressed_size for record in info.records)
-                    nbytes += max(0, declared - info.proto.ByteSize())
+                    nbytes += sum(record.uncompressed_size for record in info.records)
         self.session = session
         self.batches = batches
         """The server batches that hold messages, in offset order."""
