@@ -691,7 +691,8 @@ async def test_large_compressed_batches_are_decoded_off_the_loop(driver: yta.Dri
         decoded_in[len(out)] = threading.get_ident()
         return out
 
-    async with driver.topic.reader(topic, consumer="consumer", decoders={yta.LZ4_CODEC: decode}) as reader:
+    decoders = {yta.LZ4_CODEC: yta.ThreadSafe(decode)}
+    async with driver.topic.reader(topic, consumer="consumer", decoders=decoders) as reader:
         await fill(driver, topic, [b"s" * 100], codec=yta.LZ4_CODEC)
         got = await _read_n(reader, 1)
         await fill(driver, topic, [b"x" * 40_000], codec=yta.LZ4_CODEC)  # a few hundred bytes on the wire

@@ -8,12 +8,12 @@ import threading
 import time
 from typing import Any
 
-import anyio
 import pytest
 
 import ydb_topic_async as yta
 from ydb_topic_async import _codecs
 
+from .._codec_probes import use_codec_threads
 from .._polling import eventually
 from .._streams import record_requests
 
@@ -357,9 +357,11 @@ async def test_tokens_are_refreshed_in_band(
     assert sent() == ["t2", "t3"]
 
 
-@pytest.mark.parametrize("size", [100, 20_000], ids=["inline", "worker-thread"])
+@pytest.mark.parametrize(
+    ("size", "thread_safe"), [(100, True), (20_000, True), (100, False)], ids=["inline", "worker-thread", "serial"]
+)
 async def test_a_failing_custom_encoder_fails_only_its_own_messages(
-    server: Any, driver: yta.Driver, topic: str, size: int
+    server: Any, driver: yta.Driver, topic: str, size: int, thread_safe: bool
 ) -> None:
     def picky(data: bytes) -> bytes:
         if data.startswith(b"bad"):
@@ -367,7 +369,8 @@ async def test_a_failing_custom_encoder_fails_only_its_own_messages(
         return b"enc:" + data
 
     good = [b"good-%d " % i * (size // 8) for i in range(3)]
-    async with driver.topic.writer(topic, producer_id="p", codec=10005, encoders={10005: picky}) as writer:
+    encoders = {10005: yta.ThreadSafe(picky) if thread_safe else picky}
+    async with driver.topic.writer(topic, producer_id="p", codec=10005, encoders=encoders) as writer:
         futures = await writer.write_with_ack_future([good[0], b"bad" * (size // 3), good[1]])
         first, bad, second = await asyncio.gather(*futures, return_exceptions=True)
         assert isinstance(bad, yta.MessageEncodeError) and "encoder bug" in str(bad)
@@ -382,10 +385,7 @@ async def test_a_failing_custom_encoder_fails_only_its_own_messages(
 async def test_large_payloads_are_encoded_off_the_loop_in_parallel(
     server: Any, driver: yta.Driver, topic: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The default number of codec threads depends on the machine (one on two CPUs): four here.
-    monkeypatch.setattr(_codecs, "CODEC_THREADS", 4)
-    monkeypatch.setattr(_codecs, "PARALLELISM", 4)
-    monkeypatch.setitem(_codecs._limiters, asyncio.get_running_loop(), anyio.CapacityLimiter(4))
+    use_codec_threads(monkeypatch, 4)  # the default depends on the machine (one on two CPUs)
     loop_thread = threading.get_ident()
     threads: set[int] = set()
     running = 0
@@ -404,7 +404,7 @@ async def test_large_payloads_are_encoded_off_the_loop_in_parallel(
         return data[::-1]
 
     payloads = [bytes([i]) * 20_000 + b"end" for i in range(8)]
-    async with driver.topic.writer(topic, codec=10007, encoders={10007: slow_encoder}) as writer:
+    async with driver.topic.writer(topic, codec=10007, encoders={10007: yta.ThreadSafe(slow_encoder)}) as writer:
         await writer.wait_init()
         ticks = 0
 

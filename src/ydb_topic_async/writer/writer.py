@@ -94,7 +94,7 @@ class TopicWriter(ConnectionStatus, ClosesOnExit):
     ``partition_id`` (else the server picks one per producer), ``direct_write`` (connect with the
     partition's generation, re-resolved when the partition moves; needs ``partition_id``),
     ``session_metadata``, ``codec`` (default raw) with ``encoders`` for custom codec ids (an
-    encoder may run in several worker threads at once: it must be thread-safe),
+    encoder runs in one thread at a time unless wrapped in ``ThreadSafe``),
     ``auto_seqno``/``auto_created_at``, buffer limits ``max_buffer_messages``/``max_buffer_bytes``
     (``None``: unlimited) and ``buffer_wait_timeout`` (``None``: wait forever), ``max_request_size``
     (bytes per WriteRequest), ``token_refresh_interval`` (seconds between credential checks; 0
