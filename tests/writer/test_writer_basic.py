@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import datetime as dt
 import threading
 import time
@@ -173,8 +174,21 @@ async def test_bad_input_types_are_rejected(driver: yta.Driver, topic: str) -> N
             await writer.write(123)  # type: ignore[arg-type]
         with pytest.raises(yta.InvalidArgumentError):
             await writer.write([b"ok", None])  # type: ignore[list-item]
+        with pytest.raises(yta.InvalidArgumentError):
+            await writer.write(bytearray(b"not bytes"))  # type: ignore[arg-type]
+        with pytest.raises(yta.InvalidArgumentError):
+            await writer.write({b"a set"})  # type: ignore[arg-type]
         assert await writer.write_with_ack([]) == []
         assert writer.buffered_messages == 0
+
+
+async def test_any_sequence_of_messages_is_one_call(server: Any, driver: yta.Driver, topic: str) -> None:
+    """A list, a tuple or another sequence (a deque, say) of messages, each a list of results."""
+    async with driver.topic.writer(topic) as writer:
+        results = await writer.write_with_ack(collections.deque([b"a", "b"]))
+        results += await writer.write_with_ack((yta.Message("c"),))
+    assert [type(r) for r in results] == [yta.Written] * 3
+    assert [m.data for m in stored(server, topic)] == [b"a", b"b", b"c"]
 
 
 async def test_a_message_too_large_for_any_request_raises_at_write(driver: yta.Driver, topic: str) -> None:

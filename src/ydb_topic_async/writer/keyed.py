@@ -38,7 +38,16 @@ from .._key_ranges import even_bounds, key_hash
 from .._retry import RetryPolicy, RetryState
 from ..observability.logging import sdk_logger
 from ..topic.types import AutoPartitioningStrategy, TopicDescription
-from .messages import Message, MetadataInput, Skipped, WriteResult, payload_bytes
+from .messages import (
+    ManyMessages,
+    Message,
+    MetadataInput,
+    OneMessage,
+    Skipped,
+    WriteResult,
+    is_many,
+    payload_bytes,
+)
 from .writer import DEFAULT_MAX_BUFFER_BYTES, DEFAULT_MAX_BUFFER_MESSAGES, TopicWriter
 
 if TYPE_CHECKING:
@@ -67,8 +76,6 @@ logger = sdk_logger("writer")
 
 Key = str | bytes
 """A message key: ``str`` is hashed as UTF-8."""
-OneMessage = bytes | str | Message
-ManyMessages = list[OneMessage] | tuple[OneMessage, ...]
 
 
 class _LaneWriter(TopicWriter):
@@ -354,7 +361,7 @@ class KeyedWriter(ClosesOnExit):
         await self._accept(messages, key, False)
 
     @overload
-    async def write_with_ack(self, messages: OneMessage, *, key: Key) -> WriteResult: ...
+    async def write_with_ack(self, messages: OneMessage, *, key: Key) -> WriteResult: ...  # type: ignore[overload-overlap]  # a str is one message, not a sequence of them
 
     @overload
     async def write_with_ack(self, messages: ManyMessages, *, key: Key) -> list[WriteResult]: ...
@@ -366,16 +373,20 @@ class KeyedWriter(ClosesOnExit):
         if futures:
             await asyncio.wait(futures)
         results = [f.result() for f in futures]
-        return results if isinstance(messages, (list, tuple)) else results[0]
+        return results if is_many(messages) else results[0]
 
     async def _accept(self, messages: OneMessage | ManyMessages, key: Key, with_results: bool) -> list[_Entry]:
         self._check_usable()
         position = key_hash(_key_bytes(key))
         created_at = dt.datetime.now(dt.UTC) if self._auto_created_at else None
-        if isinstance(messages, (list, tuple)):
+        if isinstance(messages, (bytes, str, Message)):
+            entries = [_entry(messages, position, created_at)]
+        elif is_many(messages):
             entries = [_entry(m, position, created_at) for m in messages]
         else:
-            entries = [_entry(messages, position, created_at)]
+            raise InvalidArgumentError(
+                f"write takes bytes, str, Message or a list of them, not {type(messages).__name__}"
+            )
         if not entries:
             return []
         if with_results:

@@ -33,7 +33,18 @@ from ..observability.logging import sdk_logger
 from ..observability.metrics import writer_report
 from .batching import entry_wire_size
 from .buffer import PendingMessage, PlainMessage, WriteBuffer
-from .messages import InitInfo, Message, WriteResult, WriteStatistics, check_metadata, payload_bytes
+from .messages import (
+    InitInfo,
+    ManyMessages,
+    Message,
+    Messages,
+    OneMessage,
+    WriteResult,
+    WriteStatistics,
+    check_metadata,
+    is_many,
+    payload_bytes,
+)
 from .sender import SenderSettings, WriterSender
 
 if TYPE_CHECKING:
@@ -54,10 +65,6 @@ a loop turn per message costs more than the rest of ``write``.)"""
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _MICROSECOND = dt.timedelta(microseconds=1)
 
-OneMessage = bytes | str | Message
-"""What ``write`` takes for one message."""
-ManyMessages = list[OneMessage] | tuple[OneMessage, ...]
-Messages = OneMessage | ManyMessages
 
 if TYPE_CHECKING:
 
@@ -408,7 +415,7 @@ class TopicWriter(ConnectionStatus, ClosesOnExit):
         await self._accept(messages, False)
 
     @overload
-    async def write_with_ack(self, messages: OneMessage) -> WriteResult: ...
+    async def write_with_ack(self, messages: OneMessage) -> WriteResult: ...  # type: ignore[overload-overlap]  # a str is one message, not a sequence of them
 
     @overload
     async def write_with_ack(self, messages: ManyMessages) -> list[WriteResult]: ...
@@ -431,7 +438,7 @@ class TopicWriter(ConnectionStatus, ClosesOnExit):
         return [f.result() for f in futures]
 
     @overload
-    async def write_with_ack_future(self, messages: OneMessage) -> asyncio.Future[WriteResult]: ...
+    async def write_with_ack_future(self, messages: OneMessage) -> asyncio.Future[WriteResult]: ...  # type: ignore[overload-overlap]  # a str is one message, not a sequence of them
 
     @overload
     async def write_with_ack_future(self, messages: ManyMessages) -> list[asyncio.Future[WriteResult]]: ...
@@ -456,7 +463,7 @@ class TopicWriter(ConnectionStatus, ClosesOnExit):
         now_ns = time.time_ns() if self._auto_created_at else -1
         if isinstance(messages, (bytes, str, Message)):
             entries = [self._prepare(messages, now_ns)]
-        elif isinstance(messages, (list, tuple)):
+        elif is_many(messages):
             entries = [self._prepare(m, now_ns) for m in messages]
             if not entries:
                 return [] if with_futures else None
