@@ -232,6 +232,9 @@ class TopicWriter(ConnectionStatus, ClosesOnExit):
         self._accepted_since_yield = 0
         self._last_seq_no = 0
         """Manual numbering: the highest seq_no accepted so far."""
+        self._seq_no_base = 0
+        """Manual numbering: what is added to each given seq_no before it is sent (0: none; a
+        subclass that numbers relative to the producer's stored last seq_no sets it)."""
         self._failure: BaseException | None = None
         self._closed = False
 
@@ -347,22 +350,28 @@ class TopicWriter(ConnectionStatus, ClosesOnExit):
     # --- handshake ------------------------------------------------------------------------
 
     def _on_init(self, info: InitInfo) -> None:
+        """The first handshake: called before anything is sent."""
         self._init_info = info
         offset = info.last_seq_no
         if self._auto_seqno and offset:
-            # Messages accepted before the handshake (all still unsent) were numbered from 1:
-            # they follow the producer's stored last seq_no instead.
-            unsent = self._buffer.unsent
-            for _ in range(len(unsent)):
-                entry = unsent.popleft()
-                if isinstance(entry, tuple):
-                    data, seq_no, created_ns = entry
-                    entry = (data, seq_no + offset, created_ns)
-                else:
-                    entry.seq_no += offset
-                unsent.append(entry)
+            # Messages accepted before the handshake were numbered from 1: they follow the
+            # producer's stored last seq_no instead.
+            self._shift_unsent(offset)
             self._next_seq_no += offset
         self._init_done.set()
+
+    def _shift_unsent(self, offset: int) -> None:
+        """Add ``offset`` to the seq_no of every message not sent yet (before the first
+        handshake: every message accepted)."""
+        unsent = self._buffer.unsent
+        for _ in range(len(unsent)):
+            entry = unsent.popleft()
+            if isinstance(entry, tuple):
+                data, seq_no, created_ns = entry
+                entry = (data, seq_no + offset, created_ns)
+            else:
+                entry.seq_no += offset
+            unsent.append(entry)
 
     async def wait_init(self, timeout: float | None = None) -> InitInfo:
         """Wait for the first handshake and return what the server said.
@@ -497,6 +506,10 @@ class TopicWriter(ConnectionStatus, ClosesOnExit):
             raise
         if manual:
             self._last_seq_no = entries[-1].seq_no
+            base = self._seq_no_base
+            if base:
+                for entry in entries:
+                    entry.seq_no += base
         else:
             seq_no = self._next_seq_no
             for entry in entries:
