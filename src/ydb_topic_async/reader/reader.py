@@ -248,7 +248,9 @@ class TopicReader(ConnectionStatus, ClosesOnExit):
             await self._shutdown()
             suppress_future_errors(waiters)
         if timed_out:
-            raise OperationTimeoutError(f"reader close timed out after {timeout}s waiting for commit acknowledgements")
+            raise OperationTimeoutError(
+                f"reader close timed out after {timeout:.3g}s waiting for commit acknowledgements"
+            )
         if self._failure is not None and not self._failure_reported:
             self._failure_reported = True
             raise self._failure

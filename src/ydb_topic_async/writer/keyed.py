@@ -298,7 +298,10 @@ class KeyedWriter(ClosesOnExit):
                     await self._wait_acked(self._next_index)
         except TimeoutError:
             timed_out = True
-            reason = OperationTimeoutError(f"keyed writer close timed out after {timeout}s")
+            pending = sum(1 for e in self._order if not e.done)
+            reason = OperationTimeoutError(
+                f"keyed writer close timed out after {timeout:.3g}s with {pending} unacknowledged messages"
+            )
         except Exception:
             pass  # the failure is raised below
         finally:
@@ -492,7 +495,7 @@ class KeyedWriter(ClosesOnExit):
             async with asyncio.timeout(timeout):
                 await self._wait_acked(self._next_index)
         except TimeoutError:
-            raise OperationTimeoutError(f"keyed writer flush timed out after {timeout}s") from None
+            raise OperationTimeoutError(f"keyed writer flush timed out after {timeout:.3g}s") from None
 
     # --- failures, overloads and splits ------------------------------------------------------
 

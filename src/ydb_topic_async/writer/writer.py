@@ -310,7 +310,9 @@ class TopicWriter(ConnectionStatus, ClosesOnExit):
         finally:
             pending = self._buffer.accepted_total - self._buffer.acked_total
             reason = (
-                OperationTimeoutError(f"writer close timed out after {timeout}s with {pending} unacknowledged messages")
+                OperationTimeoutError(
+                    f"writer close timed out after {timeout:.3g}s with {pending} unacknowledged messages"
+                )
                 if timed_out
                 else WriterClosedError("writer was closed before these messages were acknowledged")
             )
@@ -599,7 +601,7 @@ class TopicWriter(ConnectionStatus, ClosesOnExit):
         except TimeoutError:
             pending = mark - self._buffer.acked_total
             raise OperationTimeoutError(
-                f"flush timed out after {timeout}s with {pending} messages unacknowledged"
+                f"flush timed out after {timeout:.3g}s with {pending} messages unacknowledged"
             ) from None
 
     # --- introspection --------------------------------------------------------------------
