@@ -122,7 +122,8 @@ async def test_a_large_message_holds_its_own_fields_not_its_response(
         assert message.producer_id == "p" and message.session_metadata == {"k": "v"}
         assert message.message_group_id == record.message_group_id
     assert [m.metadata_items for m in taken] == [{"a": b"1"}, {"b": b"2"}, {}]
-    # Where each reads its fields from: a payload-less copy for the large ones.
+    # Where each reads its fields from: a payload-less copy for the large ones (a memory layout
+    # with no outward sign: only the message's own record shows it).
     assert [m._info.record(m._index).data for m in taken] == [b"", b"small", b""]
 
 

@@ -39,22 +39,16 @@ async def test_write_with_ack_reports_partition_offset_and_seq_no(driver: yta.Dr
 
 
 async def test_the_handshake_names_the_producer_as_its_message_group(
-    server: Any, driver: yta.Driver, topic: str
+    server: Any, driver: yta.Driver, topic: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Older YDB versions refuse a producer id without a message group or partition; the official
     SDKs send ``message_group_id = producer_id``, and so does this writer."""
-    inits: list[Any] = []
-    handshake = server.writes._handshake
-
-    def recording(init: Any) -> Any:
-        inits.append(init)
-        return handshake(init)
-
-    server.writes._handshake = recording
+    sent = record_requests(monkeypatch, "init_request")
     async with driver.topic.writer(topic, producer_id="p") as writer:
         await writer.write_with_ack(b"x")
     async with driver.topic.writer(topic, producer_id="q", partition_id=0) as writer:
         await writer.write_with_ack(b"y")
+    inits = [request.init_request for request in sent]
     assert [(i.producer_id, i.WhichOneof("partitioning"), i.message_group_id) for i in inits] == [
         ("p", "message_group_id", "p"), ("q", "partition_id", "")
     ]
