@@ -1,11 +1,11 @@
 """``KeyedWriter``: messages spread over a topic's partitions by key, in order per key.
 
-One ``TopicWriter`` per partition ("lane"), made on first use and connecting in the background,
-writes with producer id ``{producer_id}_{partition_id}`` and seq_nos the keyed writer assigns,
-counted from the last seq_no that producer id stored (which the lane's first handshake tells), so
-every partition keeps YDB's exactly-once deduplication. A key goes to the partition whose key range holds the key's
-MD5 hash: the ranges the server reports for an auto-partitioned topic, or else an even split of
-the active partitions (``_key_ranges``).
+One ``TopicWriter`` per partition ("lane"), made on first use and connecting in the
+background, writes with producer id ``{producer_id}_{partition_id}`` and seq_nos the keyed
+writer assigns, counted from the last seq_no that producer id stored (which the lane's first
+handshake tells), so every partition keeps YDB's exactly-once deduplication. A key goes to the
+partition whose key range holds the key's MD5 hash: the ranges the server reports for an
+auto-partitioned topic, or else an even split of the active partitions (``_key_ranges``).
 
 When a partition splits, its lane fails with OVERLOADED (the partition is inactive). The keyed
 writer then holds new writes back, reads the new partitions and their ranges, asks the server
