@@ -13,6 +13,8 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
+import pytest
+
 from ydb_topic_async import _codecs
 
 _TICK = 0.001
@@ -63,3 +65,12 @@ class RecordingTransform:
         with self._lock:
             self.threads.append(threading.get_ident())
         return self._transform(data)
+
+
+def use_codec_threads(monkeypatch: pytest.MonkeyPatch, count: int) -> None:
+    """Let the SDK (de)compress in ``count`` threads at once during this test, whatever the
+    machine has (one thread on two CPUs). The test's event loop makes its codec limiter at the
+    first codec work, from ``CODEC_THREADS``: call this before any."""
+    monkeypatch.setattr(_codecs, "CODEC_THREADS", count)
+    monkeypatch.setattr(_codecs, "PARALLELISM", count)
+    assert _codecs.codec_limiter().total_tokens == count, "the loop did codec work before"

@@ -136,15 +136,15 @@ async def test_the_local_server_accepts_frequent_pings(
 
 
 async def test_keepalive_is_on_by_default_and_can_be_switched_off(server: LocalTopicServer) -> None:
-    default = dict(yta.Driver(server.endpoint, server.database).transport._channel_options)
+    default = dict(yta.Driver(server.endpoint, server.database).transport.channel_options)
     assert default["grpc.keepalive_time_ms"] == 10_000
     assert default["grpc.keepalive_timeout_ms"] == 10_000
-    off = dict(yta.Driver(server.endpoint, server.database, keepalive_interval=None).transport._channel_options)
+    off = dict(yta.Driver(server.endpoint, server.database, keepalive_interval=None).transport.channel_options)
     assert "grpc.keepalive_time_ms" not in off
     custom = yta.Driver(
         server.endpoint, server.database, keepalive_interval=30, channel_options=[("grpc.keepalive_time_ms", 5)]
     )
-    assert dict(custom.transport._channel_options)["grpc.keepalive_time_ms"] == 5  # explicit channel options win
+    assert dict(custom.transport.channel_options)["grpc.keepalive_time_ms"] == 5  # explicit channel options win
     with pytest.raises(yta.InvalidArgumentError, match="keepalive_interval"):
         yta.Driver(server.endpoint, server.database, keepalive_interval=0)
     with pytest.raises(yta.InvalidArgumentError, match="keepalive_timeout"):

@@ -4,7 +4,7 @@
         await driver.topic.create_topic("events", consumers=["analytics"])
 """
 
-from ._codecs import LZ4_CODEC, Codec, lz4_decode, lz4_encode
+from ._codecs import LZ4_CODEC, Codec, ThreadSafe, lz4_decode, lz4_encode
 from ._credentials import (
     AccessTokenCredentials,
     AnonymousCredentials,
@@ -83,6 +83,7 @@ __all__ = [
     "TokenProviderCredentials",
     "TopicClient",
     "TopicDescription",
+    "ThreadSafe",
     "InitInfo",
     "KeyedWriter",
     "MessageBatch",

@@ -4,7 +4,8 @@ raw, gzip and zstd are built in. lz4 is a custom codec (YDB reserves ids 10000-1
 those): pass ``{LZ4_CODEC: lz4_encode}`` to a writer's ``encoders`` and
 ``{LZ4_CODEC: lz4_decode}`` to a reader's ``decoders``. Batches of payloads that are large in
 bytes or in count are encoded and decoded in worker threads (these libraries release the GIL),
-split into chunks that run in parallel, so the event loop keeps running.
+split into chunks that run in parallel, so the event loop keeps running. A transform a user
+registers runs in one thread at a time unless marked ``ThreadSafe``.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import asyncio
 import gzip
 import os
 import threading
+import types
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from enum import IntEnum
@@ -169,8 +171,9 @@ def check_codec_id(value: object, what: str = "codec") -> int:
 def merge_codecs(builtin: Mapping[int, Transform], extra: Mapping[int, Transform] | None) -> dict[int, Transform]:
     """The built-in transforms plus user-registered ones; custom ids must be in the user range.
 
-    A user's transform is wrapped so that output other than bytes fails the one payload it was
-    given, naming the codec.
+    A user's transform becomes a ``SerialTransform``, unless it is marked ``ThreadSafe``
+    (``lz4_encode``/``lz4_decode`` keep no state: they stay as they are). Output other than
+    bytes fails the one payload it was given, naming the codec.
     """
     merged = dict(builtin)
     if extra is not None and not isinstance(extra, Mapping):
@@ -183,20 +186,111 @@ def merge_codecs(builtin: Mapping[int, Transform], extra: Mapping[int, Transform
             )
         if not callable(fn):
             raise InvalidArgumentError(f"codec {codec_name(codec)} needs a callable bytes -> bytes")
-        merged[codec] = _checked(fn, codec) if fn not in (lz4_encode, lz4_decode) else fn
+        if fn in (lz4_encode, lz4_decode):
+            merged[codec] = fn
+        elif isinstance(fn, ThreadSafe):
+            merged[codec] = _checked(fn.fn, codec)
+        else:
+            merged[codec] = SerialTransform(fn, codec)
     return merged
+
+
+class ThreadSafe:
+    """Marks an encoder or decoder that may run in several threads at once, so that the SDK
+    spreads a large batch over its codec threads: ``encoders={10007: ThreadSafe(my_encode)}``.
+
+    Without it, a transform you register runs in one thread at a time (see ``SerialTransform``):
+    right for objects such as ``zstandard.ZstdDecompressor().decompress``, which corrupt data
+    when two threads use one at once.
+    """
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Transform) -> None:
+        if not callable(fn):
+            raise InvalidArgumentError(f"ThreadSafe needs a callable bytes -> bytes, not {type(fn).__name__}")
+        self.fn = fn
+
+    def __call__(self, data: bytes) -> bytes:
+        return self.fn(data)
+
+    def __repr__(self) -> str:
+        return f"ThreadSafe({self.fn!r})"
+
+
+def _as_bytes(out: object, codec: int) -> bytes:
+    """A transform's output as bytes; ``TypeError`` naming the codec for anything else."""
+    if type(out) is bytes:
+        return out
+    if isinstance(out, (bytearray, memoryview)):
+        return bytes(out)
+    raise TypeError(f"the transform for codec {codec_name(codec)} returned {type(out).__name__}, not bytes")
 
 
 def _checked(fn: Transform, codec: int) -> Transform:
     def transform(data: bytes) -> bytes:
-        out: object = fn(data)
-        if type(out) is bytes:
-            return out
-        if isinstance(out, (bytearray, memoryview)):
-            return bytes(out)
-        raise TypeError(f"the transform for codec {codec_name(codec)} returned {type(out).__name__}, not bytes")
+        return _as_bytes(fn(data), codec)
 
     return transform
+
+
+class _OwnerLocks:
+    """One lock per object behind users' transforms, for as long as a ``SerialTransform`` uses it.
+
+    A transform is usually a bound method (``ZstdDecompressor().decompress``): the object it is
+    bound to holds the state, so two transforms of one object (given to two readers, or for two
+    codec ids) share a lock. Such objects may not support weak references, so locks are counted
+    by their users and dropped with the last one (a ``SerialTransform`` keeps its object alive,
+    so the id cannot be reused meanwhile).
+    """
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._locks: dict[int, tuple[threading.Lock, int]] = {}
+
+    def take(self, fn: Callable[..., object], user: object) -> threading.Lock:
+        owner = getattr(fn, "__self__", None)
+        if owner is None or isinstance(owner, types.ModuleType):
+            owner = fn  # a plain function (or a module's): its own lock
+        key = id(owner)
+        with self._guard:
+            lock, users = self._locks.get(key) or (threading.Lock(), 0)
+            self._locks[key] = (lock, users + 1)
+        weakref.finalize(user, self._release, key)
+        return lock
+
+    def _release(self, key: int) -> None:
+        with self._guard:
+            lock, users = self._locks[key]
+            if users > 1:
+                self._locks[key] = (lock, users - 1)
+            else:
+                del self._locks[key]
+
+
+_owner_locks = _OwnerLocks()
+
+
+class SerialTransform:
+    """A user's encoder or decoder, made safe to share: it runs in one thread at a time.
+
+    Objects such as ``zstandard.ZstdDecompressor`` corrupt data when two threads use one at once,
+    and the SDK (de)compresses in several worker threads: calls of transforms of one object are
+    serialized (``transform_batch`` runs a batch that uses one in a single worker thread, never
+    on the event loop, where waiting for the lock would stall it).
+    """
+
+    __slots__ = ("__weakref__", "codec", "fn", "lock")
+
+    def __init__(self, fn: Transform, codec: int) -> None:
+        self.fn = fn
+        self.codec = codec
+        self.lock = _owner_locks.take(fn, self)
+
+    def __call__(self, data: bytes) -> bytes:
+        with self.lock:
+            out: object = self.fn(data)
+        return _as_bytes(out, self.codec)
 
 
 class PartialTransformError(Exception):
@@ -229,17 +323,22 @@ def transform_all(fn: Transform, payloads: Iterable[bytes]) -> list[bytes]:
     return results  # type: ignore[return-value]  # no failures: no None left
 
 
-async def transform_batch(sizes: Sequence[int], work: Callable[[int, int], list[bytes]]) -> list[bytes]:
+async def transform_batch(
+    sizes: Sequence[int], work: Callable[[int, int], list[bytes]], *, serial: bool = False
+) -> list[bytes]:
     """``work(0, len(sizes))``: the transformed payloads of a whole batch, in order.
 
     ``sizes`` are the payloads' costs in bytes. Inline when there is little to do (``fits_inline``),
     else in codec worker threads, the batch split into chunks of similar size (``split_evenly``)
-    that run in parallel. The writer's encoding and the reader's decoding both run through here.
+    that run in parallel. ``serial`` (the batch uses a ``SerialTransform``): in one worker thread,
+    whatever its size. The writer's encoding and the reader's decoding both run through here.
     ``work(start, end)`` may raise ``PartialTransformError`` for its range; the failures of every
     chunk are gathered into one for the whole batch.
     """
     count = len(sizes)
     total = sum(sizes)
+    if serial:
+        return await run_in_codec_thread(work, 0, count)
     if fits_inline(total, count):
         return work(0, count)
     bounds = split_evenly(sizes, total)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -29,7 +31,24 @@ if TYPE_CHECKING:
 
 logger = sdk_logger("driver")
 
+DEFAULT_CLOSE_TIMEOUT = 10.0
+"""Seconds ``Driver.close`` (and leaving ``async with Driver``) gives writers and readers to
+finish, by default, before their unacknowledged messages and commits fail: as the official
+SDK's ``Driver.stop``, and well within the 30 seconds an orchestrator such as Kubernetes waits
+after SIGTERM."""
+
+
+class _DriverDefault:
+    """The default of ``Driver.close(timeout)``: the driver's ``close_timeout``."""
+
+    def __repr__(self) -> str:
+        return "close_timeout"
+
+
+_CLOSE_TIMEOUT = _DriverDefault()
+
 __all__ = [
+    "DEFAULT_CLOSE_TIMEOUT",
     "DEFAULT_KEEPALIVE_INTERVAL",
     "DEFAULT_KEEPALIVE_TIMEOUT",
     "DEFAULT_MAX_MESSAGE_SIZE",
@@ -69,6 +88,10 @@ class Driver:
     Observability: ``metrics`` (a ``MetricsRecorder``) receives the counters and latencies of
     every writer and reader made from this driver; ``tracing`` (``True`` or an
     ``OpenTelemetryTracing``) traces their writes and reads with OpenTelemetry.
+
+    ``close_timeout`` (seconds, ``None`` for no bound) is how long ``close()``, and leaving
+    ``async with``, wait for the writers and readers to deliver what they accepted and to have
+    commits acknowledged, before failing what is left with ``OperationTimeoutError``.
     """
 
     def __init__(
@@ -88,6 +111,7 @@ class Driver:
         keepalive_timeout: float = DEFAULT_KEEPALIVE_TIMEOUT,
         metrics: MetricsRecorder | None = None,
         tracing: bool | OpenTelemetryTracing | None = None,
+        close_timeout: float | None = DEFAULT_CLOSE_TIMEOUT,
     ) -> None:
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise InvalidArgumentError(f"retry must be a RetryPolicy or None, got {retry!r}")
@@ -95,6 +119,8 @@ class Driver:
             raise InvalidArgumentError(
                 "metrics must implement every MetricsRecorder method (subclass NoopMetrics to override only some)"
             )
+        self.close_timeout = check_timeout(close_timeout, "close_timeout")
+        """How long ``close()`` and leaving ``async with`` wait for writers and readers to finish."""
         self.metrics: MetricsRecorder = metrics or NoopMetrics()
         """The metrics recorder given at construction (a ``NoopMetrics`` when none was)."""
         recorder = active_recorder(metrics)
@@ -152,7 +178,15 @@ class Driver:
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        await self.close()
+        if exc is None:
+            await self.close()
+            return
+        # Leaving by an error: its failure is the one raised. Leaving by cancellation: the
+        # caller is going away and does not wait for the server.
+        try:
+            await self.close(0 if isinstance(exc, asyncio.CancelledError) else self.close_timeout)
+        except Exception:
+            logger.warning("closing %r after an error also failed", self, exc_info=True)
 
     async def open(self) -> None:
         """Start endpoint discovery in the background; returns at once (``wait_ready`` waits for
@@ -164,23 +198,31 @@ class Driver:
         self._opened = True
         self._transport.start()
 
-    async def close(self) -> None:
+    async def close(self, timeout: float | _DriverDefault | None = _CLOSE_TIMEOUT) -> None:
         """Close the writers and readers made from this driver, then discovery and every channel.
 
         Writers are closed first, while the channels still work, so that they can flush (and
-        reconnect for) what they accepted. If one of them fails, the rest are still closed and
-        every channel is released before the first such error is raised. Transactions still
-        open are rolled back and query sessions deleted before that.
+        reconnect for) what they accepted; readers wait for the acknowledgement of their commits.
+        Transactions still open are rolled back and query sessions deleted before that.
+        ``timeout`` (seconds, the driver's ``close_timeout`` unless given; ``None``: as long as
+        it takes) bounds the whole close: what is still unacknowledged when it passes fails with
+        ``OperationTimeoutError`` (the futures of those messages, and this call), and every
+        channel is closed all the same. Leaving ``async with`` closes within ``close_timeout``,
+        or at once when the block is cancelled; a failure to close is then raised only if the
+        block itself raised nothing. If a writer or reader fails to close, the rest are still
+        closed and every channel is released before the first such error is raised.
         """
+        timeout = self.close_timeout if isinstance(timeout, _DriverDefault) else check_timeout(timeout)
         if self._transport.closed or self._closing:
             return
         self._closing = True
+        ends = None if timeout is None else time.monotonic() + timeout
         try:
             # Open transactions are rolled back first: that also stops their transactional writers.
             if self._query is not None:
-                await self._query._close()
+                await self._query._close(timeout)
             if self._topic is not None:
-                await self._topic._close()
+                await self._topic._close(None if ends is None else max(0.0, ends - time.monotonic()))
         finally:
             await self._transport.close()
 

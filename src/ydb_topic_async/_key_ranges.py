@@ -3,10 +3,14 @@
 A key's place is the MD5 digest of its bytes, read as a 128-bit big-endian number (YDB hashes
 producer ids the same way to pick their partition). Each partition of an auto-partitioned topic
 covers the half-open range ``[from_bound, to_bound)`` of such 16-byte values (``None``: open
-end); a split divides a range at its middle. A topic created with ``n`` partitions starts with
-``n`` equal ranges, the last one taking the remainder.
-(ydb-platform/ydb: ydb/core/persqueue/writer/partition_chooser.cpp, partition_key_range.h,
-ydb/services/lib/sharding/sharding.cpp RangeFromShardNumber.)
+end). A topic created with ``n`` partitions starts with ``n`` ranges cut at
+``(i + 1) * ((2**128 - 1) // n) - 1`` for ``i < n - 1``, the last one taking the remainder.
+(ydb-platform/ydb: ydb/core/persqueue/writer/partition_chooser.cpp, partition_key_range.h;
+ydb/core/tx/schemeshard/schemeshard__operation_create_pq.cpp takes each partition's ``to_bound``
+from ``RangeFromShardNumber(i, n).End`` in ydb/services/lib/sharding/sharding.cpp.)
+
+The SDK's keyed writer and the local topic server both use this module, so they agree with each
+other and with YDB.
 """
 
 from __future__ import annotations
@@ -14,7 +18,8 @@ from __future__ import annotations
 import hashlib
 
 BOUND_BYTES = 16
-_SPACE = 1 << (8 * BOUND_BYTES)
+KEY_SPACE = 1 << (8 * BOUND_BYTES)
+"""Keys are the integers in ``[0, KEY_SPACE)``."""
 
 Bound = bytes | None
 """A 16-byte bound, or None for the open end of the key space."""
@@ -25,26 +30,36 @@ def key_hash(key: bytes) -> bytes:
     return hashlib.md5(key, usedforsecurity=False).digest()
 
 
-def even_bounds(count: int) -> list[tuple[Bound, Bound]]:
-    """The ranges of a topic created with ``count`` partitions, in partition order."""
+def key_number(key: bytes) -> int:
+    """``key_hash(key)`` as an integer in ``[0, KEY_SPACE)``."""
+    return int.from_bytes(key_hash(key), "big")
+
+
+def even_ranges(count: int) -> list[tuple[int, int]]:
+    """The ``[from, to)`` ranges of a topic created with ``count`` partitions, in partition order,
+    as integers (the last one ends at ``KEY_SPACE``)."""
     if count < 1:
         raise ValueError("count must be at least 1")
-    top = _SPACE - 1
-    slice_ = top // count
-    cuts = [_as_bound((i + 1) * slice_ - 1) for i in range(count - 1)]
-    froms: list[Bound] = [None, *cuts]
-    tos: list[Bound] = [*cuts, None]
-    return list(zip(froms, tos, strict=True))
+    slice_ = (KEY_SPACE - 1) // count
+    cuts = [(i + 1) * slice_ - 1 for i in range(count - 1)]
+    return list(zip([0, *cuts], [*cuts, KEY_SPACE], strict=True))
 
 
-def middle(from_bound: Bound, to_bound: Bound) -> bytes:
-    """The bound that splits ``[from_bound, to_bound)`` into two halves."""
-    low = 0 if from_bound is None else int.from_bytes(from_bound, "big")
-    high = _SPACE if to_bound is None else int.from_bytes(to_bound, "big")
+def even_bounds(count: int) -> list[tuple[Bound, Bound]]:
+    """``even_ranges(count)`` as bounds: 16 bytes each, ``None`` at the open ends."""
+    return [
+        (None if low == 0 else as_bound(low), None if high == KEY_SPACE else as_bound(high))
+        for low, high in even_ranges(count)
+    ]
+
+
+def split_point(low: int, high: int) -> int:
+    """Where a split cuts the range ``[low, high)`` in two halves."""
     if high - low < 2:
         raise ValueError("the range is too small to split")
-    return _as_bound((low + high) // 2)
+    return (low + high) // 2
 
 
-def _as_bound(value: int) -> bytes:
+def as_bound(value: int) -> bytes:
+    """A key as a 16-byte bound."""
     return value.to_bytes(BOUND_BYTES, "big")

@@ -254,6 +254,12 @@ class Transport:
     # --- lifecycle --------------------------------------------------------------------------
 
     @property
+    def channel_options(self) -> list[tuple[str, Any]]:
+        """The gRPC arguments every channel is made with: the driver's own (message sizes,
+        keepalive) with the ``channel_options`` it was given over them."""
+        return list(self._channel_options)
+
+    @property
     def endpoints(self) -> list[Endpoint]:
         """The endpoints new calls are spread across (discovered, or the given one)."""
         return list(self._active)

@@ -232,7 +232,7 @@ async def test_a_writer_whose_replacement_fails_too_is_not_replaced_again_until_
                 assert all(isinstance(outcome, yta.SchemeError) for outcome in outcomes)
         # One replacement was tried; once it failed too, callers got its failure without a new writer.
         assert _replacements(caplog) == 1
-        current = runtime._writers["w"]
+        current = runtime.current_writer("w")
         assert current is not original and current.failure is not None
         assert sum("failed too" in r.getMessage() for r in caplog.records) == 1
     finally:
@@ -253,7 +253,7 @@ async def test_writer_replacements_back_off_and_start_over_once_one_connects(
     async with runtime:
 
         async def current_failed() -> bool:
-            return runtime._writers["w"].failure is not None
+            return runtime.current_writer("w").failure is not None
 
         await eventually(current_failed)
         first_replacement = runtime.writer("w")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import ydb_topic_async as yta
-from ydb_topic_async.observability.metrics import WriterReport
+from ydb_topic_async.observability.metrics import ReaderReport, WriterReport, reader_report, writer_report
 from ydb_topic_async.testing import LocalTopicServer
 from ydb_topic_async.testing.proxy import proxy_to
 
@@ -199,5 +199,9 @@ def test_driver_refuses_an_incomplete_recorder() -> None:
 def test_the_default_recorder_is_a_noop() -> None:
     driver = yta.Driver("grpc://127.0.0.1:2136", "/local")
     assert type(driver.metrics) is yta.NoopMetrics
-    # The hot paths skip metric work entirely: writers and readers get the shared no-op report.
-    assert type(driver.topic.writer("t")._sender._report) is WriterReport
+    # The hot paths skip metric work entirely: writers and readers made with the driver's
+    # recorder get the shared no-op report (the factories every writer and reader use).
+    no_buffer = lambda: (0, 0)  # noqa: E731
+    assert type(writer_report(driver.metrics, "t", no_buffer)) is WriterReport
+    assert type(reader_report(driver.metrics, "c", no_buffer)) is ReaderReport
+    assert type(writer_report(RecordingMetrics(), "t", no_buffer)) is not WriterReport

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
 import threading
 
@@ -13,7 +14,7 @@ from ydb_topic_async import _codecs
 from ydb_topic_async.testing import LocalTopicServer
 from ydb_topic_async.testing.partition_log import NewMessage
 
-from .._codec_probes import RecordingTransform, loop_slices, thread_cpu
+from .._codec_probes import RecordingTransform, loop_slices, thread_cpu, use_codec_threads
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -58,7 +59,8 @@ async def test_many_small_batches_of_one_response_are_decoded_off_the_loop(
     loop_thread = threading.get_ident()
     payloads = _payloads(2000)  # each batch about 1 KiB decoded, 2 MiB in all
     _store_from_many_producers(server, topic, payloads)
-    async with driver.topic.reader(topic, consumer="consumer", decoders={yta.Codec.ZSTD: decoder}) as reader:
+    decoders = {yta.Codec.ZSTD: yta.ThreadSafe(decoder)}
+    async with driver.topic.reader(topic, consumer="consumer", decoders=decoders) as reader:
         got = await _read_all(reader, len(payloads))
         batch_threads = set(decoder.threads)
         decoder.threads.clear()
@@ -94,7 +96,7 @@ async def test_decoding_many_small_batches_does_not_stall_the_loop(
     assert inline_half > 0.02
 
     async with loop_slices() as slices, driver.topic.reader(
-        topic, consumer="consumer", decoders={yta.Codec.ZSTD: costly_zstd}
+        topic, consumer="consumer", decoders={yta.Codec.ZSTD: yta.ThreadSafe(costly_zstd)}
     ) as reader:
         got = await _read_all(reader, len(payloads))
     assert [m.data for m in got] == payloads
@@ -126,7 +128,8 @@ async def test_a_payload_its_decoder_rejects_fails_alone_and_names_where_it_is(
     path = driver.topic.full_path(topic)
     got: list[yta.TopicMessage] = []
     errors: list[yta.MessageDecodeError] = []
-    async with driver.topic.reader(topic, consumer="consumer", decoders={yta.Codec.ZSTD: picky}) as reader:
+    decoders = {yta.Codec.ZSTD: yta.ThreadSafe(picky)}
+    async with driver.topic.reader(topic, consumer="consumer", decoders=decoders) as reader:
         while len(got) + len(errors) < len(payloads):
             try:
                 batch = await reader.receive_batch(timeout=10)
@@ -145,3 +148,30 @@ async def test_a_payload_its_decoder_rejects_fails_alone_and_names_where_it_is(
     assert [e.message.data for e in errors] == [zstandard.ZstdCompressor().compress(payloads[o]) for o in bad_offsets]
     assert [m.data for m in got] == [p for i, p in enumerate(payloads) if i not in bad_offsets]
     assert [p.committed_offset for p in (await driver.topic.describe_consumer(topic, "consumer")).partitions] == [1000]
+
+
+async def test_one_zstd_decompressor_given_as_decoder_is_never_used_by_two_threads_at_once(
+    server: LocalTopicServer, driver: yta.Driver, topic: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``zstandard.ZstdDecompressor`` objects must not be used by two threads at once (its
+    documentation), and a large read decodes in several threads. A decoder that is a method of
+    one, shared by two readers, still yields every payload intact: the SDK calls a registered
+    decoder from one thread at a time (unless it is marked ``ThreadSafe``)."""
+    use_codec_threads(monkeypatch, 4)
+    rng = random.Random(5)
+    payloads = [rng.randbytes(512) * 64 + b"#%d" % i for i in range(96)]  # 32 KiB each
+    _store_from_many_producers(server, topic, payloads)  # 3 MiB decoded: several chunks, several threads
+    decoders: dict[int, _codecs.Transform] = {yta.Codec.ZSTD: zstandard.ZstdDecompressor().decompress}
+
+    async def read_all(reader: yta.TopicReader) -> list[bytes]:
+        got: list[bytes] = []
+        while len(got) < len(payloads):
+            got += [m.data for m in await reader.receive_batch(timeout=10)]
+        return got
+
+    async with (
+        driver.topic.reader(topic, consumer="consumer", decoders=decoders) as first,
+        driver.topic.reader(yta.TopicSelector(topic, partitions=[0]), consumer=None, decoders=decoders) as second,
+    ):
+        got = await asyncio.gather(read_all(first), read_all(second))
+    assert got == [payloads, payloads]

@@ -227,6 +227,24 @@ class RawReader:
         assert message.WhichOneof("server_message") != kind, message
         self.pending.append(message)
 
+    async def sync(self, partition_session_id: int) -> None:
+        """Wait until the server has handled everything sent on this stream so far: it handles a
+        stream's messages in order, and answers a status request in its turn (other messages
+        meanwhile are kept for later)."""
+        await self.send(
+            partition_session_status_request=ReadMsg.PartitionSessionStatusRequest(
+                partition_session_id=partition_session_id
+            )
+        )
+        while True:
+            status = await self.expect("partition_session_status_response")
+            if status.partition_session_status_response.partition_session_id == partition_session_id:
+                return
+
+    def kept(self, kind: str) -> list[Any]:
+        """The messages of ``kind`` received and not handed out yet."""
+        return [m for m in self.pending if m.WhichOneof("server_message") == kind]
+
     async def start_all(self, count: int) -> dict[int, int]:
         """Accept ``count`` partition sessions; returns partition id -> partition session id."""
         out = {}
@@ -239,7 +257,8 @@ class RawReader:
 
     async def close(self) -> None:
         self.call.cancel()
-        await asyncio.wait([self._pump])
+        done, _ = await asyncio.wait([self._pump], timeout=10)
+        assert done, "the read stream did not end after it was cancelled"
 
 
 def offsets(read: Any) -> list[tuple[int, int]]:

@@ -144,6 +144,28 @@ async def test_up_to_20000_partitions(channel: grpc.aio.Channel) -> None:
     assert (await answer(channel, "CreateTopic", many))[0] == "BAD_REQUEST"
 
 
+async def test_an_auto_partitioned_topic_starts_with_ydbs_key_ranges(channel: grpc.aio.Channel) -> None:
+    """A topic created with n partitions (split/merge on) gets ranges cut where the scheme shard
+    cuts them: partition i ends, and partition i + 1 starts, at ``(i + 1) * ((2**128 - 1) // n) - 1``
+    (ydb/core/tx/schemeshard/schemeshard__operation_create_pq.cpp: ``ToBound`` is
+    ``AsKeyBound(RangeFromShardNumber(i, n).End)``, ydb/services/lib/sharding/sharding.cpp), as
+    16 big-endian bytes; the first range has no from_bound and the last no to_bound."""
+    for count in (2, 3, 7):
+        request = _auto()
+        request.path = f"auto-{count}"
+        request.partitioning_settings.min_active_partitions = count
+        request.partitioning_settings.max_active_partitions = count * 2
+        assert await answer(channel, "CreateTopic", request) == ("SUCCESS", "")
+        slice_ = (2**128 - 1) // count
+        cuts = [((i + 1) * slice_ - 1).to_bytes(16, "big") for i in range(count - 1)]
+        ranges = [
+            (p.key_range.from_bound if p.key_range.HasField("from_bound") else None,
+             p.key_range.to_bound if p.key_range.HasField("to_bound") else None)
+            for p in (await describe(channel, request.path)).partitions
+        ]
+        assert ranges == list(zip([None, *cuts], [*cuts, None], strict=True)), count
+
+
 async def test_describe_topic_defaults(channel: grpc.aio.Channel) -> None:
     """create_topic.cpp: retention 1 day, write speed and burst DEFAULT_PARTITION_SPEED (1 MiB/s);
     with auto-partitioning max active = min unless set, up 90 %, down 30 %, window 300 s. A plain

@@ -14,6 +14,7 @@ from ydb_topic_async._proto import ydb_topic_pb2 as pb
 from ydb_topic_async._proto.ydb_status_codes_pb2 import StatusIds
 from ydb_topic_async.testing import LocalTopicServer
 
+from .._polling import eventually
 from .conftest import LOCAL_POOL, RawReader, RawWriter, acks, address, call, create_topic, offsets, unpack
 
 pytestmark = pytest.mark.timeout(30)
@@ -118,23 +119,42 @@ async def test_a_split_parent_whose_data_expired_hands_over_its_children(
 ) -> None:
     """A split parent emptied by retention has nothing left to read: it is finished, so readers
     get the children straight away, and a reader already on the parent gets its
-    EndPartitionSession without reading or committing anything."""
+    EndPartitionSession without reading or committing anything.
+
+    Each step waits for the server state it depends on, never for time to pass: the start is
+    confirmed on the server before the split (a confirmation still on its way is the next test's
+    case; the server once answered that case with a stop, and this test, which did not wait,
+    then timed out whenever a busy machine delayed the confirmation), the first reader's session
+    is gone before the second one joins, and the second one's stream has been handled up to a
+    status answer before it is checked for a start of the parent."""
     await create_topic(channel, "t", consumers=("c",))
     await write(channel, "t", "p", [1, 2])
     aware = RawReader(channel)
     await aware.init("t", consumer="c", auto_partitioning=True)
     parent = (await aware.start_all(1))[0]
+    await aware.sync(parent)
     server.storage.split_partition("t", 0)
     server.advance_time(25 * 3600)
     end = (await aware.expect("end_partition_session")).end_partition_session
     assert (end.partition_session_id, list(end.child_partition_ids)) == (parent, [1, 2])
     assert sorted(await aware.start_all(2)) == [1, 2]
     await aware.close()
+    await eventually(lambda: _no_read_sessions(channel, "t", "c"), "the first reader's session is gone")
     later = RawReader(channel)
     await later.init("t", consumer="c")
-    assert sorted(await later.start_all(2)) == [1, 2]
-    await later.nothing("start_partition_session_request")  # the parent is finished
+    children = await later.start_all(2)
+    assert sorted(children) == [1, 2]
+    await later.sync(children[1])
+    assert later.kept("start_partition_session_request") == []  # the parent is finished
     await later.close()
+
+
+async def _no_read_sessions(channel: grpc.aio.Channel, path: str, consumer: str) -> bool:
+    """Whether no read session holds a partition of ``path`` for ``consumer`` (DescribeConsumer)."""
+    request = pb.DescribeConsumerRequest(path=path, consumer=consumer, include_stats=True)
+    op = await call(channel, "DescribeConsumer", request, pb.DescribeConsumerResponse)
+    result = unpack(op, pb.DescribeConsumerResult)
+    return not any(p.partition_consumer_stats.read_session_id for p in result.partitions)
 
 
 async def test_a_parent_finished_before_its_start_was_confirmed_still_ends_with_end_partition_session(

@@ -177,7 +177,7 @@ async def test_an_incompatible_ydb_transaction_is_refused_when_bound(
     session = await official_pool.acquire()
     try:
         tx = session.transaction()
-        del tx._tx_state
+        del tx._tx_state  # the official SDK's private field the adapter relies on: as a release without it
         with pytest.raises(InvalidArgumentError, match="unsupported ydb package version"):
             driver.topic.tx_writer(tx, target)
     finally:

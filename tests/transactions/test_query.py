@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import pytest
 
@@ -20,6 +22,7 @@ from ydb_topic_async import (
     TransactionState,
 )
 from ydb_topic_async.testing import LocalTopicServer
+from ydb_topic_async.testing.proxy import FlakyProxy, proxy_to
 
 from .._polling import eventually
 
@@ -127,6 +130,7 @@ async def test_session_death_aborts_the_transaction(driver: Driver, server: Loca
     session_id = tx.session_id
     assert session_id is not None
     assert server.faults.kill_query_session(session_id)
+    # Only the session object shows that its attach stream brought the death notice.
     session = driver.query.pool._all.copy().pop()
     await asyncio.wait_for(session.died.wait(), 5)
     with pytest.raises(BadSessionError):
@@ -191,31 +195,51 @@ async def test_driver_close_rolls_back_and_deletes_sessions(server: LocalTopicSe
         driver.query.transaction()
 
 
-async def test_a_commit_waits_for_a_begin_under_way(driver: Driver, server: LocalTopicServer) -> None:
-    await driver.topic.create_topic("racing")
-    tx = driver.query.transaction()
-    writer = driver.topic.tx_writer(tx, "racing")
-    write = asyncio.create_task(writer.write(b"x"))
-    await eventually(tx._begin_lock.locked, "the first write begins the transaction", interval=0)
-    await tx.commit()
-    await write
-    assert tx.state is TransactionState.COMMITTED
-    assert [m.data for m in server.storage.read("racing", 0)] == [b"x"]
-    assert tx.session_id is not None and server.query.sessions[tx.session_id].transactions == {}
-    assert driver.query.pool.idle == 1  # the session went back, with no transaction left open
+@asynccontextmanager
+async def _held_begin(server: LocalTopicServer) -> AsyncIterator[tuple[Driver, FlakyProxy]]:
+    """A driver whose pool holds an idle session, behind a proxy that is then stalled: a begin
+    takes that session (``pool.idle`` drops to 0) and waits for the server until ``resume``."""
+    async with proxy_to(server) as proxy, Driver(proxy.endpoint, server.database, discovery=False) as driver:
+        await driver.topic.create_topic("racing")
+        async with driver.query.transaction() as warm_up:
+            await warm_up.begin()
+        assert driver.query.pool.idle == 1
+        proxy.stall()
+        yield driver, proxy
 
 
-async def test_a_rollback_waits_for_a_begin_under_way(driver: Driver, server: LocalTopicServer) -> None:
-    tx = driver.query.transaction()
-    begin = asyncio.create_task(tx.begin())
-    await eventually(tx._begin_lock.locked, "the begin under way", interval=0)
-    await tx.rollback()
-    await begin
-    assert tx.state is TransactionState.ROLLED_BACK
-    assert tx.session_id is not None and server.query.sessions[tx.session_id].transactions == {}
-    assert driver.query.pool.idle == 1
-    with pytest.raises(TransactionEndedError):
-        await tx.begin()
+async def test_a_commit_waits_for_a_begin_under_way(server: LocalTopicServer) -> None:
+    async with _held_begin(server) as (driver, proxy):
+        tx = driver.query.transaction()
+        writer = driver.topic.tx_writer(tx, "racing")
+        write = asyncio.create_task(writer.write(b"x"))
+        await eventually(lambda: driver.query.pool.idle == 0, "the first write begins the transaction")
+        commit = asyncio.create_task(tx.commit())
+        await asyncio.sleep(0.05)
+        assert not commit.done()  # waiting for the begin
+        proxy.resume()
+        await asyncio.wait_for(asyncio.gather(write, commit), 10)
+        assert tx.state is TransactionState.COMMITTED
+        assert [m.data for m in server.storage.read("racing", 0)] == [b"x"]
+        assert tx.session_id is not None and server.query.sessions[tx.session_id].transactions == {}
+        assert driver.query.pool.idle == 1  # the session went back, with no transaction left open
+
+
+async def test_a_rollback_waits_for_a_begin_under_way(server: LocalTopicServer) -> None:
+    async with _held_begin(server) as (driver, proxy):
+        tx = driver.query.transaction()
+        begin = asyncio.create_task(tx.begin())
+        await eventually(lambda: driver.query.pool.idle == 0, "the begin under way")
+        rollback = asyncio.create_task(tx.rollback())
+        await asyncio.sleep(0.05)
+        assert not rollback.done()  # waiting for the begin
+        proxy.resume()
+        await asyncio.wait_for(asyncio.gather(begin, rollback), 10)
+        assert tx.state is TransactionState.ROLLED_BACK
+        assert tx.session_id is not None and server.query.sessions[tx.session_id].transactions == {}
+        assert driver.query.pool.idle == 1
+        with pytest.raises(TransactionEndedError):
+            await tx.begin()
 
 
 @pytest.mark.parametrize("status", ["UNDETERMINED", "TIMEOUT", "CANCELLED"])

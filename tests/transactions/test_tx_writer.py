@@ -16,8 +16,7 @@ from ydb_topic_async import (
     WrittenInTx,
 )
 from ydb_topic_async.testing import LocalTopicServer
-
-from .._polling import eventually
+from ydb_topic_async.testing.proxy import proxy_to
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -156,19 +155,29 @@ async def test_tx_writer_rejects_a_foreign_object(driver: Driver, target: str) -
         driver.topic.tx_writer(object(), target)
 
 
-async def test_a_write_waiting_for_buffer_space_joins_the_commit(
-    driver: Driver, server: LocalTopicServer, target: str
-) -> None:
-    tx = driver.query.transaction()
-    writer = driver.topic.tx_writer(tx, target, max_buffer_messages=1)
-    await writer.write(b"a")
-    await writer.write(b"b")  # fills the buffer until acknowledged
-    late = asyncio.create_task(writer.write(b"c"))
-    await eventually(lambda: writer._writing == 1, "the write under way", interval=0)
-    await tx.commit()
-    await late
-    assert tx.state is TransactionState.COMMITTED
-    assert [d for _, d in stored(server, target)] == [b"a", b"b", b"c"]
+@pytest.mark.parametrize("waiting_for", ["the transaction", "buffer space"])
+async def test_a_write_under_way_joins_the_commit(server: LocalTopicServer, waiting_for: str) -> None:
+    """A stalled network holds the write ``c`` back: as the first write of the transaction, it
+    waits for the transaction to begin; after ``b``, which fills the buffer, for ``b``'s
+    acknowledgement. A commit called after that write began waits for it and publishes it too."""
+    async with proxy_to(server) as proxy, Driver(proxy.endpoint, server.database, discovery=False) as driver:
+        await driver.topic.create_topic("target")
+        tx = driver.query.transaction()
+        writer = driver.topic.tx_writer(tx, "target", max_buffer_messages=1)
+        before = [b"a", b"b"] if waiting_for == "buffer space" else []
+        if before:
+            await writer.write(b"a")
+        proxy.stall()
+        if before:
+            await writer.write(b"b")  # fills the buffer until acknowledged
+        late = asyncio.create_task(writer.write(b"c"))
+        commit = asyncio.create_task(tx.commit())  # runs after the write began (tasks start in order)
+        await asyncio.sleep(0.05)
+        assert not late.done() and not commit.done()
+        proxy.resume()
+        await asyncio.wait_for(asyncio.gather(late, commit), 10)
+        assert tx.state is TransactionState.COMMITTED
+        assert [d for _, d in stored(server, "target")] == [*before, b"c"]
 
 
 async def test_the_first_write_returns_once_acknowledged(

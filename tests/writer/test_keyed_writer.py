@@ -26,12 +26,14 @@ from ydb_topic_async import (
     InvalidArgumentError,
     KeyedWriter,
     Message,
+    OperationTimeoutError,
     RetryPolicy,
     Skipped,
     WriterClosedError,
     Written,
 )
 from ydb_topic_async.testing import LocalTopicServer, StoredMessage
+from ydb_topic_async.testing.proxy import proxy_to
 
 from .._polling import eventually
 
@@ -208,6 +210,66 @@ async def test_an_overloaded_partition_is_retried_not_rerouted(server: LocalTopi
         result = await asyncio.wait_for(writer.write_with_ack(b"second", key="k"), 30)
     assert isinstance(result, Written) and result.partition_id == expected_partition("k", 2)
     assert [m.data for m in server.storage.read("busy", result.partition_id)] == [b"first", b"second"]
+
+
+@pytest.mark.parametrize("fault", ["outage", "silence"])
+async def test_a_first_write_to_a_partition_is_buffered_during_an_outage(server: LocalTopicServer, fault: str) -> None:
+    """Writing to a partition the keyed writer has not used yet returns at once while the server
+    cannot be reached (refused connections, or connections accepted and never answered), as
+    ``TopicWriter.write`` does: its writer connects in the background. The messages are
+    numbered before the handshake tells the producer's stored seq_no, and follow it once told:
+    nothing is taken for a duplicate of what an earlier run stored."""
+    keys = {expected_partition(f"k{i}", 4): f"k{i}" for i in range(40)}
+    first, later = keys[0], keys[1]
+    async with Driver(server.endpoint, server.database) as plain:
+        await plain.topic.create_topic("down", min_active_partitions=4)
+        async with plain.topic.keyed_writer("down", producer_id="p") as earlier_run:
+            await earlier_run.write([f"{later}:old{n}" for n in range(3)], key=later)
+    async with proxy_to(server) as proxy, Driver(
+        proxy.endpoint, server.database, discovery=False, keepalive_interval=1, keepalive_timeout=1
+    ) as driver:
+        writer = driver.topic.keyed_writer("down", producer_id="p", init_timeout=1)
+        await writer.write_with_ack(f"{first}:0", key=first)
+        if fault == "outage":
+            await proxy.refuse()
+        else:
+            proxy.silence()
+        async with asyncio.timeout(2):  # no connection needed: buffered
+            await writer.write([f"{later}:new{n}" for n in range(3)], key=later)
+            await writer.write(f"{first}:1", key=first)
+        with pytest.raises(OperationTimeoutError):
+            await writer.flush(timeout=0.5)
+        if fault == "outage":
+            await proxy.restore()
+        else:
+            proxy.unsilence()
+        await writer.flush(timeout=30)
+        results = await writer.write_with_ack([f"{later}:new3"], key=later)
+        await writer.close(timeout=10)
+    placed = stored(server, "down")
+    assert [(m.data.decode(), m.seq_no) for m in placed[1]] == [
+        *((f"{later}:old{n}", n + 1) for n in range(3)), *((f"{later}:new{n}", n + 4) for n in range(4))
+    ]
+    assert [m.data.decode() for m in placed[0]] == [f"{first}:0", f"{first}:1"]
+    assert results == [Written(1, 6, 7)]
+
+
+async def test_a_partition_overloaded_at_its_first_handshake_continues_the_producers_numbers(
+    server: LocalTopicServer, driver: Driver
+) -> None:
+    """The first handshake of a partition's writer answers OVERLOADED, so nothing is sent and its
+    replacement still has to learn the producer's stored seq_no: the messages follow it."""
+    await driver.topic.create_topic("fresh", min_active_partitions=2)
+    async with driver.topic.keyed_writer("fresh", producer_id="p") as earlier_run:
+        await earlier_run.write([b"old1", b"old2"], key="k")
+    server.faults.fail_next("StreamWrite", "OVERLOADED")
+    async with driver.topic.keyed_writer("fresh", producer_id="p") as writer:
+        results = await asyncio.wait_for(writer.write_with_ack([b"new1", b"new2"], key="k"), 30)
+    pid = expected_partition("k", 2)
+    assert results == [Written(pid, 2, 3), Written(pid, 3, 4)]
+    assert [(m.data, m.seq_no) for m in stored(server, "fresh")[pid]] == [
+        (b"old1", 1), (b"old2", 2), (b"new1", 3), (b"new2", 4)
+    ]
 
 
 async def test_close_flushes_and_later_writes_fail(server: LocalTopicServer, driver: Driver) -> None:

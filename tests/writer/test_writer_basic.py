@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import datetime as dt
 import threading
 import time
 from typing import Any
 
-import anyio
 import pytest
 
 import ydb_topic_async as yta
 from ydb_topic_async import _codecs
 
+from .._codec_probes import use_codec_threads
 from .._polling import eventually
 from .._streams import record_requests
 
@@ -38,22 +39,16 @@ async def test_write_with_ack_reports_partition_offset_and_seq_no(driver: yta.Dr
 
 
 async def test_the_handshake_names_the_producer_as_its_message_group(
-    server: Any, driver: yta.Driver, topic: str
+    server: Any, driver: yta.Driver, topic: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Older YDB versions refuse a producer id without a message group or partition; the official
     SDKs send ``message_group_id = producer_id``, and so does this writer."""
-    inits: list[Any] = []
-    handshake = server.writes._handshake
-
-    def recording(init: Any) -> Any:
-        inits.append(init)
-        return handshake(init)
-
-    server.writes._handshake = recording
+    sent = record_requests(monkeypatch, "init_request")
     async with driver.topic.writer(topic, producer_id="p") as writer:
         await writer.write_with_ack(b"x")
     async with driver.topic.writer(topic, producer_id="q", partition_id=0) as writer:
         await writer.write_with_ack(b"y")
+    inits = [request.init_request for request in sent]
     assert [(i.producer_id, i.WhichOneof("partitioning"), i.message_group_id) for i in inits] == [
         ("p", "message_group_id", "p"), ("q", "partition_id", "")
     ]
@@ -173,8 +168,21 @@ async def test_bad_input_types_are_rejected(driver: yta.Driver, topic: str) -> N
             await writer.write(123)  # type: ignore[arg-type]
         with pytest.raises(yta.InvalidArgumentError):
             await writer.write([b"ok", None])  # type: ignore[list-item]
+        with pytest.raises(yta.InvalidArgumentError):
+            await writer.write(bytearray(b"not bytes"))  # type: ignore[arg-type]
+        with pytest.raises(yta.InvalidArgumentError):
+            await writer.write({b"a set"})  # type: ignore[arg-type]
         assert await writer.write_with_ack([]) == []
         assert writer.buffered_messages == 0
+
+
+async def test_any_sequence_of_messages_is_one_call(server: Any, driver: yta.Driver, topic: str) -> None:
+    """A list, a tuple or another sequence (a deque, say) of messages, each a list of results."""
+    async with driver.topic.writer(topic) as writer:
+        results = await writer.write_with_ack(collections.deque([b"a", "b"]))
+        results += await writer.write_with_ack((yta.Message("c"),))
+    assert [type(r) for r in results] == [yta.Written] * 3
+    assert [m.data for m in stored(server, topic)] == [b"a", b"b", b"c"]
 
 
 async def test_a_message_too_large_for_any_request_raises_at_write(driver: yta.Driver, topic: str) -> None:
@@ -357,9 +365,11 @@ async def test_tokens_are_refreshed_in_band(
     assert sent() == ["t2", "t3"]
 
 
-@pytest.mark.parametrize("size", [100, 20_000], ids=["inline", "worker-thread"])
+@pytest.mark.parametrize(
+    ("size", "thread_safe"), [(100, True), (20_000, True), (100, False)], ids=["inline", "worker-thread", "serial"]
+)
 async def test_a_failing_custom_encoder_fails_only_its_own_messages(
-    server: Any, driver: yta.Driver, topic: str, size: int
+    server: Any, driver: yta.Driver, topic: str, size: int, thread_safe: bool
 ) -> None:
     def picky(data: bytes) -> bytes:
         if data.startswith(b"bad"):
@@ -367,7 +377,8 @@ async def test_a_failing_custom_encoder_fails_only_its_own_messages(
         return b"enc:" + data
 
     good = [b"good-%d " % i * (size // 8) for i in range(3)]
-    async with driver.topic.writer(topic, producer_id="p", codec=10005, encoders={10005: picky}) as writer:
+    encoders = {10005: yta.ThreadSafe(picky) if thread_safe else picky}
+    async with driver.topic.writer(topic, producer_id="p", codec=10005, encoders=encoders) as writer:
         futures = await writer.write_with_ack_future([good[0], b"bad" * (size // 3), good[1]])
         first, bad, second = await asyncio.gather(*futures, return_exceptions=True)
         assert isinstance(bad, yta.MessageEncodeError) and "encoder bug" in str(bad)
@@ -382,10 +393,7 @@ async def test_a_failing_custom_encoder_fails_only_its_own_messages(
 async def test_large_payloads_are_encoded_off_the_loop_in_parallel(
     server: Any, driver: yta.Driver, topic: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The default number of codec threads depends on the machine (one on two CPUs): four here.
-    monkeypatch.setattr(_codecs, "CODEC_THREADS", 4)
-    monkeypatch.setattr(_codecs, "PARALLELISM", 4)
-    monkeypatch.setitem(_codecs._limiters, asyncio.get_running_loop(), anyio.CapacityLimiter(4))
+    use_codec_threads(monkeypatch, 4)  # the default depends on the machine (one on two CPUs)
     loop_thread = threading.get_ident()
     threads: set[int] = set()
     running = 0
@@ -404,7 +412,7 @@ async def test_large_payloads_are_encoded_off_the_loop_in_parallel(
         return data[::-1]
 
     payloads = [bytes([i]) * 20_000 + b"end" for i in range(8)]
-    async with driver.topic.writer(topic, codec=10007, encoders={10007: slow_encoder}) as writer:
+    async with driver.topic.writer(topic, codec=10007, encoders={10007: yta.ThreadSafe(slow_encoder)}) as writer:
         await writer.wait_init()
         ticks = 0
 

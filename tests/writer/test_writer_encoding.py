@@ -16,7 +16,7 @@ import zstandard
 import ydb_topic_async as yta
 from ydb_topic_async import _codecs
 
-from .._codec_probes import RecordingTransform, loop_slices, thread_cpu
+from .._codec_probes import RecordingTransform, loop_slices, thread_cpu, use_codec_threads
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -39,7 +39,8 @@ async def test_a_batch_of_small_messages_is_encoded_off_the_loop(
     decode = _codecs.BUILTIN_DECODERS[codec]
     loop_thread = threading.get_ident()
     payloads = _payloads(4000)
-    async with driver.topic.writer(topic, producer_id="small", codec=codec, encoders={codec: encoder}) as writer:
+    encoders = {codec: yta.ThreadSafe(encoder)}
+    async with driver.topic.writer(topic, producer_id="small", codec=codec, encoders=encoders) as writer:
         await writer.write(payloads)
         await writer.flush(timeout=30)
         batch_threads = set(encoder.threads)
@@ -70,7 +71,8 @@ async def test_encoding_many_small_messages_does_not_stall_the_loop(
     inline_half = thread_cpu(lambda: [costly_zstd(data) for data in payloads[:2000]])
     assert inline_half > 0.02
 
-    async with driver.topic.writer(topic, codec=yta.Codec.ZSTD, encoders={yta.Codec.ZSTD: costly_zstd}) as writer:
+    encoders = {yta.Codec.ZSTD: yta.ThreadSafe(costly_zstd)}
+    async with driver.topic.writer(topic, codec=yta.Codec.ZSTD, encoders=encoders) as writer:
         await writer.wait_init()
         async with loop_slices() as slices:
             await writer.write(payloads)  # about one 4 MiB request's worth
@@ -83,7 +85,8 @@ async def test_many_tiny_messages_are_encoded_off_the_loop(server: Any, driver: 
     encoder = RecordingTransform(_codecs.BUILTIN_ENCODERS[yta.Codec.GZIP])
     loop_thread = threading.get_ident()
     payloads = [bytes([i % 256]) for i in range(16_000)]  # 16 KB in all, but 16,000 gzip calls
-    async with driver.topic.writer(topic, codec=yta.Codec.GZIP, encoders={yta.Codec.GZIP: encoder}) as writer:
+    encoders = {yta.Codec.GZIP: yta.ThreadSafe(encoder)}
+    async with driver.topic.writer(topic, codec=yta.Codec.GZIP, encoders=encoders) as writer:
         await writer.wait_init()
         await writer.write(payloads)
         await writer.flush(timeout=30)
@@ -120,3 +123,24 @@ def test_codec_threads_leave_a_cpu_to_the_event_loop() -> None:
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     assert max(1, cpus - 1) == _codecs.CODEC_THREADS
     assert 1 <= _codecs.PARALLELISM <= _codecs.CODEC_THREADS
+
+
+async def test_one_zstd_compressor_given_as_encoder_is_never_used_by_two_threads_at_once(
+    server: Any, driver: yta.Driver, topic: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ``zstandard.ZstdCompressor`` must not be used by two threads at once, and a large batch
+    is encoded in several: an encoder that is a method of one (here shared by two writers) is
+    called from one thread at a time, so every message is stored as a valid frame of its own."""
+    use_codec_threads(monkeypatch, 4)
+    rng = random.Random(3)
+    payloads = [rng.randbytes(512) * 64 + b"#%d" % i for i in range(96)]  # 32 KiB each, 3 MiB in all
+    encoders: dict[int, _codecs.Transform] = {yta.Codec.ZSTD: zstandard.ZstdCompressor().compress}
+    async with (
+        driver.topic.writer(topic, producer_id="a", codec=yta.Codec.ZSTD, encoders=encoders) as first,
+        driver.topic.writer(topic, producer_id="b", codec=yta.Codec.ZSTD, encoders=encoders) as second,
+    ):
+        await asyncio.gather(first.write_with_ack(payloads), second.write_with_ack(payloads))
+    decode = zstandard.ZstdDecompressor().decompress
+    stored = list(server.storage.read(topic, 0))
+    for producer in ("a", "b"):
+        assert [decode(m.data) for m in stored if m.producer_id == producer] == payloads, producer

@@ -62,7 +62,7 @@ async def test_buffered_plain_messages_are_not_tracked_by_the_garbage_collector(
                 await writer.write(b"%d" % i)
             future = await writer.write_with_ack_future(b"awaited")
             gc.collect()
-            entries = list(writer._buffer.unsent)
+            entries = list(writer._buffer.unsent)  # what the buffer holds: its layout has no public view
         finally:
             with pytest.raises(yta.OperationTimeoutError):
                 await writer.close(timeout=0.1)

@@ -254,6 +254,14 @@ class TopicRuntime:
         """The writers by name: a live view whose lookups go through ``writer`` (and so recover)."""
         return _WriterView(self)
 
+    def current_writer(self, name: str) -> TopicWriter:
+        """The writer called ``name`` as it is now, even one that has failed (``writer`` would
+        replace that): for a health check that must not open a new writer."""
+        try:
+            return self._writers[name]
+        except KeyError:
+            raise KeyError(f"no writer named {name!r}; configured: {sorted(self._writer_specs)}") from None
+
     def writer(self, name: str) -> TopicWriter:
         """The writer called ``name``; one that has failed for good is replaced first.
 
@@ -273,10 +281,7 @@ class TopicRuntime:
         each such replacement and starts over once a replacement connects.
         """
         driver = self.driver
-        try:
-            writer = self._writers[name]
-        except KeyError:
-            raise KeyError(f"no writer named {name!r}; configured: {sorted(self._writer_specs)}") from None
+        writer = self.current_writer(name)
         failure = writer.failure
         if failure is None:
             return writer

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import weakref
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, TypeVar
@@ -103,20 +104,28 @@ class QueryClient:
         if self._closed:
             raise ClosedError("the query client is closed")
 
-    async def _close(self) -> None:
-        """Roll back what is still open, then delete every session."""
+    async def _close(self, timeout: float | None = None) -> None:
+        """Roll back what is still open, then delete every session, within ``timeout`` (each
+        rollback within 5 seconds at most)."""
         if self._closed:
             return
         self._closed = True
+        ends = None if timeout is None else time.monotonic() + timeout
         try:
-            for tx in list(self._open):
-                if tx.state in (TransactionState.NOT_STARTED, TransactionState.ACTIVE):
-                    try:
-                        await tx.rollback(timeout=5.0)
-                    except Exception as exc:
-                        logger.warning("rolling back %r at close failed: %s", tx, exc)
+            open_txs = [
+                tx for tx in self._open if tx.state in (TransactionState.NOT_STARTED, TransactionState.ACTIVE)
+            ]
+            budget = _ROLLBACK_TIMEOUT if timeout is None else min(_ROLLBACK_TIMEOUT, timeout)
+            results = await asyncio.gather(*(tx.rollback(timeout=budget) for tx in open_txs), return_exceptions=True)
+            for tx, result in zip(open_txs, results, strict=True):
+                if isinstance(result, Exception):
+                    logger.warning("rolling back %r at close failed: %s", tx, result)
         finally:
-            await self._pool.close()
+            await self._pool.close(None if ends is None else max(0.0, ends - time.monotonic()))
+
+
+_ROLLBACK_TIMEOUT = 5.0
+"""The most closing the driver waits for the rollback of a transaction still open."""
 
 
 def _transaction_backoff(error: BaseException) -> Backoff | None:

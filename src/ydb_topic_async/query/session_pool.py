@@ -140,8 +140,9 @@ class QuerySession:
         """Mark the session unusable (e.g. a call on it ended with an unknown outcome)."""
         self._die(error)
 
-    async def close(self) -> None:
-        """``DeleteSession`` (best effort), then stop watching; a second call does nothing."""
+    async def close(self, timeout: float | None = None) -> None:
+        """``DeleteSession`` (best effort, within ``timeout`` and 2 seconds), then stop watching;
+        a second call does nothing."""
         if self._closed:
             return
         self._closed = True
@@ -153,7 +154,7 @@ class QuerySession:
                         "DeleteSession",
                         qpb.DeleteSessionRequest(session_id=self.id),
                         qpb.DeleteSessionResponse,
-                        timeout=_DELETE_TIMEOUT,
+                        timeout=_DELETE_TIMEOUT if timeout is None else min(_DELETE_TIMEOUT, timeout),
                     )
         finally:
             self._die(ClosedError(f"session {self.id} was closed"))
@@ -225,16 +226,18 @@ class SessionPool:
         self._all.discard(session)
         await session.close()
 
-    async def close(self) -> None:
-        """Delete every session, idle or borrowed."""
+    async def close(self, timeout: float | None = None) -> None:
+        """Delete every session, idle or borrowed, all at once, each within ``timeout`` (and 2 seconds)."""
         if self._closed:
             return
         self._closed = True
         sessions = list(self._all)
         self._all.clear()
         self._idle.clear()
-        for session in sessions:
-            await session.close()
+        results = await asyncio.gather(*(session.close(timeout) for session in sessions), return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
 
     def _check_open(self) -> None:
         if self._closed:

@@ -83,7 +83,11 @@ async def decode_ahead(part: BufferedPart, upto: int) -> None:
     else:
         try:
             results = list(
-                await _codecs.transform_batch(sizes, lambda first, end: _decode_span(runs, records, first, end))
+                await _codecs.transform_batch(
+                    sizes,
+                    lambda first, end: _decode_span(runs, records, first, end),
+                    serial=any(isinstance(fn, _codecs.SerialTransform) for _, _, fn in runs),
+                )
             )
         except _codecs.PartialTransformError as exc:
             results = [exc.failures[i] if data is None else data for i, data in enumerate(exc.results)]

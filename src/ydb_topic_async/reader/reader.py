@@ -66,7 +66,8 @@ class TopicReader(ConnectionStatus, ClosesOnExit):
     ``async with driver.topic.reader("events", consumer="c") as reader: async for m in reader``.
     ``buffer_size_bytes`` bounds the bytes received and not yet handed out, counted decoded (the
     server may send one response past it); compressed payloads are decoded as they are handed
-    out. ``decoders`` adds codecs (e.g. ``{LZ4_CODEC: lz4_decode}``).
+    out. ``decoders`` adds codecs (e.g. ``{LZ4_CODEC: lz4_decode}``); a decoder runs in one
+    thread at a time unless wrapped in ``ThreadSafe``.
     ``on_partition_start(session)`` may return a read offset (int) or ``StartOffsets``;
     ``on_partition_stop(session)`` is told when a session ends; both may be coroutines.
     ``consumer=None`` reads the selectors' explicit partitions from their ``start_offsets``
@@ -247,7 +248,9 @@ class TopicReader(ConnectionStatus, ClosesOnExit):
             await self._shutdown()
             suppress_future_errors(waiters)
         if timed_out:
-            raise OperationTimeoutError(f"reader close timed out after {timeout}s waiting for commit acknowledgements")
+            raise OperationTimeoutError(
+                f"reader close timed out after {timeout:.3g}s waiting for commit acknowledgements"
+            )
         if self._failure is not None and not self._failure_reported:
             self._failure_reported = True
             raise self._failure

@@ -27,13 +27,13 @@ import datetime as dt
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from .._key_ranges import KEY_SPACE, as_bound
 from .._proto import ydb_scheme_pb2
 from .._proto import ydb_topic_pb2 as pb
 from ._replies import duration, timestamp
 from .partition_log import (
     DEFAULT_RETENTION,
     DEFAULT_WRITE_SPEED,
-    KEY_SPACE,
     SERVICE_TYPE,
     Consumer,
     Partition,
@@ -264,9 +264,9 @@ def _consumer_stats(stats: Any, consumer: Consumer, p: Partition, now_ns: int) -
 
 def _key_range(info: Any, p: Partition) -> None:
     if p.key_from:
-        info.key_range.from_bound = p.key_from.to_bytes(16, "big")
+        info.key_range.from_bound = as_bound(p.key_from)
     if p.key_to < KEY_SPACE:
-        info.key_range.to_bound = p.key_to.to_bytes(16, "big")
+        info.key_range.to_bound = as_bound(p.key_to)
 
 
 def _partition_info(p: Partition, include_stats: bool, include_location: bool, now_ns: int) -> Any:

@@ -27,13 +27,13 @@ from __future__ import annotations
 import asyncio
 import bisect
 import datetime as dt
-import hashlib
 import itertools
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate, islice
 from typing import TYPE_CHECKING, Any, Final, NamedTuple, overload
 
+from .._key_ranges import KEY_SPACE, even_ranges, key_number, split_point
 from .clock import ServerClock
 
 if TYPE_CHECKING:
@@ -42,8 +42,6 @@ if TYPE_CHECKING:
 DEFAULT_RETENTION = dt.timedelta(hours=24)
 DEFAULT_WRITE_SPEED = 1_048_576
 """Bytes per second a partition accepts by default (and its default burst)."""
-KEY_SPACE = 1 << 128
-"""Source ids hash to keys in [0, KEY_SPACE); partitions own key ranges of it."""
 SERVICE_TYPE = "data-streams"
 """The consumer service type a YDB database uses by default."""
 
@@ -66,20 +64,12 @@ class StorageError(Exception):
 
 def source_key(source_id: str) -> int:
     """The 128-bit hash key of a source id (MD5, big-endian), as YDB places producers."""
-    return int.from_bytes(hashlib.md5(source_id.encode()).digest(), "big")
+    return key_number(source_id.encode())
 
 
 def shard_of(key: int, count: int) -> int:
     """Which of ``count`` equal slices of the key space holds ``key``."""
     return min(key // ((KEY_SPACE - 1) // count), count - 1)
-
-
-def even_key_ranges(count: int) -> list[tuple[int, int]]:
-    """``count`` consecutive [from, to) ranges covering the key space, as a new topic's partitions get."""
-    if count == 1:
-        return [(0, KEY_SPACE)]
-    step = (KEY_SPACE - 1) // count
-    return [(n * step, KEY_SPACE if n == count - 1 else (n + 1) * step) for n in range(count)]
 
 
 def read_size(message: StoredMessage) -> int:
@@ -421,7 +411,7 @@ class Topic:
         self.owner = owner
         count = max(1, settings.min_active_partitions)
         self.partitions: list[Partition] = [
-            Partition(self, i, key_range=key_range) for i, key_range in enumerate(even_key_ranges(count))
+            Partition(self, i, key_range=key_range) for i, key_range in enumerate(even_ranges(count))
         ]
         self.consumers: dict[str, Consumer] = {}
         self.source_partition: dict[str, int] = {}
@@ -520,7 +510,7 @@ class Topic:
         parent = self.partition(partition_id)
         if not parent.active:
             raise StorageError("BAD_REQUEST", f"partition {partition_id} of {self.path} is already inactive")
-        middle = (parent.key_from + parent.key_to) // 2
+        middle = split_point(parent.key_from, parent.key_to)
         children = []
         for key_range in ((parent.key_from, middle), (middle, parent.key_to)):
             child = Partition(self, len(self.partitions), parent_ids=[partition_id], key_range=key_range)

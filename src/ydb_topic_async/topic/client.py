@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import weakref
 from collections.abc import Mapping, Sequence
@@ -79,16 +80,20 @@ class TopicClient:
         """Remember a writer or reader so that closing the driver closes it."""
         self._owned.add(closable)
 
-    async def _close(self) -> None:
-        """Close every owned writer and reader; the first failure is raised after all are closed."""
+    async def _close(self, timeout: float | None = None) -> None:
+        """Close every owned writer and reader, all at once, each within ``timeout``; the first
+        failure is raised after all are closed."""
+        owned = list(self._owned)
+        results = await asyncio.gather(*(obj.close(timeout) for obj in owned), return_exceptions=True)
         first: BaseException | None = None
-        for obj in list(self._owned):
-            try:
-                await obj.close()
-            except Exception as exc:
-                if exc is not getattr(obj, "failure", None):  # its own failure was logged when it happened
-                    logger.warning("closing %r with the driver failed: %s", obj, exc)
-                first = first or exc
+        for obj, result in zip(owned, results, strict=True):
+            if not isinstance(result, BaseException):
+                continue
+            if not isinstance(result, Exception):
+                raise result
+            if result is not getattr(obj, "failure", None):  # its own failure was logged when it happened
+                logger.warning("closing %r with the driver failed: %s", obj, result)
+            first = first or result
         if first is not None:
             raise first
 

@@ -192,6 +192,7 @@ class RequestBatcher:
                 await _codecs.transform_batch(
                     [entry.data_len for entry in todo],
                     lambda start, end: _codecs.transform_all(encoder, payloads[start:end]),
+                    serial=isinstance(encoder, _codecs.SerialTransform),
                 )
             )
         except _codecs.PartialTransformError as exc:

@@ -1,10 +1,11 @@
 """``KeyedWriter``: messages spread over a topic's partitions by key, in order per key.
 
-One ``TopicWriter`` per partition ("lane"), opened on first use, writes with producer id
-``{producer_id}_{partition_id}`` and seq_nos the keyed writer assigns, so every partition keeps
-YDB's exactly-once deduplication. A key goes to the partition whose key range holds the key's
-MD5 hash: the ranges the server reports for an auto-partitioned topic, or else an even split of
-the active partitions (``_key_ranges``).
+One ``TopicWriter`` per partition ("lane"), made on first use and connecting in the
+background, writes with producer id ``{producer_id}_{partition_id}`` and seq_nos the keyed
+writer assigns, counted from the last seq_no that producer id stored (which the lane's first
+handshake tells), so every partition keeps YDB's exactly-once deduplication. A key goes to the
+partition whose key range holds the key's MD5 hash: the ranges the server reports for an
+auto-partitioned topic, or else an even split of the active partitions (``_key_ranges``).
 
 When a partition splits, its lane fails with OVERLOADED (the partition is inactive). The keyed
 writer then holds new writes back, reads the new partitions and their ranges, asks the server
@@ -38,7 +39,17 @@ from .._key_ranges import even_bounds, key_hash
 from .._retry import RetryPolicy, RetryState
 from ..observability.logging import sdk_logger
 from ..topic.types import AutoPartitioningStrategy, TopicDescription
-from .messages import Message, MetadataInput, Skipped, WriteResult, payload_bytes
+from .messages import (
+    InitInfo,
+    ManyMessages,
+    Message,
+    MetadataInput,
+    OneMessage,
+    Skipped,
+    WriteResult,
+    is_many,
+    payload_bytes,
+)
 from .writer import DEFAULT_MAX_BUFFER_BYTES, DEFAULT_MAX_BUFFER_MESSAGES, TopicWriter
 
 if TYPE_CHECKING:
@@ -67,13 +78,35 @@ logger = sdk_logger("writer")
 
 Key = str | bytes
 """A message key: ``str`` is hashed as UTF-8."""
-OneMessage = bytes | str | Message
-ManyMessages = list[OneMessage] | tuple[OneMessage, ...]
 
 
 class _LaneWriter(TopicWriter):
     """One partition's writer. OVERLOADED ends it at once, without an ERROR: the keyed writer
-    finds out why (a split partition, or only a busy one) and places its messages again."""
+    finds out why (a split partition, or only a busy one) and places its messages again.
+
+    It takes seq_nos relative to ``seq_no_base``: the last seq_no the lane's producer id had
+    stored when the partition was first written, which its first handshake tells (a writer that
+    replaces a broken one is given it). So messages are accepted, and numbered, before the
+    writer has connected.
+    """
+
+    def __init__(self, *args: Any, seq_no_base: int | None, **options: Any) -> None:
+        super().__init__(*args, **options)
+        self._base_known = seq_no_base is not None
+        self._seq_no_base = seq_no_base or 0
+
+    @property
+    def seq_no_base(self) -> int | None:
+        """What is added to the keyed writer's numbers, or None while the first handshake has
+        not told it (nothing was sent before it)."""
+        return self._seq_no_base if self._base_known else None
+
+    def _on_init(self, info: InitInfo) -> None:
+        if not self._base_known:
+            self._base_known = True
+            self._seq_no_base = info.last_seq_no
+            self._shift_unsent(info.last_seq_no)
+        super()._on_init(info)
 
     def _hands_off(self, error: BaseException) -> bool:
         return isinstance(error, OverloadedError)
@@ -93,7 +126,8 @@ class _Entry:
         self.position = position
         """The key's hash: where the message belongs in the key space."""
         self.partition_id = -1
-        """The partition whose lane took it last, and ``seq_no`` its number there (-1: none yet)."""
+        """The partition whose lane took it last, and ``seq_no`` its number there, relative to the
+        lane's ``seq_no_base`` (-1: none yet)."""
         self.seq_no = 0
         self.index = 0
         """Acceptance order over the whole keyed writer (flush waits by it)."""
@@ -106,7 +140,7 @@ class _Lane:
 
     __slots__ = ("failed", "lock", "next_seq_no", "partition_id", "pending", "writer")
 
-    def __init__(self, partition_id: int, writer: TopicWriter, next_seq_no: int) -> None:
+    def __init__(self, partition_id: int, writer: _LaneWriter, next_seq_no: int) -> None:
         self.partition_id = partition_id
         self.writer = writer
         self.next_seq_no = next_seq_no
@@ -152,9 +186,14 @@ class KeyedWriter(ClosesOnExit):
 
     ``write`` buffers, ``write_with_ack`` waits for the server, ``flush`` waits for everything
     written so far, ``close`` (on exit) flushes and stops. The options are ``TopicWriter``'s;
-    the buffer limits apply to each partition. Messages are numbered by the writer:
-    ``Message.seq_no`` is not accepted. A message whose acknowledgement was lost as its
-    partition split, and which that partition had stored, resolves as ``Skipped``.
+    the buffer limits apply to each partition. ``write`` waits for the server only once, the
+    first time (``open``), to read the topic's partitions (``describe_topic``, retried by the
+    driver's ``retry`` policy); after that it buffers at once, also for a partition not written
+    to yet while the server cannot be reached (its writer connects in the background), and waits
+    only while that partition's buffer is full (``buffer_wait_timeout``), as ``TopicWriter.write``
+    does, or while a split partition's messages are being placed again. Messages are numbered
+    by the writer: ``Message.seq_no`` is not accepted. A message whose acknowledgement was lost
+    as its partition split, and which that partition had stored, resolves as ``Skipped``.
     """
 
     def __init__(
@@ -204,7 +243,8 @@ class KeyedWriter(ClosesOnExit):
         TopicWriter(driver, self.path, producer_id=producer_id, partition_id=0, **self._options)
         self._routes: _Routes | None = None
         self._lanes: dict[int, _Lane] = {}
-        self._opening: dict[int, asyncio.Future[_Lane]] = {}
+        self._numbering: dict[int, tuple[int | None, int]] = {}
+        """Partition id -> (seq_no base, next seq_no) of a lane being replaced, for its successor."""
         self._order: deque[_Entry] = deque()
         """Accepted entries by index; acknowledged ones are dropped from the left."""
         self._next_index = 0
@@ -258,7 +298,10 @@ class KeyedWriter(ClosesOnExit):
                     await self._wait_acked(self._next_index)
         except TimeoutError:
             timed_out = True
-            reason = OperationTimeoutError(f"keyed writer close timed out after {timeout}s")
+            pending = sum(1 for e in self._order if not e.done)
+            reason = OperationTimeoutError(
+                f"keyed writer close timed out after {timeout:.3g}s with {pending} unacknowledged messages"
+            )
         except Exception:
             pass  # the failure is raised below
         finally:
@@ -308,44 +351,17 @@ class KeyedWriter(ClosesOnExit):
     def _lane_producer_id(self, partition_id: int) -> str:
         return f"{self.producer_id}_{partition_id}"
 
-    async def _lane(self, partition_id: int) -> _Lane:
+    def _lane(self, partition_id: int) -> _Lane:
         lane = self._lanes.get(partition_id)
-        if lane is not None:
-            return lane
-        opening = self._opening.get(partition_id)
-        if opening is None:
-            opening = asyncio.get_running_loop().create_future()
-            self._opening[partition_id] = opening
-            try:
-                lane = await self._new_lane(partition_id)
-            except BaseException as exc:
-                opening.set_exception(exc)
-                opening.exception()  # retrieved: concurrent callers get it through the future too
-                raise
-            finally:
-                del self._opening[partition_id]
-            self._lanes[partition_id] = lane
-            opening.set_result(lane)
-            return lane
-        return await asyncio.shield(opening)
-
-    async def _new_lane(self, partition_id: int) -> _Lane:
-        writer = _LaneWriter(
-            self._driver, self.path, producer_id=self._lane_producer_id(partition_id), partition_id=partition_id,
-            **self._options,
-        )
-        try:
-            info = await writer.wait_init()
-        except OverloadedError:
-            # Split or overloaded already: a failed lane, recovered like any other.
-            lane = _Lane(partition_id, writer, 1)
-            self._lane_failed(lane)
-            return lane
-        except BaseException:
-            with contextlib.suppress(Exception):
-                await writer.close(timeout=0)
-            raise
-        return _Lane(partition_id, writer, info.last_seq_no + 1)
+        if lane is None:
+            # Connects in the background: messages are accepted and numbered meanwhile.
+            base, next_seq_no = self._numbering.pop(partition_id, (None, 1))
+            writer = _LaneWriter(
+                self._driver, self.path, producer_id=self._lane_producer_id(partition_id), partition_id=partition_id,
+                seq_no_base=base, **self._options,
+            )
+            lane = self._lanes[partition_id] = _Lane(partition_id, writer, next_seq_no)
+        return lane
 
     # --- writing --------------------------------------------------------------------------
 
@@ -354,7 +370,7 @@ class KeyedWriter(ClosesOnExit):
         await self._accept(messages, key, False)
 
     @overload
-    async def write_with_ack(self, messages: OneMessage, *, key: Key) -> WriteResult: ...
+    async def write_with_ack(self, messages: OneMessage, *, key: Key) -> WriteResult: ...  # type: ignore[overload-overlap]  # a str is one message, not a sequence of them
 
     @overload
     async def write_with_ack(self, messages: ManyMessages, *, key: Key) -> list[WriteResult]: ...
@@ -366,16 +382,20 @@ class KeyedWriter(ClosesOnExit):
         if futures:
             await asyncio.wait(futures)
         results = [f.result() for f in futures]
-        return results if isinstance(messages, (list, tuple)) else results[0]
+        return results if is_many(messages) else results[0]
 
     async def _accept(self, messages: OneMessage | ManyMessages, key: Key, with_results: bool) -> list[_Entry]:
         self._check_usable()
         position = key_hash(_key_bytes(key))
         created_at = dt.datetime.now(dt.UTC) if self._auto_created_at else None
-        if isinstance(messages, (list, tuple)):
+        if isinstance(messages, (bytes, str, Message)):
+            entries = [_entry(messages, position, created_at)]
+        elif is_many(messages):
             entries = [_entry(m, position, created_at) for m in messages]
         else:
-            entries = [_entry(messages, position, created_at)]
+            raise InvalidArgumentError(
+                f"write takes bytes, str, Message or a list of them, not {type(messages).__name__}"
+            )
         if not entries:
             return []
         if with_results:
@@ -387,7 +407,7 @@ class KeyedWriter(ClosesOnExit):
             await self._steady.wait()
             self._check_usable()
             assert self._routes is not None
-            lane = await self._lane(self._routes.partition_for(position))
+            lane = self._lane(self._routes.partition_for(position))
             if lane.failed:
                 continue  # being replaced: wait for that
             try:
@@ -475,7 +495,7 @@ class KeyedWriter(ClosesOnExit):
             async with asyncio.timeout(timeout):
                 await self._wait_acked(self._next_index)
         except TimeoutError:
-            raise OperationTimeoutError(f"keyed writer flush timed out after {timeout}s") from None
+            raise OperationTimeoutError(f"keyed writer flush timed out after {timeout:.3g}s") from None
 
     # --- failures, overloads and splits ------------------------------------------------------
 
@@ -508,16 +528,19 @@ class KeyedWriter(ClosesOnExit):
             del self._lanes[pid]
         entries = [e for e in lane.pending if not e.done]
         lane.pending.clear()
+        base = lane.writer.seq_no_base
         description = await self._driver.topic.describe_topic(self.path)
         info = next((p for p in description.partitions if p.partition_id == pid), None)
         if info is not None and info.active:
             # Only overloaded: back off, then resend with the same seq_nos (the server drops what it has).
+            self._numbering[pid] = (base, lane.next_seq_no)
             await self._back_off(pid, error)
             if entries:
                 await self._distribute(entries, lambda _: pid)
             return
         self._routes = _Routes(description)
-        stored = await self._last_stored_seq_no(pid)
+        # A lane that never connected sent nothing: none of its messages can be stored.
+        stored = await self._last_stored_seq_no(pid) - base if base is not None else 0
         logger.info(
             "keyed writer %s: partition %d was split; %d unacknowledged messages, %d of them stored there",
             self.path, pid, len(entries), sum(1 for e in entries if e.partition_id == pid and e.seq_no <= stored),
@@ -525,7 +548,7 @@ class KeyedWriter(ClosesOnExit):
         leftovers = []
         for entry in entries:
             if entry.partition_id == pid and entry.seq_no <= stored:
-                self._settle(entry, Skipped(pid, entry.seq_no))
+                self._settle(entry, Skipped(pid, entry.seq_no + (base or 0)))
             else:
                 leftovers.append(entry)
         await self._distribute(leftovers, self._route)
@@ -541,7 +564,7 @@ class KeyedWriter(ClosesOnExit):
         for entry in entries:
             groups.setdefault(target(entry), []).append(entry)
         for pid, group in groups.items():
-            lane = await self._lane(pid)
+            lane = self._lane(pid)
             try:
                 await self._hand_over(lane, group)
             except OverloadedError:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from .._errors import InvalidArgumentError
@@ -41,6 +41,19 @@ class Message:
     def __repr__(self) -> str:
         size = len(self.data)
         return f"Message(<{size} {'chars' if isinstance(self.data, str) else 'bytes'}>, seq_no={self.seq_no!r})"
+
+
+OneMessage = bytes | str | Message
+"""What ``write`` takes for one message."""
+ManyMessages = Sequence[OneMessage]
+"""What ``write`` takes for several: a list or tuple of them (``list[bytes]``, ``list[Message]``, ...)."""
+Messages = OneMessage | ManyMessages
+
+
+def is_many(messages: object) -> bool:
+    """Whether ``messages`` holds several messages (a list, tuple or other sequence of them)
+    rather than one."""
+    return isinstance(messages, Sequence) and not isinstance(messages, (str, bytes, bytearray))
 
 
 def payload_bytes(data: object, what: str = "Message.data") -> bytes:

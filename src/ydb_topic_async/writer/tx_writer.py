@@ -22,8 +22,8 @@ from .._errors import InternalError, InvalidArgumentError, TransactionEndedError
 from .._futures import suppress_future_errors
 from .._retry import RetryPolicy
 from ..query._binding import bind
-from .messages import InitInfo, Skipped, WriteResult, WrittenInTx
-from .writer import ManyMessages, Messages, OneMessage, TopicWriter
+from .messages import InitInfo, ManyMessages, Messages, OneMessage, Skipped, WriteResult, WrittenInTx
+from .writer import TopicWriter
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -134,7 +134,7 @@ class TxWriter:
             await self._wait_acked(futures)
 
     @overload
-    async def write_with_ack(self, messages: OneMessage) -> WriteResult: ...
+    async def write_with_ack(self, messages: OneMessage) -> WriteResult: ...  # type: ignore[overload-overlap]  # a str is one message, not a sequence of them
 
     @overload
     async def write_with_ack(self, messages: ManyMessages) -> list[WriteResult]: ...

@@ -33,7 +33,18 @@ from ..observability.logging import sdk_logger
 from ..observability.metrics import writer_report
 from .batching import entry_wire_size
 from .buffer import PendingMessage, PlainMessage, WriteBuffer
-from .messages import InitInfo, Message, WriteResult, WriteStatistics, check_metadata, payload_bytes
+from .messages import (
+    InitInfo,
+    ManyMessages,
+    Message,
+    Messages,
+    OneMessage,
+    WriteResult,
+    WriteStatistics,
+    check_metadata,
+    is_many,
+    payload_bytes,
+)
 from .sender import SenderSettings, WriterSender
 
 if TYPE_CHECKING:
@@ -54,10 +65,6 @@ a loop turn per message costs more than the rest of ``write``.)"""
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _MICROSECOND = dt.timedelta(microseconds=1)
 
-OneMessage = bytes | str | Message
-"""What ``write`` takes for one message."""
-ManyMessages = list[OneMessage] | tuple[OneMessage, ...]
-Messages = OneMessage | ManyMessages
 
 if TYPE_CHECKING:
 
@@ -94,7 +101,7 @@ class TopicWriter(ConnectionStatus, ClosesOnExit):
     ``partition_id`` (else the server picks one per producer), ``direct_write`` (connect with the
     partition's generation, re-resolved when the partition moves; needs ``partition_id``),
     ``session_metadata``, ``codec`` (default raw) with ``encoders`` for custom codec ids (an
-    encoder may run in several worker threads at once: it must be thread-safe),
+    encoder runs in one thread at a time unless wrapped in ``ThreadSafe``),
     ``auto_seqno``/``auto_created_at``, buffer limits ``max_buffer_messages``/``max_buffer_bytes``
     (``None``: unlimited) and ``buffer_wait_timeout`` (``None``: wait forever), ``max_request_size``
     (bytes per WriteRequest), ``token_refresh_interval`` (seconds between credential checks; 0
@@ -225,6 +232,9 @@ class TopicWriter(ConnectionStatus, ClosesOnExit):
         self._accepted_since_yield = 0
         self._last_seq_no = 0
         """Manual numbering: the highest seq_no accepted so far."""
+        self._seq_no_base = 0
+        """Manual numbering: what is added to each given seq_no before it is sent (0: none; a
+        subclass that numbers relative to the producer's stored last seq_no sets it)."""
         self._failure: BaseException | None = None
         self._closed = False
 
@@ -300,7 +310,9 @@ class TopicWriter(ConnectionStatus, ClosesOnExit):
         finally:
             pending = self._buffer.accepted_total - self._buffer.acked_total
             reason = (
-                OperationTimeoutError(f"writer close timed out after {timeout}s with {pending} unacknowledged messages")
+                OperationTimeoutError(
+                    f"writer close timed out after {timeout:.3g}s with {pending} unacknowledged messages"
+                )
                 if timed_out
                 else WriterClosedError("writer was closed before these messages were acknowledged")
             )
@@ -340,22 +352,28 @@ class TopicWriter(ConnectionStatus, ClosesOnExit):
     # --- handshake ------------------------------------------------------------------------
 
     def _on_init(self, info: InitInfo) -> None:
+        """The first handshake: called before anything is sent."""
         self._init_info = info
         offset = info.last_seq_no
         if self._auto_seqno and offset:
-            # Messages accepted before the handshake (all still unsent) were numbered from 1:
-            # they follow the producer's stored last seq_no instead.
-            unsent = self._buffer.unsent
-            for _ in range(len(unsent)):
-                entry = unsent.popleft()
-                if isinstance(entry, tuple):
-                    data, seq_no, created_ns = entry
-                    entry = (data, seq_no + offset, created_ns)
-                else:
-                    entry.seq_no += offset
-                unsent.append(entry)
+            # Messages accepted before the handshake were numbered from 1: they follow the
+            # producer's stored last seq_no instead.
+            self._shift_unsent(offset)
             self._next_seq_no += offset
         self._init_done.set()
+
+    def _shift_unsent(self, offset: int) -> None:
+        """Add ``offset`` to the seq_no of every message not sent yet (before the first
+        handshake: every message accepted)."""
+        unsent = self._buffer.unsent
+        for _ in range(len(unsent)):
+            entry = unsent.popleft()
+            if isinstance(entry, tuple):
+                data, seq_no, created_ns = entry
+                entry = (data, seq_no + offset, created_ns)
+            else:
+                entry.seq_no += offset
+            unsent.append(entry)
 
     async def wait_init(self, timeout: float | None = None) -> InitInfo:
         """Wait for the first handshake and return what the server said.
@@ -408,7 +426,7 @@ class TopicWriter(ConnectionStatus, ClosesOnExit):
         await self._accept(messages, False)
 
     @overload
-    async def write_with_ack(self, messages: OneMessage) -> WriteResult: ...
+    async def write_with_ack(self, messages: OneMessage) -> WriteResult: ...  # type: ignore[overload-overlap]  # a str is one message, not a sequence of them
 
     @overload
     async def write_with_ack(self, messages: ManyMessages) -> list[WriteResult]: ...
@@ -431,7 +449,7 @@ class TopicWriter(ConnectionStatus, ClosesOnExit):
         return [f.result() for f in futures]
 
     @overload
-    async def write_with_ack_future(self, messages: OneMessage) -> asyncio.Future[WriteResult]: ...
+    async def write_with_ack_future(self, messages: OneMessage) -> asyncio.Future[WriteResult]: ...  # type: ignore[overload-overlap]  # a str is one message, not a sequence of them
 
     @overload
     async def write_with_ack_future(self, messages: ManyMessages) -> list[asyncio.Future[WriteResult]]: ...
@@ -456,7 +474,7 @@ class TopicWriter(ConnectionStatus, ClosesOnExit):
         now_ns = time.time_ns() if self._auto_created_at else -1
         if isinstance(messages, (bytes, str, Message)):
             entries = [self._prepare(messages, now_ns)]
-        elif isinstance(messages, (list, tuple)):
+        elif is_many(messages):
             entries = [self._prepare(m, now_ns) for m in messages]
             if not entries:
                 return [] if with_futures else None
@@ -490,6 +508,10 @@ class TopicWriter(ConnectionStatus, ClosesOnExit):
             raise
         if manual:
             self._last_seq_no = entries[-1].seq_no
+            base = self._seq_no_base
+            if base:
+                for entry in entries:
+                    entry.seq_no += base
         else:
             seq_no = self._next_seq_no
             for entry in entries:
@@ -579,7 +601,7 @@ class TopicWriter(ConnectionStatus, ClosesOnExit):
         except TimeoutError:
             pending = mark - self._buffer.acked_total
             raise OperationTimeoutError(
-                f"flush timed out after {timeout}s with {pending} messages unacknowledged"
+                f"flush timed out after {timeout:.3g}s with {pending} messages unacknowledged"
             ) from None
 
     # --- introspection --------------------------------------------------------------------
