@@ -142,6 +142,18 @@ def _shared_connections() -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def ydb_server() -> Iterator[Server]:
+    """One server for the session's tests (each uses topics of its own)."""
+    thread, server = start_server()
+    try:
+        yield server
+    finally:
+        thread.close()
+
+
+@pytest.fixture
+def own_server() -> Iterator[Server]:
+    """A server for one test: for tests that move its clock (``advance_time``), which would age
+    every other test's messages on a shared one."""
     thread, server = start_server()
     try:
         yield server
