@@ -187,7 +187,13 @@ def killed_mid_batch(spark: Any, server: Server, source: str, sink: str, checkpo
         assert query.isActive, f"the query ended before the sink stored anything: {query.exception()}"
         assert time.monotonic() < deadline, "the sink stored nothing within 120 s"
         time.sleep(0.01)
-    assert kill_python_workers() > 0
+    # A worker killed between two of its tasks fails nothing (Spark starts another): kill them
+    # again until one dies mid-task and fails the query.
+    killed = 0
+    while query.isActive and time.monotonic() < deadline:
+        killed += kill_python_workers()
+        time.sleep(0.05)
+    assert killed > 0
     assert ended(query).exception() is not None
     return server.stored(sink)
 
