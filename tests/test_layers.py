@@ -23,7 +23,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     (
         "foundation: errors, protos, codecs, limits, helpers",
         (
-            "_version", "_proto", "_errors", "_limits", "_futures", "_validate", "_codecs", "_key_ranges",
+            "_version", "_proto", "_errors", "_limits", "_futures", "_validate", "_codecs", "_key_ranges", "_closing",
             "observability.logging",
         ),
     ),

@@ -14,7 +14,7 @@ import gzip
 import os
 import threading
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from enum import IntEnum
 from typing import TypeVar
 
@@ -45,8 +45,16 @@ OFF_LOOP_THRESHOLD = 16 * 1024
 """Payloads (or, on the writer, batches of payloads) at least this large are (de)compressed in
 worker threads."""
 
-CODEC_THREADS = max(2, os.cpu_count() or 1)
-"""How many worker threads (per event loop) the SDK lets (de)compress at once."""
+def _usable_cpus() -> int:
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+CODEC_THREADS = max(1, _usable_cpus() - 1)
+"""How many worker threads (per event loop) the SDK lets (de)compress at once: one CPU fewer than
+the process may use, so that the event loop's thread keeps one to itself (on two CPUs, two
+codec threads and a server starved it for 10 ms at a time)."""
 
 INLINE_MAX_PAYLOADS = 256
 """Fewer payloads than this (together smaller than ``OFF_LOOP_THRESHOLD``) are transformed on the
@@ -94,9 +102,18 @@ def _zstd_compress(data: bytes) -> bytes:
     return _per_thread.compressor.compress(data)
 
 
+_ONE_SHOT_MAX = 1 << 30
+"""A zstd frame declaring at most this many bytes is decoded in one call."""
+
+
 def _zstd_decompress(data: bytes) -> bytes:
-    # Frames written without a content size need the streaming reader.
-    with _per_thread.decompressor.stream_reader(data) as reader:
+    decompressor = _per_thread.decompressor
+    if 0 <= zstandard.frame_content_size(data) <= _ONE_SHOT_MAX:
+        # One call into a buffer of the size the frame declares (writers declare it by default):
+        # the output is neither grown nor copied, and the GIL is not held while it is written.
+        return decompressor.decompress(data)
+    # A frame without a declared size (or an implausible one) needs the streaming reader.
+    with decompressor.stream_reader(data) as reader:
         return reader.read()
 
 
@@ -195,22 +212,21 @@ class PartialTransformError(Exception):
         self.failures = failures
 
 
-def transform_all(fn: Transform, payloads: Sequence[bytes]) -> list[bytes]:
-    """``fn`` applied to each payload, in order; ``PartialTransformError`` when some fail."""
-    try:
-        return [fn(data) for data in payloads]
-    except Exception:
-        pass
-    # Only now, on the failure path, payload by payload: which ones, and the others' results.
+def transform_all(fn: Transform, payloads: Iterable[bytes]) -> list[bytes]:
+    """``fn`` applied to each payload, in order (one pass: ``payloads`` may be a generator);
+    ``PartialTransformError`` when some fail."""
     results: list[bytes | None] = []
+    append = results.append
     failures: dict[int, BaseException] = {}
     for index, data in enumerate(payloads):
         try:
-            results.append(fn(data))
+            append(fn(data))
         except Exception as exc:
-            results.append(None)
+            append(None)
             failures[index] = exc
-    raise PartialTransformError(results, failures)
+    if failures:
+        raise PartialTransformError(results, failures)
+    return results  # type: ignore[return-value]  # no failures: no None left
 
 
 async def transform_batch(sizes: Sequence[int], work: Callable[[int, int], list[bytes]]) -> list[bytes]:

@@ -21,9 +21,11 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+import anyio._backends._asyncio  # noqa: F401  # see below
 import grpc
 import grpc.aio
 
+from ._credentials import AccessTokenCredentials, AnonymousCredentials
 from ._errors import (
     ConnectionLostError,
     DeadlineExceededError,
@@ -46,6 +48,10 @@ ResponseT = TypeVar("ResponseT", bound="Message")
 
 _OK = frozenset((ydb_status_codes_pb2.StatusIds.SUCCESS, ydb_status_codes_pb2.StatusIds.STATUS_CODE_UNSPECIFIED))
 """Statuses of a stream response that carries no failure (most responses leave it unset)."""
+
+# anyio imports its asyncio backend on the first call that needs it: the first stream's task group,
+# which put 15 ms of imports inside the first write's (or read's) latency. It is loaded with the
+# SDK instead (the import above).
 
 HEALTHY_AFTER = 5.0
 """A stream that lived this long counts as progress: its failure starts a new streak."""
@@ -247,7 +253,9 @@ class StreamKeeper:
     about each reconnect (for metrics). ``recover(error)`` may turn a final failure into a reconnect (e.g. a partition
     that moved); ``loss()`` describes what the owner loses when it gives up, for the one ERROR
     logged then. ``closing()`` tells that the owner is closing: a session that ends then ends
-    the loop quietly.
+    the loop quietly. ``hand_off(error)`` picks the failures that the owner's own user handles
+    (a keyed writer finds out why a partition's writer was refused): they end the loop at once,
+    like a final failure, but are logged at DEBUG rather than as an ERROR.
     """
 
     def __init__(
@@ -261,6 +269,7 @@ class StreamKeeper:
         recover: Callable[[BaseException], Awaitable[bool]] | None = None,
         loss: Callable[[], str] | None = None,
         closing: Callable[[], bool] | None = None,
+        hand_off: Callable[[BaseException], bool] | None = None,
     ) -> None:
         self._describe = describe
         self._retry = RetryState(policy, idempotent=True)
@@ -270,6 +279,7 @@ class StreamKeeper:
         self._recover = recover
         self._loss = loss
         self._closing = closing
+        self._hand_off = hand_off
         self.state = ConnectionState.CONNECTING
         self.reconnects = 0
         """Streams opened to replace a lost one (attempts that failed at once included)."""
@@ -327,15 +337,19 @@ class StreamKeeper:
                 self._retry.reset()
             self._connected_at = None
             self.last_error = error
-            delay = self._retry.next_delay(error)
-            if delay is None and self._recover is not None and await self._recover(error):
+            handed_off = self._hand_off is not None and self._hand_off(error)
+            delay = None if handed_off else self._retry.next_delay(error)
+            if delay is None and not handed_off and self._recover is not None and await self._recover(error):
                 delay = self._retry.policy.fast.delay(self._retry.attempt - 1)
             if delay is None:
                 self.state = ConnectionState.FAILED
-                loss = self._loss() if self._loss is not None else ""
-                self._logger.error(
-                    "%s failed%s: %r", self._describe(), f" {loss}" if loss else "", error, extra=self._log_fields()
-                )
+                if handed_off:
+                    self._logger.debug("%s ended: %r", self._describe(), error, extra=self._log_fields())
+                else:
+                    loss = self._loss() if self._loss is not None else ""
+                    self._logger.error(
+                        "%s failed%s: %r", self._describe(), f" {loss}" if loss else "", error, extra=self._log_fields()
+                    )
                 if cause is None:
                     raise error  # as it is: its own cause, if any, stays
                 raise error from cause
@@ -358,6 +372,13 @@ class StreamKeeper:
                     self._describe(), self._retry.attempt, error, delay, extra=self._log_fields(),
                 )
             await asyncio.sleep(delay)
+
+
+def tokens_may_change(transport: Transport) -> bool:
+    """Whether the transport's credentials may produce a new token later. Anonymous credentials
+    and a fixed token never do: a stream needs no refresh task for them (a task per stream costs
+    a writer or reader about a sixth of its memory)."""
+    return type(transport.credentials) not in (AnonymousCredentials, AccessTokenCredentials)
 
 
 async def refresh_tokens(

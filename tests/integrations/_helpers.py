@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import importlib.util
 import pathlib
-from collections.abc import Awaitable, Callable
 from types import ModuleType
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
@@ -19,9 +17,3 @@ def load_example(name: str) -> ModuleType:
     return module
 
 
-async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 10.0) -> None:
-    """Wait until ``check()`` is true; fail the test after ``timeout`` seconds."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not await check():
-        assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.02)

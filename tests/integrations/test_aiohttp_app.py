@@ -9,7 +9,8 @@ import pytest
 import ydb_topic_async as yta
 from ydb_topic_async.testing import LocalTopicServer
 
-from ._helpers import eventually, load_example
+from .._polling import eventually
+from ._helpers import load_example
 
 test_utils = pytest.importorskip("aiohttp.test_utils")
 

@@ -16,5 +16,6 @@ def test_a_missing_framework_names_the_extra(monkeypatch: pytest.MonkeyPatch, mo
     with pytest.raises(ImportError) as raised:
         importlib.import_module(name)
     assert type(raised.value) is ImportError  # not a bare ModuleNotFoundError
-    assert f"pip install 'ydb-topic-async[{framework}]'" in str(raised.value)
+    assert f'pip install -e ".[{framework}]" in a clone of ydb-topic-async' in str(raised.value)
+    assert f"pip install 'ydb-topic-async[{framework}]' once the package is published" in str(raised.value)
     assert isinstance(raised.value.__cause__, ImportError)

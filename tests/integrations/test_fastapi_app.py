@@ -13,7 +13,8 @@ import pytest
 import ydb_topic_async as yta
 from ydb_topic_async.testing import LocalTopicServer
 
-from ._helpers import eventually, load_example
+from .._polling import eventually
+from ._helpers import load_example
 
 fastapi = pytest.importorskip("fastapi")
 httpx = pytest.importorskip("httpx")
@@ -88,7 +89,7 @@ async def test_topic_errors_become_http_errors(server: LocalTopicServer) -> None
             assert response.json()["error"] == "SchemeError"
             consumer = app.state.ydb_topic_async.consumers[0]
             # The consumer cannot read a missing topic: it keeps restarting, and says why.
-            await eventually(lambda: _true(consumer.restarts >= 1))
+            await eventually(lambda: consumer.restarts >= 1, "a consumer restart")
             assert isinstance(consumer.last_error, yta.SchemeError)
     assert example.TOPIC not in server.storage.topics
 
@@ -148,7 +149,7 @@ async def test_requests_get_a_new_writer_after_the_old_one_failed(
         # A non-retriable failure ends the writer for good.
         server.faults.fail_next("StreamWrite", "SCHEME_ERROR")
         server.faults.drop_write_streams()
-        await eventually(lambda: _true(failed.failure is not None))
+        await eventually(lambda: failed.failure is not None, "the writer failed")
         with caplog.at_level(logging.WARNING, logger="ydb_topic_async.integrations"):
             responses = await asyncio.gather(*(client.post("/write", content=f"r{i}".encode()) for i in range(4)))
         assert sorted(r.json()["offset"] for r in responses) == [1, 2, 3, 4]
@@ -171,14 +172,3 @@ async def test_dependency_without_lifespan_is_a_clear_error() -> None:
         with pytest.raises(RuntimeError, match="topic_lifespan"):
             await client.get("/")
 
-
-async def test_eventually_helper_fails_when_never_true() -> None:
-    async def never() -> bool:
-        return False
-
-    with pytest.raises(AssertionError, match="not reached"):
-        await eventually(never, timeout=0.05)
-
-
-async def _true(value: bool) -> bool:
-    return value

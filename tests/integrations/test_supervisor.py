@@ -13,7 +13,7 @@ import ydb_topic_async as yta
 from ydb_topic_async.integrations._supervisor import Consumer, TopicRuntime, WriterSpec
 from ydb_topic_async.testing import LocalTopicServer
 
-from ._helpers import eventually
+from .._polling import eventually
 
 
 async def _write(driver: yta.Driver, topic: str, *messages: bytes) -> None:

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,10 +54,3 @@ class RecordingMetrics:
         self.calls.append(("retry", (operation, error)))
 
 
-async def eventually(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
-    """Poll ``predicate`` on the loop until it holds; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.01)

@@ -7,9 +7,10 @@ import pytest
 import ydb_topic_async as yta
 from ydb_topic_async.observability.metrics import WriterReport
 from ydb_topic_async.testing import LocalTopicServer
+from ydb_topic_async.testing.proxy import proxy_to
 
-from .._proxy import proxy_to
-from ._recording import RecordingMetrics, eventually
+from .._polling import eventually
+from ._recording import RecordingMetrics
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -16,8 +16,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 import ydb_topic_async as yta
 from ydb_topic_async.testing import LocalTopicServer
-
-from .._proxy import silent_endpoint
+from ydb_topic_async.testing.proxy import silent_endpoint
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -123,7 +122,7 @@ async def test_a_context_set_by_the_caller_is_kept(
 
 def test_tracing_without_opentelemetry_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "opentelemetry", None)
-    with pytest.raises(yta.MissingDependencyError, match=r"pip install 'ydb-topic-async\[otel\]'"):
+    with pytest.raises(yta.MissingDependencyError, match=r"pip install -e \"\.\[otel\]\" in a clone"):
         yta.Driver("grpc://127.0.0.1:2136", "/local", tracing=True)
     with pytest.raises(ImportError):  # also an ImportError, for code that guards imports that way
         yta.OpenTelemetryTracing()

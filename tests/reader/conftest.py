@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import ydb_topic_async as yta
 
@@ -31,10 +30,3 @@ async def fill(
             await writer.write(yta.Message(data, metadata=dict(metadata)) if metadata else data)
 
 
-async def until(condition: Callable[[], bool], what: str) -> None:
-    """Wait (bounded) for a state the reader or the server drives; not a timing assertion."""
-    for _ in range(1000):
-        if condition():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"never happened: {what}")

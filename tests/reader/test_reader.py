@@ -13,12 +13,13 @@ import pytest
 import ydb_topic_async as yta
 from ydb_topic_async._proto import ydb_topic_pb2 as pb
 from ydb_topic_async.reader.commits import merge_ranges
-from ydb_topic_async.reader.flow_control import ReadBuffer
-from ydb_topic_async.reader.messages import PartitionSession, PartitionSessionState, TopicMessage, _ServerBatchInfo
+from ydb_topic_async.reader.flow_control import BufferedPart, ReadBuffer
+from ydb_topic_async.reader.messages import PartitionSession, PartitionSessionState, _ServerBatchInfo
 from ydb_topic_async.testing import LocalTopicServer
 from ydb_topic_async.testing.partition_log import NewMessage
 
-from .conftest import fill, until
+from .._polling import eventually
+from .conftest import fill
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -276,25 +277,61 @@ async def test_buffered_bytes_stay_bounded(driver: yta.Driver, topic: str) -> No
         assert buffer_size <= reader.peak_buffered_bytes < buffer_size + len(payload)
 
 
+def _part(session: PartitionSession, payloads: list[bytes], nbytes: int, codec: int = 1) -> BufferedPart:
+    """A part of one server batch of ``payloads`` (lz4-compressed for ``LZ4_CODEC``)."""
+    batch = pb.StreamReadMessage.ReadResponse.Batch(producer_id="p", codec=codec)
+    for offset, data in enumerate(payloads):
+        wire = data if codec == 1 else yta.lz4_encode(data)
+        batch.message_data.add(offset=offset, seq_no=offset + 1, data=wire, uncompressed_size=len(data))
+    decoder = None if codec == 1 else yta.lz4_decode
+    return BufferedPart(session, [_ServerBatchInfo(batch, decoder)], len(payloads), nbytes, 0, decoder is not None)
+
+
 async def test_credit_accounting_is_exact() -> None:
     wake = asyncio.Event()
     drained: list[PartitionSession] = []
     buf = ReadBuffer(1000, 250, drained.append, wake)
     assert buf.reset() == 1000
     session = PartitionSession(1, "/local/t", 0, 0, 0, 10)
-    info = _ServerBatchInfo(pb.StreamReadMessage.ReadResponse.Batch(producer_id="p"))
-    messages = [TopicMessage(b"x", i, i + 1, info, None, session, i) for i in range(3)]
     buf.charge(1200)  # one response past the credit: the server may overshoot once
-    buf.push(session, messages, 1200)
-    assert (buf.buffered_bytes, buf.peak_buffered_bytes) == (1200, 1200)
-    assert buf.pop_one().offset == 0  # frees its share: 1200 // 3
-    assert (buf.buffered_bytes, buf.pending_credit, buf.credit_ready) == (800, 400, True)
+    buf.push(_part(session, [b"x"] * 3, 1200))
+    assert (buf.buffered_bytes, buf.peak_buffered_bytes, buf.server_credit) == (1200, 1200, -200)
+    message = buf.pop_one()
+    assert message is not None and message.offset == 0  # frees its share: 1200 // 3
+    assert (buf.buffered_bytes, buf.credit_ready) == (800, True)
     assert wake.is_set()
-    assert buf.take_credit() == 400
-    _, rest = buf.pop(None, None)
+    assert buf.take_credit() == 400  # the server's balance back to 200 of 1000
+    rest = buf.pop(None, None)
     assert [m.offset for m in rest] == [1, 2]
     assert (buf.buffered_bytes, buf.take_credit()) == (0, 800)  # all 1200 bytes granted back
+    assert buf.server_credit == 1000
     assert drained == [session] and not buf
+
+
+async def test_compressed_payloads_are_charged_as_decoded_and_decoded_as_taken() -> None:
+    """The buffer bound counts decoded bytes: a response whose payloads decode to ten times its
+    wire size holds back credit until that much was taken, and a payload is decoded only when a
+    receive is about to hand it out."""
+    wake = asyncio.Event()
+    buf = ReadBuffer(1000, 100, lambda session: None, wake)
+    buf.reset()
+    session = PartitionSession(1, "/local/t", 0, 0, 0, 10)
+    payloads = [bytes([i]) * 500 for i in range(4)]
+    part = _part(session, payloads, 200, codec=yta.LZ4_CODEC)
+    buf.charge(200)
+    buf.push(part)  # charged 2000 decoded bytes, not the 200 on the wire
+    assert buf.buffered_bytes == part.bytes_left and buf.buffered_bytes >= 2000
+    assert not buf.front_ready(1, None) and buf.pop_one() is None and not part.decoded
+    await buf.decode_front(2, None)
+    assert buf.front_ready(2, None) and len(part.decoded) == 2  # only what the take needs
+    taken = buf.pop(2, None)
+    assert [m.data for m in taken] == payloads[:2]
+    assert not buf.credit_ready and buf.take_credit() == 0  # still over the bound once decoded
+    await buf.decode_front(None, None)
+    taken = buf.pop(None, None)
+    assert [m.data for m in taken] == payloads[2:]
+    assert buf.credit_ready and buf.take_credit() == 200  # what the server used, and no more
+    assert buf.server_credit == 1000
 
 
 # --- partition sessions and several readers --------------------------------------------------
@@ -325,10 +362,7 @@ async def test_two_readers_split_four_partitions_and_rebalance(driver: yta.Drive
                     pass
             assert len(mine) == 2 and len(theirs) == 2 and not mine & theirs
             assert sorted(stopped) == sorted({0, 1, 2, 3} - mine)
-        for _ in range(200):
-            if len(first.partition_sessions) == 4:
-                break
-            await asyncio.sleep(0.05)
+        await eventually(lambda: len(first.partition_sessions) == 4, "the first reader has every partition again")
         assert {s.partition_id for s in first.partition_sessions} == {0, 1, 2, 3}
 
 
@@ -470,14 +504,14 @@ async def test_graceful_stop_delivers_buffered_messages_then_hands_over(
             first.commit(batch)
         moving = got[-1].partition_session
         async with second:
-            await until(lambda: moving.state is PartitionSessionState.STOPPING, "graceful stop of partition 1")
+            await eventually(lambda: moving.state is PartitionSessionState.STOPPING, "graceful stop of partition 1")
             assert moving._buffered > 0  # the stop arrived while partition 1 still had messages buffered
             while len(got) < 20:
                 batch = await first.receive_batch(timeout=10)
                 got.extend(batch)
                 await first.commit_with_ack(batch)
             assert sorted((m.partition_id, m.offset) for m in got) == [(p, o) for p in (0, 1) for o in range(10)]
-            await until(lambda: bool(stopped), "stop of partition 1 confirmed")
+            await eventually(lambda: bool(stopped), "stop of partition 1 confirmed")
             assert stopped == [(1, 10)] and moving.closed
             assert {s.partition_id for s in first.partition_sessions} == {0}
             await fill(driver, topic_name, [b"late"], partition_id=1)
@@ -514,7 +548,7 @@ async def test_non_graceful_stop_drops_buffered_messages(topic_name: str) -> Non
             async with second:
                 # The first reader does not consume, so it cannot confirm the graceful stop; the
                 # server takes the partition away and the first reader drops what it buffered.
-                await until(lambda: lost.partition_session.closed, "partition 1 taken away")
+                await eventually(lambda: lost.partition_session.closed, "partition 1 taken away")
                 assert stopped == [1]
                 with pytest.raises(yta.PartitionSessionClosedError):
                     await first.commit_with_ack(lost)
@@ -602,11 +636,11 @@ async def test_split_while_reading_ends_the_parent_then_reads_children(
         await fill(driver, topic, [b"left-%d" % i for i in range(3)], partition_id=left, producer_id="l")
         await fill(driver, topic, [b"right-%d" % i for i in range(2)], partition_id=right, producer_id="r")
         # The parent was read to its end: EndPartitionSession names the children.
-        await until(lambda: parent.ended, "EndPartitionSession for the parent")
+        await eventually(lambda: parent.ended, "EndPartitionSession for the parent")
         assert parent.child_partition_ids == (left, right)
         # The server hands out the children at once (auto-partitioning support); the reader holds
         # them back until the parent is consumed and committed.
-        await until(lambda: len(reader.partition_sessions) == 3, "the children's partition sessions")
+        await eventually(lambda: len(reader.partition_sessions) == 3, "the children's partition sessions")
         assert not parent.closed and {s.partition_id for s in reader.partition_sessions} == {0, left, right}
         with pytest.raises(yta.OperationTimeoutError):
             await reader.receive_batch(timeout=0.1)  # the children wait for the parent's commit

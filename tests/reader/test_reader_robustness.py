@@ -12,7 +12,8 @@ import ydb_topic_async as yta
 from ydb_topic_async.testing import LocalTopicServer
 from ydb_topic_async.testing.partition_log import NewMessage
 
-from .conftest import fill, until
+from .._polling import eventually
+from .conftest import fill
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -48,10 +49,10 @@ async def test_a_failed_token_refresh_is_logged_and_retried(caplog: pytest.LogCa
                 reader.commit(before)
                 with caplog.at_level(logging.WARNING, logger="ydb_topic_async.reader"):
                     fail_once = True  # only the reader's refresher asks for tokens now
-                    await until(lambda: failures == 1, "the refresh failed")
+                    await eventually(lambda: failures == 1, "the refresh failed")
                     issued_before = len(issued)
                     # The next tick asks again and sends the new token in-band.
-                    await until(lambda: len(issued) > issued_before, "a later refresh")
+                    await eventually(lambda: len(issued) > issued_before, "a later refresh")
                 await fill(driver, "t", [b"after"])
                 after = await reader.receive_message(timeout=10)
                 assert after.data == b"after"
@@ -79,7 +80,7 @@ async def test_commit_with_ack_behind_a_gap_warns_with_the_partition_and_the_gap
             assert caplog.records == []
             # Offsets 3..5 are not committed: the server cannot acknowledge offset 6 yet.
             waiting = asyncio.ensure_future(reader.commit_with_ack(got[6]))
-            await until(lambda: bool(caplog.records), "the warning")
+            await eventually(lambda: bool(caplog.records), "the warning")
         [record] = caplog.records
         assert record.levelno == logging.WARNING
         message = record.getMessage()
@@ -138,7 +139,7 @@ async def test_a_receive_that_keeps_losing_races_still_times_out(
         waiting: asyncio.Future[yta.MessageBatch] | None = None
         try:
             arrive(1)
-            await until(lambda: len(taken) == 1, "the iterating consumer took the first message")
+            await eventually(lambda: len(taken) == 1, "the iterating consumer took the first message")
             started = time.monotonic()
             waiting = asyncio.ensure_future(reader.receive_batch(timeout=timeout))
             while not waiting.done() and time.monotonic() - started < 6 * timeout:

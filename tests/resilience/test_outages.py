@@ -1,6 +1,6 @@
 """Writers and readers ride out outages: refused connections, stalls, a server that is gone.
 
-The network is a real TCP proxy in front of the local server (``tests/_proxy.py``): ``refuse``
+The network is a real TCP proxy in front of the local server (``ydb_topic_async.testing.proxy``): ``refuse``
 takes the port down (open connections reset, new ones refused), ``stall`` holds every byte back.
 By default writers and readers reconnect for as long as they are open; a retry budget makes
 them give up instead. What they accepted is delivered exactly once (the writer's producer id
@@ -12,27 +12,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 import ydb_topic_async as yta
+from ydb_topic_async.testing.proxy import proxy_to
 
-from .._proxy import proxy_to
+from .._polling import eventually
 
 pytestmark = pytest.mark.timeout(60)
 
 OUTAGE = 30.0
 """The long test's refused-connection outage and stall, in seconds."""
-
-
-async def _eventually(condition: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"never happened within {timeout}s: {what}")
-        await asyncio.sleep(0.05)
 
 
 class _Consumer:
@@ -77,8 +69,8 @@ async def test_a_writer_and_a_reader_ride_out_a_30s_outage_and_a_30s_stall(serve
             await proxy.refuse()
             started = time.monotonic()
             await writer.write(expected[100:150])  # accepted during the outage
-            await _eventually(lambda: writer.connection_state is yta.ConnectionState.RECONNECTING, "writer lost")
-            await _eventually(lambda: reader.connection_state is yta.ConnectionState.RECONNECTING, "reader lost")
+            await eventually(lambda: writer.connection_state is yta.ConnectionState.RECONNECTING, "writer lost")
+            await eventually(lambda: reader.connection_state is yta.ConnectionState.RECONNECTING, "reader lost")
             with pytest.raises(yta.OperationTimeoutError):
                 await reader.receive_batch(timeout=1)
             await writer.write(expected[150:200])
@@ -139,7 +131,7 @@ async def test_a_retry_budget_makes_writers_and_readers_give_up(server: Any, top
                     writer = driver.topic.writer(topic, producer_id="p", retry=budget)
                     async with driver.topic.reader(topic, consumer="consumer", retry=budget) as reader:
                         await writer.wait_init(timeout=10)
-                        await _eventually(
+                        await eventually(
                             lambda: reader.connection_state is yta.ConnectionState.CONNECTED, "reader connected"
                         )
                         await proxy.refuse()
@@ -169,7 +161,7 @@ async def test_a_reconnect_streak_is_logged_once_when_it_starts_and_once_when_it
         await writer.write_with_ack(b"first")
         with caplog.at_level(logging.DEBUG, logger="ydb_topic_async.writer"):
             await proxy.refuse()
-            await _eventually(lambda: writer.reconnects >= 5, "several failed attempts")
+            await eventually(lambda: writer.reconnects >= 5, "several failed attempts")
             await proxy.restore()
             await writer.write_with_ack(b"second")
     loud = [r for r in caplog.records if r.levelno >= logging.INFO]
@@ -201,7 +193,7 @@ async def test_reconnects_are_counted_and_reported_to_metrics(server: Any, topic
         await reader.receive_batch(timeout=10)
         proxy.cut()
         await writer.write_with_ack(b"y")
-        await _eventually(lambda: reader.connection_state is yta.ConnectionState.CONNECTED, "reader back")
+        await eventually(lambda: reader.connection_state is yta.ConnectionState.CONNECTED, "reader back")
         assert writer.reconnects >= 1 and reader.reconnects >= 1
     # The connection broke under them (UNAVAILABLE, or INTERNAL for a write into a reset socket).
     assert {kind for kind, _ in reported} == {"writer", "reader"}

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import socket
 import sys
+from pathlib import Path
 
 import grpc
 import grpc.aio
@@ -207,3 +209,31 @@ async def test_standalone_process() -> None:
     finally:
         proc.terminate()
         assert await asyncio.wait_for(proc.wait(), 30) == 0
+
+
+async def _standalone_fails(*args: str) -> str:
+    """Run ``python -m ydb_topic_async.testing`` expecting it to fail; its stderr."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "ydb_topic_async.testing", *args,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert (proc.returncode, out) == (1, b"")
+    text = err.decode()
+    assert text.count("\n") == 1 and "Traceback" not in text, text
+    return text
+
+
+async def test_standalone_process_on_a_busy_port_says_so_in_one_line() -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        err = await _standalone_fails("--port", str(port))
+    assert err == f"python -m ydb_topic_async.testing: error: cannot serve on 127.0.0.1:{port}: the port is in use\n"
+
+
+async def test_standalone_process_on_a_data_directory_in_use_says_so_in_one_line(tmp_path: Path) -> None:
+    async with LocalTopicServer(data_dir=tmp_path):
+        err = await _standalone_fails("--port", "0", "--data-dir", str(tmp_path))
+    assert err.startswith("python -m ydb_topic_async.testing: error: ") and str(tmp_path) in err, err

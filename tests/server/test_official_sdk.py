@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -13,16 +12,9 @@ import ydb.aio
 
 from ydb_topic_async.testing import LocalTopicServer
 
+from .._polling import eventually
+
 pytestmark = pytest.mark.timeout(40)
-
-
-async def eventually(predicate: Callable[[], bool], timeout: float = 10) -> None:
-    """Wait until ``predicate()`` holds (it inspects server state, which has no event to await)."""
-    for _ in range(int(timeout / 0.02)):
-        if predicate():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError("condition not reached in time")
 
 
 async def test_topic_administration(official: Any, server: LocalTopicServer) -> None:

@@ -12,6 +12,7 @@ from ydb_topic_async._proto import ydb_topic_pb2 as pb
 from ydb_topic_async._proto.ydb_status_codes_pb2 import StatusIds
 from ydb_topic_async.testing import LocalTopicServer
 
+from .._polling import eventually
 from .conftest import LOCAL_POOL, RawReader, RawWriter, acks, address, create_topic
 
 pytestmark = pytest.mark.timeout(30)
@@ -109,10 +110,8 @@ async def test_stop_ends_open_streams_and_leaves_no_tasks() -> None:
         with pytest.raises(grpc.aio.AioRpcError):
             await reader.expect("read_response")
         await reader.close()
-    for _ in range(50):
-        inboxes = [t for t in asyncio.all_tasks() if t.get_name() == "local-server stream inbox"]
-        if not inboxes:
-            break
-        await asyncio.sleep(0.01)
-    assert inboxes == []
+    await eventually(
+        lambda: not [t for t in asyncio.all_tasks() if t.get_name() == "local-server stream inbox"],
+        "the streams' inbox tasks ended",
+    )
     assert server.reads.groups == {}

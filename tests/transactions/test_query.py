@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 
 import pytest
 
@@ -21,6 +20,8 @@ from ydb_topic_async import (
     TransactionState,
 )
 from ydb_topic_async.testing import LocalTopicServer
+
+from .._polling import eventually
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -190,21 +191,12 @@ async def test_driver_close_rolls_back_and_deletes_sessions(server: LocalTopicSe
         driver.query.transaction()
 
 
-async def until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
-    """Yield to the loop until ``predicate()`` holds (internal state with no event to await)."""
-    async with asyncio.timeout(timeout):
-        while True:
-            if predicate():
-                return
-            await asyncio.sleep(0)
-
-
 async def test_a_commit_waits_for_a_begin_under_way(driver: Driver, server: LocalTopicServer) -> None:
     await driver.topic.create_topic("racing")
     tx = driver.query.transaction()
     writer = driver.topic.tx_writer(tx, "racing")
     write = asyncio.create_task(writer.write(b"x"))
-    await until(tx._begin_lock.locked)  # the first write is beginning the transaction
+    await eventually(tx._begin_lock.locked, "the first write begins the transaction", interval=0)
     await tx.commit()
     await write
     assert tx.state is TransactionState.COMMITTED
@@ -216,7 +208,7 @@ async def test_a_commit_waits_for_a_begin_under_way(driver: Driver, server: Loca
 async def test_a_rollback_waits_for_a_begin_under_way(driver: Driver, server: LocalTopicServer) -> None:
     tx = driver.query.transaction()
     begin = asyncio.create_task(tx.begin())
-    await until(tx._begin_lock.locked)
+    await eventually(tx._begin_lock.locked, "the begin under way", interval=0)
     await tx.rollback()
     await begin
     assert tx.state is TransactionState.ROLLED_BACK

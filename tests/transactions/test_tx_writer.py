@@ -17,7 +17,7 @@ from ydb_topic_async import (
 )
 from ydb_topic_async.testing import LocalTopicServer
 
-from .test_query import until
+from .._polling import eventually
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -164,7 +164,7 @@ async def test_a_write_waiting_for_buffer_space_joins_the_commit(
     await writer.write(b"a")
     await writer.write(b"b")  # fills the buffer until acknowledged
     late = asyncio.create_task(writer.write(b"c"))
-    await until(lambda: writer._writing == 1)
+    await eventually(lambda: writer._writing == 1, "the write under way", interval=0)
     await tx.commit()
     await late
     assert tx.state is TransactionState.COMMITTED

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 from collections import defaultdict
 
 import pytest
@@ -32,7 +33,7 @@ from ydb_topic_async import (
 )
 from ydb_topic_async.testing import LocalTopicServer, StoredMessage
 
-from ..observability._recording import eventually
+from .._polling import eventually
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -118,7 +119,7 @@ async def test_resends_after_lost_acks_are_stored_once(server: LocalTopicServer,
 
 @pytest.mark.parametrize("direct_write", [False, True], ids=["via-any-node", "direct-write"])
 async def test_keys_follow_a_split_and_keep_their_order(
-    server: LocalTopicServer, driver: Driver, direct_write: bool
+    server: LocalTopicServer, driver: Driver, direct_write: bool, caplog: pytest.LogCaptureFixture
 ) -> None:
     await driver.topic.create_topic("auto", min_active_partitions=2, auto_partitioning=AUTO)
     keys = [f"user-{i}" for i in range(24)]
@@ -149,10 +150,12 @@ async def test_keys_follow_a_split_and_keep_their_order(
     assert {moved[key] for key in keys} == {1, *children}
     for child in children:
         assert {m.producer_id for m in stored(server, "auto")[child]} <= {f"p_{child}"}
+    # The split partition's writer ended, but nothing was lost: no ERROR says otherwise.
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
 
 
 async def test_unacknowledged_messages_of_a_split_partition_are_stored_once(
-    server: LocalTopicServer, driver: Driver
+    server: LocalTopicServer, driver: Driver, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The stream breaks after storing some of 5 messages (their acks lost), and the partition splits
     before the writer reconnects: those stay where they are (and resolve as Skipped), the others
@@ -168,7 +171,7 @@ async def test_unacknowledged_messages_of_a_split_partition_are_stored_once(
         results.append(asyncio.ensure_future(writer.write_with_ack(f"k:{n}", key="k")))
         await asyncio.sleep(0.05)
     try:
-        await eventually(lambda: server.faults.dropped_streams == 1)
+        await eventually(lambda: server.faults.dropped_streams == 1, "the stream broken")
         children = server.storage.split_partition("split", 0)
     finally:
         server.faults.clear()
@@ -188,6 +191,7 @@ async def test_unacknowledged_messages_of_a_split_partition_are_stored_once(
     assert texts == [f"k:{n}" for n in range(6)]
     other = next(c for c in children if c != child)
     assert server.storage.read("split", other) == []
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
 
 
 def writer_child(result: object) -> int:
@@ -236,6 +240,10 @@ async def test_mistakes_are_refused_at_the_call(driver: Driver) -> None:
             await writer.write(b"x", key=17)  # type: ignore[arg-type]
         with pytest.raises(InvalidArgumentError, match="numbers messages itself"):
             await writer.write(Message(b"x", seq_no=5), key="k")
+        with pytest.raises(InvalidArgumentError, match="not valid Unicode"):
+            await writer.write("lone \udc80 surrogate", key="k")
+        with pytest.raises(InvalidArgumentError, match=r"Message\.data must be bytes or str"):
+            await writer.write(Message(17), key="k")  # type: ignore[arg-type]
         with pytest.raises(TypeError):
             await writer.write(b"x")  # type: ignore[call-arg]
         await writer.write_with_ack(b"fine", key="k")

@@ -8,11 +8,13 @@ import threading
 import time
 from typing import Any
 
+import anyio
 import pytest
 
 import ydb_topic_async as yta
 from ydb_topic_async import _codecs
 
+from .._polling import eventually
 from .._streams import record_requests
 
 pytestmark = pytest.mark.timeout(30)
@@ -338,11 +340,7 @@ async def test_tokens_are_refreshed_in_band(
         return current
 
     async def wait_sent(token: str) -> None:
-        for _ in range(250):
-            if token in sent():
-                return
-            await asyncio.sleep(0.02)
-        raise AssertionError(f"{token} was not sent: {sent()}")
+        await eventually(lambda: token in sent(), f"{token} sent")
 
     credentials = yta.TokenProviderCredentials(provider)
     async with yta.Driver(server.endpoint, server.database, credentials, discovery=False) as driver:
@@ -382,8 +380,12 @@ async def test_a_failing_custom_encoder_fails_only_its_own_messages(
 
 
 async def test_large_payloads_are_encoded_off_the_loop_in_parallel(
-    server: Any, driver: yta.Driver, topic: str
+    server: Any, driver: yta.Driver, topic: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The default number of codec threads depends on the machine (one on two CPUs): four here.
+    monkeypatch.setattr(_codecs, "CODEC_THREADS", 4)
+    monkeypatch.setattr(_codecs, "PARALLELISM", 4)
+    monkeypatch.setitem(_codecs._limiters, asyncio.get_running_loop(), anyio.CapacityLimiter(4))
     loop_thread = threading.get_ident()
     threads: set[int] = set()
     running = 0

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ydb_topic_async as yta
-from ydb_topic_async.writer.buffer import PendingMessage, WriteBuffer
+from ydb_topic_async.writer.buffer import PendingMessage, WriteBuffer, seq_no_of
 
 
 def _entry(seq_no: int, size: int = 1) -> PendingMessage:
@@ -74,7 +74,7 @@ async def test_rewind_puts_inflight_back_in_seq_order() -> None:
     buffer.push([_entry(1), _entry(2), _entry(3)])
     buffer.inflight.append(buffer.unsent.popleft())
     buffer.inflight.append(buffer.unsent.popleft())
-    buffer.push_one(_entry(4))
+    buffer.push([_entry(4)])
     buffer.rewind()
     assert [e.seq_no for e in buffer.unsent] == [1, 2, 3, 4]
     assert not buffer.inflight
@@ -85,7 +85,7 @@ async def test_failure_reaches_futures_flushes_and_waiters() -> None:
     entry = _entry(1)
     entry.future = asyncio.get_running_loop().create_future()
     assert buffer.try_reserve(1, 1)
-    buffer.push_one(entry)
+    buffer.push([entry])
     space = asyncio.ensure_future(buffer.reserve(1, 1, None))
     flush = asyncio.ensure_future(buffer.wait_acked(1))
     await asyncio.sleep(0)
@@ -117,3 +117,22 @@ def test_admission_never_exceeds_the_limits_except_for_one_call_into_an_empty_bu
         assert buffer.messages == sum(c for c, _ in admitted)
 
     asyncio.run(scenario())
+
+
+async def test_plain_and_full_messages_are_kept_in_order_together() -> None:
+    """Messages of both shapes (a hot-path tuple, a ``PendingMessage``) share the queues: a
+    reconnect resends them in seq_no order, a failure reaches the futures among them."""
+    buffer = WriteBuffer(max_messages=None, max_bytes=None)
+    assert buffer.try_push_one((b"a", 1, -1))
+    full = _entry(2)
+    full.future = asyncio.get_running_loop().create_future()
+    assert buffer.try_reserve(1, 1)
+    buffer.push([full])
+    assert buffer.try_push_one((b"c", 3, -1))
+    assert (buffer.messages, buffer.nbytes) == (3, 3)
+    buffer.inflight.extend([buffer.unsent.popleft(), buffer.unsent.popleft()])
+    buffer.rewind()
+    assert [seq_no_of(entry) for entry in buffer.unsent] == [1, 2, 3]
+    error = yta.WriterClosedError("closed")
+    assert buffer.fail(error) == 3
+    assert full.future.exception() is error

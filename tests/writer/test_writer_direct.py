@@ -15,8 +15,7 @@ import pytest
 
 import ydb_topic_async as yta
 from ydb_topic_async.testing import LocalTopicServer
-
-from .._proxy import FlakyProxy, proxy_to
+from ydb_topic_async.testing.proxy import FlakyProxy, proxy_to
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -24,7 +24,6 @@ import asyncio
 import base64
 import contextlib
 import datetime as dt
-import errno
 import json
 import socket
 import sys
@@ -474,35 +473,15 @@ async def _read(args: argparse.Namespace, out: TextIO) -> None:
 
 
 async def _serve(args: argparse.Namespace, out: TextIO) -> None:
-    from ..testing import LocalTopicServer
+    from ..testing._serve import CannotServeError, start_serving
 
-    _check_port_free(args.host, args.port)
     try:
-        server = LocalTopicServer(args.host, args.port, args.serve_database)
-        await server.start()
-    except RuntimeError as exc:  # gRPC reports a failed bind this way
-        raise CommandFailure(f"cannot serve on {args.host}:{args.port}: {str(exc).split(';')[0]}") from None
+        server = await start_serving(args.host, args.port, database=args.serve_database)
+    except CannotServeError as exc:
+        raise CommandFailure(str(exc)) from None
     async with server:
         print(f"local YDB topic server: {server.connection_string}", file=out, flush=True)
         await server.wait_closed()
-
-
-def _check_port_free(host: str, port: int) -> None:
-    """Fail with one clear line when ``host:port`` cannot be listened on (busy, or not ours)."""
-    if port == 0:
-        return
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    except OSError as exc:
-        raise CommandFailure(f"cannot serve on {host}:{port}: {exc.strerror or exc}") from None
-    family, kind, proto, _, address = infos[0]
-    with socket.socket(family, kind, proto) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(address)
-        except OSError as exc:
-            reason = "the port is in use" if exc.errno == errno.EADDRINUSE else exc.strerror or str(exc)
-            raise CommandFailure(f"cannot serve on {host}:{port}: {reason}") from None
 
 
 COMMANDS = {"topic": _topic, "consumer": _consumer, "write": _write, "read": _read, "serve": _serve}

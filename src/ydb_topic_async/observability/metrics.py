@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from ..reader.messages import PartitionSession, TopicMessage
+    from ..reader.flow_control import BufferedPart
+    from ..reader.messages import PartitionSession
 
 
 @runtime_checkable
@@ -51,14 +52,14 @@ class MetricsRecorder(Protocol):
         ...
 
     def reader_messages(self, topic: str, partition_id: int, messages: int, nbytes: int) -> None:
-        """``messages`` arrived for one partition (``nbytes`` of decoded payload). Once per partition
-        per ReadResponse."""
+        """``messages`` arrived for one partition (``nbytes`` of decoded payload, as their writers
+        declared it). Once per partition per ReadResponse."""
         ...
 
     def reader_buffer_change(self, consumer: str, messages: int, nbytes: int) -> None:
         """Gauge change: add ``messages`` and ``nbytes`` (either may be negative) to the messages
         received by the readers of ``consumer`` and not yet handed to the user, and the bytes they
-        hold (as the server counts them, the unit of the reader's ``buffer_size_bytes``).
+        hold (decoded, the unit of the reader's ``buffer_size_bytes``).
 
         Each reader reports how its own buffer changed since its previous report (when a response
         arrives and when freed buffer space is granted back), and takes out what it still held
@@ -233,8 +234,8 @@ class ReaderReport:
 
     __slots__ = ()
 
-    def received(self, session: PartitionSession, messages: Sequence[TopicMessage]) -> None:
-        """``messages`` of one partition arrived in one response."""
+    def received(self, session: PartitionSession, part: BufferedPart) -> None:
+        """The messages of ``part``, of one partition, arrived in one response."""
 
     def buffer_changed(self) -> None:
         """The reader's buffer changed (a response arrived, credit was granted back)."""
@@ -258,10 +259,8 @@ class _RecordingReaderReport(ReaderReport):
         self._buffer = buffer
         self._share = GaugeShare()
 
-    def received(self, session: PartitionSession, messages: Sequence[TopicMessage]) -> None:
-        self._recorder.reader_messages(
-            session.topic_path, session.partition_id, len(messages), sum(len(m.data) for m in messages)
-        )
+    def received(self, session: PartitionSession, part: BufferedPart) -> None:
+        self._recorder.reader_messages(session.topic_path, session.partition_id, part.left, part.payload_bytes())
 
     def buffer_changed(self) -> None:
         messages, nbytes = self._buffer()

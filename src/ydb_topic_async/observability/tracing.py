@@ -12,8 +12,9 @@ message's metadata items, so any reader, in any language, can continue the trace
 with tracing on starts a ``CONSUMER`` span ("receive <topic>") for each message, or each batch,
 it hands out, linked to the producer spans of the messages that carry a context.
 
-Needs ``opentelemetry-api`` (``pip install 'ydb-topic-async[otel]'``); without it the package
-imports fine and only enabling tracing raises ``MissingDependencyError``.
+Needs ``opentelemetry-api``, the ``otel`` extra (``pip install -e ".[otel]"`` in a clone of the
+repository; ``pip install 'ydb-topic-async[otel]'`` once the package is published); without it
+the package imports fine and only enabling tracing raises ``MissingDependencyError``.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import functools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from .._errors import InvalidArgumentError, MissingDependencyError
+from .._errors import InvalidArgumentError, MissingDependencyError, install_hint
 from .._limits import MAX_METADATA_BYTES, MAX_METADATA_ITEMS, wire_size
 
 if TYPE_CHECKING:
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
     from ..writer.buffer import PendingMessage
     from ..writer.messages import WriteResult
 
-INSTALL_HINT = "pip install 'ydb-topic-async[otel]'"
+INSTALL_HINT = install_hint("otel")
 MESSAGING_SYSTEM = "ydb"
 _TRACER_NAME = "ydb_topic_async"
 _WRITE_STATUS = {"Skipped": "skipped", "WrittenInTx": "written_in_tx"}

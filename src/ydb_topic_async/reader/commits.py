@@ -12,6 +12,7 @@ offset reaches its range end, or fails when the session ends first.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any
 
 from .._proto import ydb_topic_pb2 as pb
@@ -21,11 +22,11 @@ GAP_ADVICE = "commits are contiguous from the committed offset; commit every mes
 """Why a commit behind a gap waits, and what to do about it (for log messages)."""
 
 
-def merge_ranges(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+def merge_ranges(ranges: Sequence[Sequence[int]]) -> list[tuple[int, int]]:
     """Sort and merge touching or overlapping ``[start, end)`` ranges."""
-    if len(ranges) < 2:
-        return list(ranges)
-    ordered = sorted(ranges)
+    ordered = sorted((start, end) for start, end in ranges)
+    if len(ordered) < 2:
+        return ordered
     merged = [ordered[0]]
     for start, end in ordered[1:]:
         last_start, last_end = merged[-1]
@@ -38,10 +39,14 @@ def merge_ranges(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
 
 
 class CommitTracker:
-    """Ranges recorded but not yet sent, per partition session, and the ack waiters."""
+    """Ranges recorded but not yet sent, per partition session, and the ack waiters.
+
+    The ranges of in-order commits grow in place: each session's last range, while it is not
+    sent yet, is its ``_commit_run``, which the next commit in order extends (``TopicReader.commit``
+    does that itself, on its hot path)."""
 
     def __init__(self, wake_sender: asyncio.Event) -> None:
-        self._pending: dict[PartitionSession, list[tuple[int, int]]] = {}
+        self._pending: dict[PartitionSession, list[list[int]]] = {}
         self._wake_sender = wake_sender
 
     def add(self, session: PartitionSession, start: int, end: int, want_ack: bool) -> asyncio.Future[None] | None:
@@ -55,18 +60,19 @@ class CommitTracker:
             return future
         if future is not None:
             session._ack_waiters.append((end, future))
+        run = session._commit_run
+        if run is not None and run[1] == start:
+            run[1] = end  # the usual case: commits in order
+            return future
+        run = [start, end]
         ranges = self._pending.get(session)
         if ranges is None:
-            self._pending[session] = [(start, end)]
-        elif ranges[-1][1] == start:
-            ranges[-1] = (ranges[-1][0], end)  # the usual case: commits in order
+            self._pending[session] = [run]
         else:
-            ranges.append((start, end))
-        recorded = session._recorded
-        if recorded and recorded[-1][1] == start:
-            recorded[-1] = (recorded[-1][0], end)
-        else:
-            recorded.append((start, end))
+            ranges.append(run)
+        session._recorded.append(run)
+        session._commit_run = run
+        session._owner = self
         self._wake_sender.set()
         return future
 
@@ -78,6 +84,7 @@ class CommitTracker:
         request = pb.StreamReadMessage.FromClient()
         offsets = request.commit_offset_request.commit_offsets
         for session, ranges in pending.items():
+            session._commit_run = None  # sent: the next commit starts a new range
             if session.closed:
                 continue
             item = offsets.add(partition_session_id=session.id)
@@ -90,6 +97,9 @@ class CommitTracker:
         if committed_offset > session.committed_offset:
             session.committed_offset = committed_offset
             session._recorded = [r for r in session._recorded if r[1] > committed_offset]
+            run = session._commit_run
+            if run is not None and run[1] <= committed_offset:
+                session._commit_run = None  # no longer recorded: the next commit starts anew
         waiters = session._ack_waiters
         if not waiters:
             return
@@ -106,6 +116,7 @@ class CommitTracker:
     def fail_session(self, session: PartitionSession, error: BaseException) -> None:
         """``session`` ended: drop its unsent ranges and fail its waiters."""
         self._pending.pop(session, None)
+        session._commit_run = None
         waiters, session._ack_waiters = session._ack_waiters, []
         for _, future in waiters:
             if not future.done():

@@ -1,70 +1,113 @@
-"""Turning a ReadResponse into messages: decoding its compressed batches, and what a payload
-that cannot be decoded becomes.
+"""Decoding compressed payloads as a receive takes them, and what a payload that cannot be
+decoded becomes.
 
-The payloads of every compressed batch of a response are decoded together, through
-``_codecs.transform_batch``: inline when there is little to do, otherwise in worker threads,
-split into chunks that decode in parallel (a response made of many small batches, from many
-producers, costs as much loop time as one large batch). A payload its decoder rejects becomes a
-``MessageDecodeError`` naming the topic, partition, offset and codec, which the receive call
-that reaches the message raises; the other messages are unaffected.
+A receive decodes only the messages it is about to hand out (a single-message receive also the
+following ones that decode cheaply along with it), so decoded payloads exist only from the moment
+they are handed out, and a large response is never decoded whole ahead of its reader. The
+payloads go through ``_codecs.transform_batch``: inline when there is little to do, otherwise in
+worker threads, split into chunks that decode in parallel (a receive of many small batches, from
+many producers, costs as much loop time as one large batch). A payload its decoder rejects
+becomes a ``MessageDecodeError`` naming the topic, partition, offset and codec, which the receive
+call that reaches the message raises; the other messages are unaffected.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
+from itertools import islice
+from typing import TYPE_CHECKING, Any
 
 from .. import _codecs
 from .._errors import MessageDecodeError
-from .messages import PartitionSession, TopicMessage
+
+if TYPE_CHECKING:
+    from .flow_control import BufferedPart
+    from .messages import PartitionSession, TopicMessage
 
 RAW_CODECS = (0, _codecs.Codec.RAW)
 
 
-async def decode_payloads(
-    parts: Sequence[Any], decoders: Mapping[int, _codecs.Transform]
-) -> tuple[list[bytes | None], dict[int, BaseException]]:
-    """The decoded payloads of every compressed batch of ``parts``, in order, and the payloads
-    that failed (index -> exception; their result is None). A codec without a registered decoder
-    raises ``UnsupportedCodecError``."""
-    payloads: list[bytes] = []
+def declared_size(record: Any) -> int:
+    """A payload's size once decoded, as its writer declared it (else its size on the wire)."""
+    size: int = record.uncompressed_size or record.ByteSize()
+    return size
+
+
+def planned_count(part: BufferedPart, max_messages: int | None, max_bytes: int | None) -> int:
+    """How many of the next messages of ``part`` a take within these limits hands out, judged
+    by the payload sizes the writers declared. For a single message, the following ones that
+    decode cheaply along with it (within ``_codecs.fits_inline``) count too."""
+    left = part.left
+    count = left if max_messages is None or max_messages > left else max_messages
+    if max_bytes is None:
+        if count > 1:
+            return count
+        limit_bytes, limit_count = _codecs.OFF_LOOP_THRESHOLD - 1, min(left, _codecs.INLINE_MAX_PAYLOADS - 1)
+    else:
+        limit_bytes, limit_count = max_bytes, count
+    planned = 0
+    total = 0
+    for _, record in part.upcoming(0):
+        total += declared_size(record)
+        if planned and (total > limit_bytes or planned >= limit_count):
+            break
+        planned += 1
+    return planned
+
+
+async def decode_ahead(part: BufferedPart, upto: int) -> None:
+    """Decode the compressed payloads among the next ``upto`` messages of ``part`` that are not
+    at hand yet, into ``part.decoded``. Does nothing when another receive got there first."""
+    start = part.ready
+    if start >= upto:
+        return
+    records: list[Any] = []
     sizes: list[int] = []
-    runs: list[tuple[int, int, _codecs.Transform]] = []  # per batch: its range of payloads, its decoder
-    for part in parts:
-        for batch in part.batches:
-            if batch.codec in RAW_CODECS:
-                continue
-            fn = _codecs.lookup(decoders, batch.codec, "decoder")
-            first = len(payloads)
-            for record in batch.message_data:
-                data = record.data
-                payloads.append(data)
-                # The work is in producing the output: judge by the size the writer
-                # declared, as a highly compressible payload is small on the wire.
-                sizes.append(max(len(data), record.uncompressed_size))
-            runs.append((first, len(payloads), fn))
-    if not payloads:
-        return [], {}
-    try:
-        decoded: list[bytes | None] = list(
-            await _codecs.transform_batch(sizes, lambda start, end: _decode_span(runs, payloads, start, end))
-        )
-    except _codecs.PartialTransformError as exc:
-        return exc.results, exc.failures
-    return decoded, {}
+    runs: list[tuple[int, int, _codecs.Transform]] = []  # per server batch: its range of records, its decoder
+    for info, record in islice(part.upcoming(start), upto - start):
+        fn = info.decoder
+        if fn is None:
+            continue
+        if runs and runs[-1][2] is fn and runs[-1][1] == len(records):
+            runs[-1] = (runs[-1][0], len(records) + 1, fn)
+        else:
+            runs.append((len(records), len(records) + 1, fn))
+        records.append(record)
+        # The work is in producing the output: judge by the size the writer declared, as a
+        # highly compressible payload is small on the wire.
+        sizes.append(max(record.ByteSize(), record.uncompressed_size))
+    results: list[bytes | BaseException]
+    if not records:
+        results = []
+    else:
+        try:
+            results = list(
+                await _codecs.transform_batch(sizes, lambda first, end: _decode_span(runs, records, first, end))
+            )
+        except _codecs.PartialTransformError as exc:
+            results = [exc.failures[i] if data is None else data for i, data in enumerate(exc.results)]
+    if part.ready != start:
+        return  # another receive decoded (and maybe took) these meanwhile
+    part.decoded.extend(results)
+    part.ready = upto
 
 
 def _decode_span(
-    runs: Sequence[tuple[int, int, _codecs.Transform]], payloads: Sequence[bytes], start: int, end: int
+    runs: Sequence[tuple[int, int, _codecs.Transform]], records: Sequence[Any], start: int, end: int
 ) -> list[bytes]:
-    """``payloads[start:end]`` decoded, each by the decoder of its run."""
+    """The payloads of ``records[start:end]`` decoded, each by the decoder of its run.
+
+    Where decoding runs in a worker thread, so does copying each payload out of its record:
+    a response's compressed payloads are copied one at a time there, not all at once on the
+    event loop."""
     decoded: list[bytes | None] = []
     failures: dict[int, BaseException] = {}
     for run_start, run_end, fn in runs:
         if run_end > start and run_start < end:
             first = max(start, run_start)
+            payloads = (record.data for record in records[first : min(end, run_end)])
             try:
-                decoded += _codecs.transform_all(fn, payloads[first : min(end, run_end)])
+                decoded += _codecs.transform_all(fn, payloads)
             except _codecs.PartialTransformError as exc:
                 offset = len(decoded)
                 decoded += exc.results

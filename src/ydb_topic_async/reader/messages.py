@@ -1,15 +1,18 @@
 """What the reader hands out: messages, batches, partition sessions, and topic selectors.
 
-A ``TopicMessage`` is built per message on the hot path, so it keeps the protobuf record and
-converts rarely used fields (timestamps, metadata) only when they are read.
+A ``TopicMessage`` is built per message on the hot path: it holds its payload, offset and
+sequence number, and reads its rarely used fields (creation time, message group, metadata) from
+the response it came in only when they are asked for. A large message copies those few fields
+instead, so that holding it does not hold the whole response (its payload a second time).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import enum
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import islice, repeat
 from typing import Any
 
 from .._errors import InvalidArgumentError
@@ -105,8 +108,10 @@ class PartitionSession:
     __slots__ = (
         "_ack_waiters",
         "_buffered",
+        "_commit_run",
         "_delivered_end",
         "_next_commit_start",
+        "_owner",
         "_recorded",
         "_stop_deadline",
         "child_partition_ids",
@@ -141,11 +146,16 @@ class PartitionSession:
         self._next_commit_start = committed_offset
         """Commit range start of the next message received: ranges cover gaps between offsets."""
         self._buffered = 0
-        """Messages received in this session and not yet handed to the user."""
+        """Responses (their parts for this session) received in this session and not yet handed
+        out to the user in full."""
         self._delivered_end = committed_offset
         """End (offset + 1) of the last message handed to the user."""
-        self._recorded: list[tuple[int, int]] = []
-        """Commit ranges requested and not yet below the committed offset."""
+        self._recorded: list[list[int]] = []
+        """Commit ranges ``[start, end]`` requested and not yet below the committed offset."""
+        self._commit_run: list[int] | None = None
+        """The last of ``_recorded`` while it is not sent yet: an in-order commit extends it."""
+        self._owner: object = None
+        """The commit tracker of the reader that received the session."""
         self._ack_waiters: list[tuple[int, Any]] = []
         self._stop_deadline: float | None = None
 
@@ -161,15 +171,24 @@ class PartitionSession:
         )
 
 
+DETACH_SIZE = 64 * 1024
+"""A message with at least this many payload bytes keeps its own copy of its rarely used fields
+instead of the response they came in (see ``TopicMessage``)."""
+
+
 class _ServerBatchInfo:
-    """Fields shared by every message of one server batch (one producer write session)."""
+    """One server batch (one producer's run of messages in one response): the fields its messages
+    share, its records (each message's rarely used fields are read from there), and the decoder of
+    its codec (None for raw payloads)."""
 
-    __slots__ = ("_session_metadata", "_written_at", "codec", "producer_id", "proto")
+    __slots__ = ("_session_metadata", "_written_at", "codec", "decoder", "producer_id", "proto", "records")
 
-    def __init__(self, proto: Any) -> None:
+    def __init__(self, proto: Any, decoder: Callable[[bytes], bytes] | None = None) -> None:
         self.proto = proto
+        self.records = proto.message_data
         self.producer_id: str = proto.producer_id
         self.codec: int = proto.codec
+        self.decoder = decoder
         self._session_metadata: dict[str, str] | None = None
         self._written_at: dt.datetime | None = None
 
@@ -185,34 +204,68 @@ class _ServerBatchInfo:
             self._written_at = timestamp_to_datetime(self.proto.written_at)
         return self._written_at
 
+    def record(self, index: int) -> Any:
+        """The record of the batch's message at ``index``."""
+        return self.records[index]
+
+
+class _DetachedInfo:
+    """What a large message keeps of its server batch and its own record: the same fields as
+    ``_ServerBatchInfo`` offers, copied, so that nothing refers to the response any more."""
+
+    __slots__ = ("_record", "codec", "producer_id", "session_metadata", "written_at")
+
+    def __init__(self, info: _ServerBatchInfo, index: int) -> None:
+        self.producer_id = info.producer_id
+        self.codec = info.codec
+        self.session_metadata = info.session_metadata
+        self.written_at = info.written_at
+        source = info.record(index)
+        record = type(source)()
+        record.seq_no = source.seq_no
+        if source.HasField("created_at"):
+            record.created_at.CopyFrom(source.created_at)
+        record.message_group_id = source.message_group_id
+        record.metadata_items.extend(source.metadata_items)
+        self._record = record
+
+    def record(self, index: int) -> Any:
+        del index
+        return self._record
+
 
 class TopicMessage:
     """One message read from a topic. ``data`` is decoded; other fields are as written."""
 
-    __slots__ = ("_commit_start", "_info", "_proto", "data", "offset", "partition_session", "seq_no")
+    __slots__ = ("_commit_start", "_index", "_info", "data", "offset", "partition_session")
 
     def __init__(
         self,
         data: bytes,
         offset: int,
-        seq_no: int,
-        info: _ServerBatchInfo,
-        proto: Any,
+        info: _ServerBatchInfo | _DetachedInfo,
+        index: int,
         partition_session: PartitionSession,
         commit_start: int,
     ) -> None:
         self.data = data
         self.offset = offset
-        self.seq_no = seq_no
         self._info = info
-        self._proto = proto
+        self._index = index
+        """The message's position in its server batch (its record there holds the rarely used fields)."""
         self.partition_session = partition_session
         self._commit_start = commit_start
 
     @property
+    def seq_no(self) -> int:
+        """The sequence number the writer gave the message."""
+        seq_no: int = self._info.record(self._index).seq_no
+        return seq_no
+
+    @property
     def created_at(self) -> dt.datetime:
         """When the producer created the message (UTC), as the writer set it."""
-        return timestamp_to_datetime(self._proto.created_at)
+        return timestamp_to_datetime(self._info.record(self._index).created_at)
 
     @property
     def written_at(self) -> dt.datetime:
@@ -222,7 +275,7 @@ class TopicMessage:
     @property
     def created_at_us(self) -> int:
         """``created_at`` in microseconds since the epoch, without building a datetime (bulk conversion)."""
-        ts = self._proto.created_at
+        ts = self._info.record(self._index).created_at
         return int(ts.seconds * 1_000_000 + ts.nanos // 1000)
 
     @property
@@ -233,12 +286,12 @@ class TopicMessage:
     @property
     def message_group_id(self) -> str:
         """The message group the writer set (empty if none)."""
-        return str(self._proto.message_group_id)
+        return str(self._info.record(self._index).message_group_id)
 
     @property
     def metadata_items(self) -> dict[str, bytes]:
         """The message's metadata, key to value."""
-        items = self._proto.metadata_items
+        items = self._info.record(self._index).metadata_items
         return {item.key: item.value for item in items} if items else {}
 
     @property
@@ -273,14 +326,75 @@ class TopicMessage:
         )
 
 
-class MessageBatch:
-    """Messages of one partition session, in offset order."""
+Run = tuple[_ServerBatchInfo, int, int, "list[bytes] | None"]
+"""Consecutive messages of one server batch in a ``MessageBatch``: the batch, the range of
+their indexes in it, and their decoded payloads (None: the raw payloads of the records)."""
 
-    __slots__ = ("messages", "partition_session")
+
+_RAW = repeat(None)
+"""The decoded payloads of a raw run: none, its records hold them (endless: zip stops at the records)."""
+
+
+class MessageBatch:
+    """Messages of one partition session, in offset order.
+
+    A batch from ``receive_batch`` builds each ``TopicMessage`` as an iteration reaches it, so a
+    batch processed message by message holds one of them at a time rather than thousands for the
+    garbage collector to walk. ``len``, indexing and ``messages`` (the list, built once, after
+    which iteration yields the same objects) work as on a list.
+    """
+
+    __slots__ = ("_count", "_end", "_large", "_messages", "_runs", "_start", "partition_session")
 
     def __init__(self, messages: list[TopicMessage], partition_session: PartitionSession) -> None:
-        self.messages = messages
+        self._messages: list[TopicMessage] | None = messages
+        self._runs: list[Run] = []
+        self._count = len(messages)
+        self._start = messages[0]._commit_start if messages else 0
+        self._end = messages[-1].offset + 1 if messages else 0
+        self._large = False
         self.partition_session = partition_session
+
+    @classmethod
+    def of_runs(
+        cls, runs: list[Run], count: int, partition_session: PartitionSession, start: int, end: int, large: bool
+    ) -> MessageBatch:
+        """A batch of ``count`` received messages, built as iterated; ``[start, end)`` is its
+        commit range. ``large``: some payloads may be large enough to detach (``DETACH_SIZE``)."""
+        batch = cls.__new__(cls)
+        batch._messages = None
+        batch._runs = runs
+        batch._count = count
+        batch._start = start
+        batch._end = end
+        batch._large = large
+        batch.partition_session = partition_session
+        return batch
+
+    def _build(self) -> Iterator[TopicMessage]:
+        # Runs once per message. Records are visited one at a time: a slice of them would build
+        # every record's wrapper at once, for the garbage collector to walk.
+        session = self.partition_session
+        start = self._start
+        large = self._large
+        for info, first, end, payloads in self._runs:
+            records = islice(info.records, first, end)
+            for index, (record, decoded) in enumerate(zip(records, payloads or _RAW, strict=False), first):
+                offset = record.offset
+                data = record.data if decoded is None else decoded
+                message = TopicMessage(data, offset, info, index, session, start)
+                if large and len(data) >= DETACH_SIZE:
+                    message._info = _DetachedInfo(info, index)
+                yield message
+                start = offset + 1
+
+    @property
+    def messages(self) -> list[TopicMessage]:
+        """The messages, as a list."""
+        if self._messages is None:
+            self._messages = list(self._build())
+            self._runs = []
+        return self._messages
 
     @property
     def topic_path(self) -> str:
@@ -295,29 +409,35 @@ class MessageBatch:
     @property
     def start_offset(self) -> int:
         """Where this batch's commit range starts (may precede the first message's offset)."""
-        return self.messages[0]._commit_start
+        return self._start
 
     @property
     def end_offset(self) -> int:
         """One past the last message's offset: the committed offset after committing this batch."""
-        return self.messages[-1].offset + 1
+        return self._end
 
     @property
     def commit_range(self) -> tuple[int, int]:
         """The offsets ``[start, end)`` committing this batch marks processed."""
-        return self.start_offset, self.end_offset
+        return self._start, self._end
 
     def __len__(self) -> int:
-        return len(self.messages)
+        return self._count
 
     def __iter__(self) -> Iterator[TopicMessage]:
-        return iter(self.messages)
+        messages = self._messages
+        return iter(messages) if messages is not None else self._build()
 
     def __getitem__(self, index: int) -> TopicMessage:
         return self.messages[index]
 
     def __repr__(self) -> str:
+        if self._messages is not None:
+            first = self._messages[0].offset if self._messages else self._start
+        else:
+            info, index, _, _ = self._runs[0]
+            first = info.records[index].offset
         return (
             f"MessageBatch(topic={self.topic_path!r}, partition={self.partition_id}, "
-            f"offsets={self.messages[0].offset}..{self.messages[-1].offset}, messages={len(self.messages)})"
+            f"offsets={first}..{self._end - 1}, messages={self._count})"
         )

@@ -10,10 +10,10 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Mapping, Sequence
-from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .. import _codecs
+from .._closing import ClosesOnExit
 from .._errors import (
     CommitNotAllowedError,
     InvalidArgumentError,
@@ -60,12 +60,13 @@ TopicsArg = str | TopicSelector | Sequence[str | TopicSelector]
 Committable = TopicMessage | MessageBatch
 
 
-class TopicReader(ConnectionStatus):
+class TopicReader(ConnectionStatus, ClosesOnExit):
     """Reads messages from one or more topics as a consumer (or, without one, from given offsets).
 
     ``async with driver.topic.reader("events", consumer="c") as reader: async for m in reader``.
-    ``buffer_size_bytes`` bounds the bytes received and not yet handed out (the server may send
-    one response past it). ``decoders`` adds codecs (e.g. ``{LZ4_CODEC: lz4_decode}``).
+    ``buffer_size_bytes`` bounds the bytes received and not yet handed out, counted decoded (the
+    server may send one response past it); compressed payloads are decoded as they are handed
+    out. ``decoders`` adds codecs (e.g. ``{LZ4_CODEC: lz4_decode}``).
     ``on_partition_start(session)`` may return a read offset (int) or ``StartOffsets``;
     ``on_partition_stop(session)`` is told when a session ends; both may be coroutines.
     ``consumer=None`` reads the selectors' explicit partitions from their ``start_offsets``
@@ -154,8 +155,12 @@ class TopicReader(ConnectionStatus):
             driver.metrics,
         )
         self._buffer = self._conn.buffer
+        self._commits = self._conn.commits
         self._keeper = self._conn.keeper
         self._tracing = driver.tracing
+        self._hot = self._tracing is None
+        """Whether a message at hand may be handed out at once: open, not failed, no tracing
+        (one flag instead of three checks per message)."""
         self._task: asyncio.Task[None] | None = None
         self._tx_reads: TxReads | None = None
         self._failure: BaseException | None = None
@@ -181,26 +186,18 @@ class TopicReader(ConnectionStatus):
 
     # --- lifecycle -----------------------------------------------------------------------------
 
-    async def __aenter__(self) -> TopicReader:
-        await self.open()
-        return self
+    _logger = logger
 
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        if isinstance(exc, asyncio.CancelledError):
-            await self._shutdown()
-            return
-        try:
-            await self.close()
-        except Exception as close_error:
-            if exc is None:
-                raise
-            if close_error is not self._failure:  # the reader's own failure was logged when it happened
-                logger.warning(
-                    "closing topic reader (session %s) after an error also failed",
-                    self.read_session_id, exc_info=True, extra=self._conn.log_fields,
-                )
+    async def _stop_now(self) -> None:
+        await self._shutdown()
+
+    def _exit_log_fields(self) -> Mapping[str, Any]:
+        return self._conn.log_fields
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "failed" if self._failure else "open"
+        topics = [s.path for s in self.selectors]
+        return f"TopicReader({topics!r}, consumer={self.consumer!r}, session={self.read_session_id!r}, {state})"
 
     async def open(self) -> None:
         """Start reading in the background (the first receive does this too); returns at once."""
@@ -218,6 +215,7 @@ class TopicReader(ConnectionStatus):
             raise
         except BaseException as exc:
             self._failure = exc
+            self._hot = False
             if self._conn.keeper.state is not ConnectionState.FAILED:  # else the keeper logged it
                 logger.error("topic reader failed: %r", exc, extra=self._conn.log_fields)
         finally:
@@ -234,6 +232,7 @@ class TopicReader(ConnectionStatus):
         if self._closed:
             return
         self._closed = True
+        self._hot = False
         self._conn.closing = True
         timed_out = False
         waiters: list[asyncio.Future[None]] = []
@@ -255,6 +254,7 @@ class TopicReader(ConnectionStatus):
 
     async def _shutdown(self) -> None:
         self._closed = True
+        self._hot = False
         self._conn.closing = True
         task, self._task = self._task, None
         if task is not None and not task.done():
@@ -282,7 +282,9 @@ class TopicReader(ConnectionStatus):
 
     # --- receiving -----------------------------------------------------------------------------
 
-    async def _wait(self, timeout: float | None) -> None:
+    async def _wait(self, timeout: float | None, max_messages: int | None, max_bytes: int | None) -> None:
+        """Wait until a take within these limits can run: messages are buffered, freed credit was
+        given a chance to go out, and their payloads are decoded."""
         buffer = self._buffer
         if self._task is None:
             self._check_usable()
@@ -294,15 +296,17 @@ class TopicReader(ConnectionStatus):
                         self._check_usable()
                         buffer.nonempty.clear()
                         await buffer.nonempty.wait()
-                    if not buffer.credit_ready:
+                    if buffer.credit_ready:
+                        # Let the stream's sender grant the freed credit before handing out more.
+                        # Another receiver of this reader may take the messages meanwhile: then
+                        # wait on, within the same deadline.
+                        await asyncio.sleep(0)
+                        self._check_usable()
+                        if not buffer:
+                            continue
+                    if buffer.front_ready(max_messages, max_bytes):
                         return
-                    # Let the stream's sender grant the freed credit before handing out more.
-                    # Another receiver of this reader may take the messages meanwhile: then
-                    # wait on, within the same deadline.
-                    await asyncio.sleep(0)
-                    self._check_usable()
-                    if buffer:
-                        return
+                    await buffer.decode_front(max_messages, max_bytes)
         except TimeoutError:
             last = self.last_error if self.connection_state is not ConnectionState.CONNECTED else None
             raise OperationTimeoutError(
@@ -321,11 +325,11 @@ class TopicReader(ConnectionStatus):
         for value, what in ((max_messages, "max_messages"), (max_bytes, "max_bytes")):
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise InvalidArgumentError(f"{what} must be a positive int or None, got {value!r}")
-        await self._wait(check_timeout(timeout))
-        session, messages = self._buffer.pop(max_messages, max_bytes)
+        await self._wait(check_timeout(timeout), max_messages, max_bytes)
+        batch = self._buffer.pop(max_messages, max_bytes)
         if self._tracing is not None:
-            self._tracing.on_receive(self.consumer, messages)
-        return MessageBatch(messages, session)
+            self._tracing.on_receive(self.consumer, batch.messages)
+        return batch
 
     async def receive_batch_with_tx(
         self,
@@ -352,24 +356,30 @@ class TopicReader(ConnectionStatus):
 
     async def receive_message(self, timeout: float | None = None) -> TopicMessage:
         """The next message; waits up to ``timeout`` (then ``OperationTimeoutError``)."""
+        # The hot path, as in ``__anext__``: a message at hand is taken without suspending.
+        if self._hot:
+            message = self._buffer.pop_one()
+            if message is not None:
+                return message
         if timeout is not None:
             timeout = check_timeout(timeout)
-        buffer = self._buffer
-        if not buffer or buffer.credit_ready or self._closed or self._failure is not None:
-            await self._wait(timeout)
-        return self._take_one()
+        return await self._receive_one(timeout)
 
     def __aiter__(self) -> TopicReader:
         return self
 
     async def __anext__(self) -> TopicMessage:
-        buffer = self._buffer
-        if not buffer or buffer.credit_ready or self._closed or self._failure is not None:
-            await self._wait(None)
-        return self._take_one()
+        if self._hot:
+            message = self._buffer.pop_one()
+            if message is not None:
+                return message
+        return await self._receive_one(None)
 
-    def _take_one(self) -> TopicMessage:
-        message = self._buffer.pop_one()
+    async def _receive_one(self, timeout: float | None) -> TopicMessage:
+        message = self._buffer.pop_one() if not self._closed and self._failure is None else None
+        if message is None:
+            await self._wait(timeout, 1, None)
+            message = self._buffer.pop_one() or self._buffer.pop(1, None)[0]
         if self._tracing is not None:
             self._tracing.on_receive(self.consumer, (message,))
         return message
@@ -396,6 +406,13 @@ class TopicReader(ConnectionStatus):
         ended cannot be committed any more: it is skipped with a warning (it will be delivered
         again to whoever reads that partition next).
         """
+        if type(item) is TopicMessage and not self._closed and self._failure is None:
+            # The hot path: the message right after the last one committed in its session, whose
+            # range is not sent yet (see ``CommitTracker``), extends that range in place.
+            run = item.partition_session._commit_run
+            if run is not None and run[1] == item._commit_start and item.partition_session._owner is self._commits:
+                run[1] = item.offset + 1
+                return
         session = self._commit_session(item)
         if session is None:
             logger.warning(
@@ -469,7 +486,7 @@ class TopicReader(ConnectionStatus):
 
     @property
     def buffered_bytes(self) -> int:
-        """Bytes received and not yet handed out (as the server counts them)."""
+        """Bytes received and not yet handed out, counted decoded (as ``buffer_size_bytes`` is)."""
         return self._buffer.buffered_bytes
 
     @property

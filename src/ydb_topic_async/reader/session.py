@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -24,20 +24,13 @@ from .._errors import ConnectionLostError, PartitionSessionClosedError
 from .._futures import wait_within
 from .._proto import ydb_topic_pb2 as pb
 from .._retry import RetryPolicy
-from .._stream import BidiStream, RestartStream, StreamKeeper, StreamMethod, refresh_tokens
+from .._stream import BidiStream, RestartStream, StreamKeeper, StreamMethod, refresh_tokens, tokens_may_change
 from ..observability.logging import reader_fields, sdk_logger
 from ..observability.metrics import reader_report
 from .commits import GAP_ADVICE, CommitTracker
-from .decoding import RAW_CODECS, decode_error, decode_payloads
-from .flow_control import ReadBuffer
-from .messages import (
-    PartitionSession,
-    PartitionSessionState,
-    PartitionStatus,
-    TopicMessage,
-    TopicSelector,
-    _ServerBatchInfo,
-)
+from .decoding import RAW_CODECS
+from .flow_control import BufferedPart, ReadBuffer
+from .messages import PartitionSession, PartitionSessionState, PartitionStatus, TopicSelector, _ServerBatchInfo
 from .partitions import OnPartitionStart, OnPartitionStop, PartitionSessions, waits_for_drain_or_commits
 
 if TYPE_CHECKING:
@@ -133,7 +126,7 @@ class ReaderConnection:
         return f"topic reader ({consumer}{session})"
 
     def _buffered_messages(self) -> int:
-        return sum(session._buffered for session in self.sessions.values())
+        return self.buffer.messages
 
     # --- reconnect loop ------------------------------------------------------------------
 
@@ -208,7 +201,7 @@ class ReaderConnection:
                 self._stream_scope = tg.cancel_scope
                 tg.start_soon(self._guard, self._receive_loop, stream, tg.cancel_scope)
                 tg.start_soon(self._guard, self._send_loop, stream, tg.cancel_scope)
-                if self._settings.token_refresh_interval > 0:
+                if self._settings.token_refresh_interval > 0 and tokens_may_change(self._transport):
                     tg.start_soon(self._guard, self._token_loop, stream, tg.cancel_scope)
             if self._stream_error is not None:
                 raise self._stream_error
@@ -243,8 +236,8 @@ class ReaderConnection:
 
     def _end_stream(self, error: BaseException) -> list[PartitionSession]:
         """Close every session of the ended stream; return them."""
+        self.buffer.reset()  # first: it brings the sessions up to date with what was handed out
         lost = self.partitions.end_all(error)
-        self.buffer.reset()
         self._outbox.clear()
         self.commits.take_request()
         return lost
@@ -261,7 +254,7 @@ class ReaderConnection:
             message = await stream.read()
             kind = message.WhichOneof("server_message")
             if kind == "read_response":
-                await self._on_read_response(message.read_response)
+                self._on_read_response(message.read_response)
                 keeper.progressed()
             elif kind == "commit_offset_response":
                 for item in message.commit_offset_response.partitions_committed_offsets:
@@ -289,72 +282,46 @@ class ReaderConnection:
             else:
                 logger.debug("topic reader: ignoring server message %s", kind, extra=self.log_fields)
 
-    async def _on_read_response(self, response: Any) -> None:
+    def _on_read_response(self, response: Any) -> None:
+        # Nothing per message here: a part's messages stay as received until a receive takes
+        # them (see ``flow_control``); only compressed batches are looked into, for the size
+        # their payloads decode to.
         buffer = self.buffer
         total = response.bytes_size
         buffer.charge(total)
         parts = response.partition_data
         count = len(parts)
-        if not count:
-            buffer.release(total)
-            return
-        share = total // count
-        accepted: list[tuple[Any, PartitionSession, int]] = []
+        share = total // count if count else 0
+        decoders = self._settings.decoders
+        report = self._report
         for index, part in enumerate(parts):
             nbytes = share if index < count - 1 else total - share * (count - 1)
             session = self.sessions.get(part.partition_session_id)
             if session is None or session.state is not PartitionSessionState.ACTIVE:
-                buffer.release(nbytes)  # data of a session already stopped: nobody reads it
-                continue
-            accepted.append((part, session, nbytes))
-        decoded, failures = await decode_payloads([part for part, _, _ in accepted], self._settings.decoders)
-        position = 0
-        report = self._report
-        for part, session, nbytes in accepted:
-            messages: list[TopicMessage] = []
-            append = messages.append
-            failed: dict[int, BaseException] = {}
-            start = session._next_commit_start
+                continue  # data of a session already stopped: nobody reads it
+            batches: list[_ServerBatchInfo] = []
+            messages = 0
+            compressed = False
             for batch in part.batches:
-                info = _ServerBatchInfo(batch)
                 records = batch.message_data
-                if info.codec in RAW_CODECS:
-                    for record in records:
-                        offset = record.offset
-                        append(TopicMessage(record.data, offset, record.seq_no, info, record, session, start))
-                        start = offset + 1
+                if not records:
                     continue
-                end = position + len(records)
-                if not failures:
-                    for record, data in zip(records, cast("list[bytes]", decoded)[position:end], strict=True):
-                        offset = record.offset
-                        append(TopicMessage(data, offset, record.seq_no, info, record, session, start))
-                        start = offset + 1
+                codec = batch.codec
+                if codec in RAW_CODECS:
+                    info = _ServerBatchInfo(batch)
                 else:
-                    for index, record in enumerate(records, position):
-                        offset = record.offset
-                        payload = decoded[index]
-                        if payload is None:  # its decoder failed: handed out as the error, payload as received
-                            failed[len(messages)] = failures[index]
-                            payload = record.data
-                        append(TopicMessage(payload, offset, record.seq_no, info, record, session, start))
-                        start = offset + 1
-                position = end
-            if session.closed:
-                buffer.release(nbytes)
-                continue
-            session._next_commit_start = start
+                    info = _ServerBatchInfo(batch, _codecs.lookup(decoders, codec, "decoder"))
+                    compressed = True
+                batches.append(info)
+                messages += len(records)
             if not messages:
-                buffer.release(nbytes)
-            elif failed:
-                errors: dict[int, BaseException] = {
-                    index: decode_error(messages[index], error) for index, error in failed.items()
-                }
-                buffer.push_with_failures(session, messages, nbytes, errors)
-                report.received(session, messages)
-            else:
-                buffer.push(session, messages, nbytes)
-                report.received(session, messages)
+                continue
+            start = session._next_commit_start
+            session._next_commit_start = batches[-1].records[-1].offset + 1
+            buffered = BufferedPart(session, batches, messages, nbytes, start, compressed)
+            buffer.push(buffered)
+            report.received(session, buffered)
+        buffer.release(0)  # the bytes of parts nobody reads may be granted again
         report.buffer_changed()
 
     # --- sending -----------------------------------------------------------------------------

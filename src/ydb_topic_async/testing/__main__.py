@@ -6,8 +6,9 @@ import argparse
 import asyncio
 import contextlib
 import signal
+import sys
 
-from .server import LocalTopicServer
+from ._serve import CannotServeError, start_serving
 
 
 def _user(value: str) -> tuple[str, str]:
@@ -19,15 +20,16 @@ def _user(value: str) -> tuple[str, str]:
 
 async def serve(args: argparse.Namespace) -> None:
     users = dict(args.user) if args.user else None
-    async with LocalTopicServer(
+    server = await start_serving(
         args.host,
         args.port,
-        args.database,
+        database=args.database,
         users=users,
         token_ttl=args.token_ttl,
         data_dir=args.data_dir,
         write_quotas=args.write_quotas,
-    ) as server:
+    )
+    async with server:
         print(f"local YDB topic server: {server.connection_string}", flush=True)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -50,7 +52,11 @@ def main(argv: list[str] | None = None) -> None:
                         help="keep acknowledged topics, messages and offsets in DIR across restarts and crashes")
     parser.add_argument("--write-quotas", action="store_true",
                         help="throttle writes to each partition's write speed (1 MiB/s by default), as YDB does")
-    asyncio.run(serve(parser.parse_args(argv)))
+    try:
+        asyncio.run(serve(parser.parse_args(argv)))
+    except CannotServeError as exc:
+        print(f"{parser.prog}: error: {exc}", file=sys.stderr)
+        raise SystemExit(1) from None
 
 
 if __name__ == "__main__":

@@ -12,15 +12,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import islice
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .. import _codecs
 from .._errors import MessageEncodeError, MessageTooLargeError
-from .._limits import BATCH_TARGET_BYTES, MAX_MESSAGES_PER_REQUEST, REQUEST_OVERHEAD, wire_size
+from .._limits import BATCH_TARGET_BYTES, MAX_MESSAGES_PER_REQUEST, MESSAGE_OVERHEAD, REQUEST_OVERHEAD, wire_size
 from .._proto import ydb_topic_pb2 as pb
+from .buffer import as_pending
 
 if TYPE_CHECKING:
-    from .buffer import PendingMessage, WriteBuffer
+    from collections.abc import Sequence
+
+    from .buffer import Entry, PendingMessage, WriteBuffer
 
 
 def entry_wire_size(payload_len: int, entry: PendingMessage) -> int:
@@ -67,27 +70,41 @@ class RequestBatcher:
         along with the others, unsent, and are settled in order.
         """
         target = self._target
-        unsent = self._buffer.unsent
+        buffer = self._buffer
+        unsent = buffer.unsent
         count = 0
         raw_total = 0
         for entry in unsent:
             # Sized by the raw payload: encoding rarely grows data, and an encoded batch is packed
-            # again by its encoded sizes (splitting it if it did grow).
-            raw_total += entry_wire_size(entry.data_len, entry)
+            # again by its encoded sizes (splitting it if it did grow). (``entry_wire_size``
+            # inlined for messages without metadata: this loop runs once per message.)
+            if isinstance(entry, tuple):
+                raw_total += len(entry[0]) + MESSAGE_OVERHEAD
+            else:
+                data_len = entry.data_len
+                raw_total += data_len + MESSAGE_OVERHEAD if entry.metadata is None else entry_wire_size(data_len, entry)
             if (raw_total > target and count) or count >= MAX_MESSAGES_PER_REQUEST:
                 break
             count += 1
-        batch = list(islice(unsent, count))
         if self._raw:
             # Packed already: the batch is within the target, or is one message that ``write``
-            # checked fits in a request. (Nothing raw is ever dropped: there is no encoding.)
-            groups = [batch]
-        else:
-            await self._encode(batch)
-            groups = self._pack(batch)
-        requests = [self._new_request(group) for group in groups if group]
-        buffer = self._buffer
-        buffer.inflight.extend(batch)
+            # checked fits in a request. Nothing raw is ever dropped (there is no encoding), and
+            # nothing is awaited, so the messages move to ``inflight`` at once.
+            if count == len(unsent):
+                batch = list(unsent)
+                unsent.clear()
+            else:
+                popleft = unsent.popleft
+                batch = [popleft() for _ in range(count)]
+            buffer.inflight.extend(batch)
+            return [self._new_request(batch)]
+        # Encoding awaits worker threads: the messages stay in ``unsent`` meanwhile, so a stream
+        # that breaks during the wait loses none of them. Each becomes a PendingMessage, which
+        # keeps its encoded payload for resending.
+        pending = [as_pending(entry) for entry in islice(unsent, count)]
+        await self._encode(pending)
+        requests = [self._new_request(group) for group in self._pack(pending) if group]
+        buffer.inflight.extend(pending)
         if count == len(unsent):
             unsent.clear()
         else:
@@ -135,7 +152,7 @@ class RequestBatcher:
         groups.append(group)
         return groups
 
-    def _new_request(self, entries: list[PendingMessage]) -> pb.StreamWriteMessage.FromClient:
+    def _new_request(self, entries: Sequence[Entry]) -> pb.StreamWriteMessage.FromClient:
         """A WriteRequest carrying ``entries``: their raw payloads, or the encoded ones."""
         request = pb.StreamWriteMessage.FromClient()
         write = request.write_request
@@ -145,19 +162,21 @@ class RequestBatcher:
         add = write.messages.add
         raw = self._raw
         for entry in entries:
-            payload = entry.data if raw else entry.encoded
-            assert payload is not None
-            message = add()
-            message.seq_no = entry.seq_no
-            if entry.created_ns >= 0:
-                created = message.created_at
-                created.seconds, created.nanos = divmod(entry.created_ns, 1_000_000_000)
-            message.data = payload
-            message.uncompressed_size = entry.data_len
-            if entry.metadata:
-                items = message.metadata_items
-                for key, value in entry.metadata:
-                    items.add(key=key, value=value)
+            if isinstance(entry, tuple):
+                # A PlainMessage (only a raw writer sends one as it is): this loop runs once per
+                # message, so its few fields are set here rather than through ``_fill``.
+                data, seq_no, created_ns = entry
+                message = add()
+                message.seq_no = seq_no
+                if created_ns >= 0:
+                    created = message.created_at
+                    created.seconds, created.nanos = divmod(created_ns, 1_000_000_000)
+                message.data = data
+                message.uncompressed_size = len(data)
+            else:
+                payload = entry.data if raw else entry.encoded
+                assert payload is not None
+                _fill(add(), entry, payload)
         return request
 
     async def _encode(self, batch: list[PendingMessage]) -> None:
@@ -191,3 +210,17 @@ class RequestBatcher:
             if payload is not None:
                 entry.encoded = payload
                 entry.data = b""  # only the encoded form is sent (and resent) from now on
+
+
+def _fill(message: Any, entry: PendingMessage, payload: bytes) -> None:
+    """Set a WriteRequest's MessageData from ``entry``, carrying ``payload``."""
+    message.seq_no = entry.seq_no
+    if entry.created_ns >= 0:
+        created = message.created_at
+        created.seconds, created.nanos = divmod(entry.created_ns, 1_000_000_000)
+    message.data = payload
+    message.uncompressed_size = entry.data_len
+    if entry.metadata:
+        items = message.metadata_items
+        for key, value in entry.metadata:
+            items.add(key=key, value=value)

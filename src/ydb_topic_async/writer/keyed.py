@@ -20,16 +20,14 @@ import asyncio
 import bisect
 import contextlib
 import datetime as dt
-import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from functools import partial
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, overload
 
 from .. import _codecs
+from .._closing import ClosesOnExit
 from .._errors import (
     InvalidArgumentError,
     OperationTimeoutError,
@@ -37,10 +35,10 @@ from .._errors import (
     WriterClosedError,
 )
 from .._key_ranges import even_bounds, key_hash
-from .._retry import RetryPolicy, as_ydb_error
+from .._retry import RetryPolicy, RetryState
 from ..observability.logging import sdk_logger
 from ..topic.types import AutoPartitioningStrategy, TopicDescription
-from .messages import Message, MetadataInput, Skipped, WriteResult
+from .messages import Message, MetadataInput, Skipped, WriteResult, payload_bytes
 from .writer import DEFAULT_MAX_BUFFER_BYTES, DEFAULT_MAX_BUFFER_MESSAGES, TopicWriter
 
 if TYPE_CHECKING:
@@ -73,16 +71,12 @@ OneMessage = bytes | str | Message
 ManyMessages = list[OneMessage] | tuple[OneMessage, ...]
 
 
-@dataclass(frozen=True)
-class _StopOnOverload(RetryPolicy):
-    """The user's policy, except that OVERLOADED ends the lane: the keyed writer finds out why."""
+class _LaneWriter(TopicWriter):
+    """One partition's writer. OVERLOADED ends it at once, without an ERROR: the keyed writer
+    finds out why (a split partition, or only a busy one) and places its messages again."""
 
-    inner: RetryPolicy = field(default_factory=RetryPolicy)
-
-    def next_delay(self, error: BaseException, attempt: int, started: float, *, idempotent: bool) -> float | None:
-        if isinstance(as_ydb_error(error), OverloadedError):
-            return None
-        return self.inner.next_delay(error, attempt, started, idempotent=idempotent)
+    def _hands_off(self, error: BaseException) -> bool:
+        return isinstance(error, OverloadedError)
 
 
 class _Entry:
@@ -145,7 +139,7 @@ class _Routes:
         return self.partition_ids[max(bisect.bisect_right(self.lower_bounds, position) - 1, 0)]
 
 
-class KeyedWriter:
+class KeyedWriter(ClosesOnExit):
     """Writes messages to the partitions of one topic by key: one key's messages stay in order.
 
     Use it as ``async with driver.topic.keyed_writer(path, producer_id=...) as writer`` and call
@@ -189,7 +183,7 @@ class KeyedWriter:
             raise InvalidArgumentError("producer_id must be a non-empty string of at most 2000 characters")
         self.producer_id = producer_id
         self._driver = driver
-        self._retry = retry or driver.retry
+        self._retry = retry or driver.stream_retry
         self._auto_created_at = auto_created_at
         self._options: dict[str, Any] = {
             "direct_write": direct_write,
@@ -201,7 +195,7 @@ class KeyedWriter:
             "max_buffer_messages": max_buffer_messages,
             "max_buffer_bytes": max_buffer_bytes,
             "buffer_wait_timeout": buffer_wait_timeout,
-            "retry": _StopOnOverload(fast=self._retry.fast, slow=self._retry.slow, inner=self._retry),
+            "retry": self._retry,
             "max_request_size": max_request_size,
             "token_refresh_interval": token_refresh_interval,
             "init_timeout": init_timeout,
@@ -219,8 +213,8 @@ class KeyedWriter:
         self._steady = asyncio.Event()
         """Clear while a failed lane is being replaced or its partition's split handled."""
         self._steady.set()
-        self._overloads: dict[int, tuple[int, float]] = {}
-        """Partition id -> (consecutive overloads, when the first one happened)."""
+        self._overloads: dict[int, RetryState] = {}
+        """Partition id -> its streak of overloads (until a message of it is acknowledged)."""
         self._open_lock = asyncio.Lock()
         self._supervisor: asyncio.Task[None] | None = None
         self._failure: BaseException | None = None
@@ -229,22 +223,10 @@ class KeyedWriter:
 
     # --- lifecycle ------------------------------------------------------------------------
 
-    async def __aenter__(self) -> KeyedWriter:
-        await self.open()
-        return self
+    _logger = logger
 
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        if isinstance(exc, asyncio.CancelledError):
-            await self._shutdown(WriterClosedError("keyed writer was closed by cancellation"))
-            return
-        try:
-            await self.close()
-        except Exception:
-            if exc is None:
-                raise
-            logger.warning("closing keyed writer %s after an error also failed", self.path, exc_info=True)
+    async def _stop_now(self) -> None:
+        await self._shutdown(WriterClosedError("keyed writer was closed by cancellation"))
 
     async def open(self) -> None:
         """Read the topic's partitions (``write`` does this too)."""
@@ -348,7 +330,7 @@ class KeyedWriter:
         return await asyncio.shield(opening)
 
     async def _new_lane(self, partition_id: int) -> _Lane:
-        writer = TopicWriter(
+        writer = _LaneWriter(
             self._driver, self.path, producer_id=self._lane_producer_id(partition_id), partition_id=partition_id,
             **self._options,
         )
@@ -567,9 +549,10 @@ class KeyedWriter:
                 self._lane_failed(lane)
 
     async def _back_off(self, partition_id: int, error: BaseException) -> None:
-        attempt, started = self._overloads.get(partition_id, (0, time.monotonic()))
-        self._overloads[partition_id] = (attempt + 1, started)
-        delay = self._retry.next_delay(error, attempt + 1, started, idempotent=True)
+        streak = self._overloads.get(partition_id)
+        if streak is None:
+            streak = self._overloads[partition_id] = RetryState(self._retry)
+        delay = streak.next_delay(error)
         if delay is None:
             raise error
         logger.info("keyed writer %s: partition %d overloaded; resending in %.3fs", self.path, partition_id, delay)
@@ -580,7 +563,7 @@ class KeyedWriter:
         since the server carries a producer's seq_no from a split partition to its children."""
         probe = TopicWriter(
             self._driver, self.path, producer_id=self._lane_producer_id(partition_id),
-            **{**self._options, "retry": self._retry, "direct_write": False},
+            **{**self._options, "direct_write": False},
         )
         try:
             return (await probe.wait_init()).last_seq_no
@@ -623,19 +606,11 @@ def _key_bytes(key: Key) -> bytes:
 
 def _entry(message: OneMessage, position: bytes, now: dt.datetime | None) -> _Entry:
     if isinstance(message, (bytes, str)):
-        data = message if isinstance(message, bytes) else message.encode()
-        return _Entry(data, None, now, position)
+        return _Entry(payload_bytes(message, "a message"), None, now, position)
     if isinstance(message, Message):
         if message.seq_no is not None:
             raise InvalidArgumentError("a keyed writer numbers messages itself: do not set Message.seq_no")
-        payload = message.data
-        if isinstance(payload, str):
-            data = payload.encode()
-        elif isinstance(payload, (bytes, bytearray, memoryview)):
-            data = bytes(payload)
-        else:
-            raise InvalidArgumentError(f"Message.data must be bytes or str, not {type(payload).__name__}")
-        return _Entry(data, message.metadata, message.created_at or now, position)
+        return _Entry(payload_bytes(message.data), message.metadata, message.created_at or now, position)
     raise InvalidArgumentError(f"a message must be bytes, str or Message, not {type(message).__name__}")
 
 

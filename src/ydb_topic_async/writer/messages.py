@@ -43,6 +43,16 @@ class Message:
         return f"Message(<{size} {'chars' if isinstance(self.data, str) else 'bytes'}>, seq_no={self.seq_no!r})"
 
 
+def payload_bytes(data: object, what: str = "Message.data") -> bytes:
+    """A message's payload as the bytes to send: ``str`` as UTF-8 (refused when it holds a lone
+    surrogate), any bytes-like object as ``bytes``."""
+    if isinstance(data, str):
+        return check_utf8(data, what)
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return bytes(data)
+    raise InvalidArgumentError(f"{what} must be bytes or str, not {type(data).__name__}")
+
+
 @dataclass(frozen=True, slots=True)
 class Written:
     """The server stored the message at ``offset`` of ``partition_id``."""

@@ -21,10 +21,11 @@ from .. import _codecs
 from .._errors import ConnectionLostError, InternalError, UnsupportedCodecError, YdbTopicError
 from .._proto import ydb_topic_pb2 as pb
 from .._retry import RetryPolicy
-from .._stream import BidiStream, StreamKeeper, StreamMethod, refresh_tokens
+from .._stream import BidiStream, StreamKeeper, StreamMethod, refresh_tokens, tokens_may_change
 from ..observability.logging import sdk_logger, writer_fields
 from .batching import BatchSettings, RequestBatcher
-from .messages import InitInfo, Skipped, Written, WrittenInTx
+from .buffer import seq_no_of
+from .messages import InitInfo, Skipped, WriteResult, Written, WrittenInTx
 
 if TYPE_CHECKING:
     from .._transport import Transport
@@ -62,7 +63,8 @@ class SenderSettings:
 class WriterSender:
     """Keeps one write stream alive and moves the buffer's messages through it.
 
-    ``locate()`` resolves the partition's current location (for direct write).
+    ``locate()`` resolves the partition's current location (for direct write); ``hand_off(error)``
+    picks the failures that end the writer quietly for its owner to handle (see ``StreamKeeper``).
     """
 
     def __init__(
@@ -73,6 +75,7 @@ class WriterSender:
         on_init: Callable[[InitInfo], None],
         report: WriterReport,
         locate: Callable[[], Awaitable[PartitionLocation | None]] | None = None,
+        hand_off: Callable[[BaseException], bool] | None = None,
     ) -> None:
         self._transport = transport
         self._settings = settings
@@ -103,6 +106,7 @@ class WriterSender:
             on_reconnect=report.reconnect,
             recover=self._generation_changed if settings.direct_write else None,
             loss=self._loss,
+            hand_off=hand_off,
         )
 
     def _describe(self) -> str:
@@ -204,7 +208,7 @@ class WriterSender:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._guard, self._send_loop, stream, tg.cancel_scope)
                 tg.start_soon(self._guard, self._read_loop, stream, tg.cancel_scope)
-                if s.token_refresh_interval > 0:
+                if s.token_refresh_interval > 0 and tokens_may_change(self._transport):
                     tg.start_soon(self._guard, self._token_loop, stream, tg.cancel_scope)
             raise self._stream_error or ConnectionLostError("write stream ended")
         finally:
@@ -288,6 +292,44 @@ class WriterSender:
                     self._buffer.has_unsent.set()  # wake the sender to send the newer token
 
     def _handle_acks(self, response: Any) -> None:
+        acks = response.acks
+        buffer = self._buffer
+        inflight = buffer.inflight
+        count = len(acks)
+        if 0 < count <= len(inflight) and not self._report.wants_statuses:
+            first = seq_no_of(inflight[0])
+            last = seq_no_of(inflight[count - 1])
+            # YDB acknowledges each message once, in seq_no order. When the first and last acks
+            # name the first and last of as many in-flight messages, numbered without gaps, the
+            # acks are exactly theirs: settle them without reading every ack (the common case;
+            # anything else is checked ack by ack).
+            if last - first == count - 1 and acks[0].seq_no == first and acks[count - 1].seq_no == last:
+                self._ack_run(response.partition_id, acks, count)
+                self.last_statistics = (response.partition_id, count, response.write_statistics)
+                self._report.acked(response.partition_id, count, 0, 0)
+                self._report.buffer_changed()
+                return
+        self._ack_each(response)
+
+    def _ack_run(self, partition_id: int, acks: Any, count: int) -> None:
+        """Settle the first ``count`` in-flight messages, which ``acks`` acknowledge in order."""
+        buffer = self._buffer
+        popleft = buffer.inflight.popleft
+        nbytes = 0
+        for index in range(count):
+            entry = popleft()
+            if isinstance(entry, tuple):
+                nbytes += len(entry[0])  # a PlainMessage: nobody waits for its result
+                continue
+            nbytes += entry.size
+            future = entry.future
+            if future is not None and not future.done():
+                future.set_result(_result(partition_id, acks[index]))
+        self.keeper.progressed()
+        buffer.acknowledged(count, nbytes)
+        buffer.settle_dropped()
+
+    def _ack_each(self, response: Any) -> None:
         partition_id = response.partition_id
         inflight = self._buffer.inflight
         count = 0
@@ -299,34 +341,31 @@ class WriterSender:
             seq_no = ack.seq_no
             if not inflight:
                 raise InternalError(f"protocol violation: WriteAck for seq_no={seq_no} with nothing in flight")
-            entry = inflight[0]
-            if seq_no != entry.seq_no:
-                if seq_no < entry.seq_no:
+            expected = seq_no_of(inflight[0])
+            if seq_no != expected:
+                if seq_no < expected:
                     continue  # already settled: a repeated ack changes nothing
                 # Messages dropped unsent get no acks: settle those ahead of this one.
-                entry = self._skip_dropped(seq_no)
-            inflight.popleft()
+                self._skip_dropped(seq_no)
+            entry = inflight.popleft()
             count += 1
-            nbytes += entry.size
-            future = entry.future
-            if future is not None and future.done():
-                future = None  # the caller cancelled it
+            future = None
+            if isinstance(entry, tuple):
+                size = data_len = len(entry[0])  # a PlainMessage
+            else:
+                size, data_len, future = entry.size, entry.data_len, entry.future
+                if future is not None and future.done():
+                    future = None  # the caller cancelled it
+            nbytes += size
             if future is None and not statuses:
                 continue
             status = ack.WhichOneof("message_write_status")
             if future is not None:
-                if status == "written":
-                    future.set_result(Written(partition_id, ack.written.offset, seq_no))
-                elif status == "skipped":
-                    future.set_result(Skipped(partition_id, seq_no))
-                elif status == "written_in_tx":
-                    future.set_result(WrittenInTx(partition_id, seq_no))
-                else:
-                    raise InternalError(f"protocol violation: WriteAck for seq_no={seq_no} has no status")
+                future.set_result(_result(partition_id, ack, status))
             if status == "skipped":
                 skipped += 1
             else:
-                written_bytes += entry.data_len
+                written_bytes += data_len
         if count:
             self.keeper.progressed()
             self.last_statistics = (partition_id, count, response.write_statistics)
@@ -335,17 +374,16 @@ class WriterSender:
         self._buffer.settle_dropped()
         self._report.buffer_changed()
 
-    def _skip_dropped(self, seq_no: int) -> PendingMessage:
-        """Settle the dropped messages ahead of the one ``seq_no`` acknowledges; return it."""
+    def _skip_dropped(self, seq_no: int) -> None:
+        """Settle the dropped messages ahead of the one ``seq_no`` acknowledges."""
         buffer = self._buffer
         buffer.settle_dropped()
         inflight = buffer.inflight
-        if not inflight or inflight[0].seq_no != seq_no:
-            expected = inflight[0].seq_no if inflight else None
+        if not inflight or seq_no_of(inflight[0]) != seq_no:
+            expected = seq_no_of(inflight[0]) if inflight else None
             raise InternalError(
                 f"protocol violation: WriteAck for seq_no={seq_no} while seq_no={expected} is unacknowledged"
             )
-        return inflight[0]
 
     # --- tokens -------------------------------------------------------------------------
 
@@ -364,3 +402,16 @@ class WriterSender:
         if token != self._last_token and token != self._pending_token:
             self._pending_token = token
             self._buffer.has_unsent.set()
+
+
+def _result(partition_id: int, ack: Any, status: str | None = None) -> WriteResult:
+    """What a ``write_with_ack`` future gets for ``ack``."""
+    if status is None:
+        status = ack.WhichOneof("message_write_status")
+    if status == "written":
+        return Written(partition_id, ack.written.offset, ack.seq_no)
+    if status == "skipped":
+        return Skipped(partition_id, ack.seq_no)
+    if status == "written_in_tx":
+        return WrittenInTx(partition_id, ack.seq_no)
+    raise InternalError(f"protocol violation: WriteAck for seq_no={ack.seq_no} has no status")

@@ -12,10 +12,10 @@ import datetime as dt
 import time
 import uuid
 from collections.abc import Mapping
-from types import TracebackType
-from typing import TYPE_CHECKING, overload
+from typing import TYPE_CHECKING, Any, overload
 
 from .. import _codecs
+from .._closing import ClosesOnExit
 from .._errors import InvalidArgumentError, MessageTooLargeError, OperationTimeoutError, WriterClosedError
 from .._futures import wait_within
 from .._limits import (
@@ -32,8 +32,8 @@ from .._validate import check_seconds, check_timeout, check_utf8
 from ..observability.logging import sdk_logger
 from ..observability.metrics import writer_report
 from .batching import entry_wire_size
-from .buffer import PendingMessage, WriteBuffer
-from .messages import InitInfo, Message, WriteResult, WriteStatistics, check_metadata
+from .buffer import PendingMessage, PlainMessage, WriteBuffer
+from .messages import InitInfo, Message, WriteResult, WriteStatistics, check_metadata, payload_bytes
 from .sender import SenderSettings, WriterSender
 
 if TYPE_CHECKING:
@@ -46,8 +46,11 @@ logger = sdk_logger("writer")
 
 DEFAULT_MAX_BUFFER_MESSAGES = 100_000
 DEFAULT_MAX_BUFFER_BYTES = 64 * 1024 * 1024
-_YIELD_BACKLOG = 1000
-"""``write`` yields to the loop once this many messages wait to be sent."""
+YIELD_EVERY = 1000
+"""A caller that writes in a tight loop never suspends on its own: ``write`` yields to the event
+loop once per this many accepted messages, so the sender ships them meanwhile. (Not on every call
+while a backlog waits: a sender held by gRPC flow control leaves a backlog for long stretches, and
+a loop turn per message costs more than the rest of ``write``.)"""
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _MICROSECOND = dt.timedelta(microseconds=1)
 
@@ -78,7 +81,7 @@ if TYPE_CHECKING:
         init_timeout: float
 
 
-class TopicWriter(ConnectionStatus):
+class TopicWriter(ConnectionStatus, ClosesOnExit):
     """Writes messages to one topic partition over a reconnecting stream.
 
     Use it as ``async with driver.topic.writer(path, producer_id=...) as writer``. ``write``
@@ -206,14 +209,20 @@ class TopicWriter(ConnectionStatus):
             self._on_init,
             writer_report(driver.metrics, full_path, lambda: (buffer.messages, buffer.nbytes)),
             self._locate if direct_write else None,
+            self._hands_off,
         )
         self._keeper = self._sender.keeper
         self._tracer = driver.tracing
         self._task: asyncio.Task[None] | None = None
         self._init_info: InitInfo | None = None
         self._init_done = asyncio.Event()
-        self._next_seq_no: int | None = None
-        """Auto numbering: the next seq_no to assign; None until the first handshake."""
+        self._next_seq_no = 1
+        """Auto numbering: the next seq_no to assign. Counted from 1 until the first handshake,
+        which moves every number past the producer's stored last seq_no."""
+        self._fast = False
+        """Whether ``write`` may take its hot path: started, auto numbering, no tracing, not failed,
+        not closed (one flag instead of five checks per message)."""
+        self._accepted_since_yield = 0
         self._last_seq_no = 0
         """Manual numbering: the highest seq_no accepted so far."""
         self._failure: BaseException | None = None
@@ -221,29 +230,13 @@ class TopicWriter(ConnectionStatus):
 
     # --- lifecycle ------------------------------------------------------------------------
 
-    async def __aenter__(self) -> TopicWriter:
-        await self.open()
-        return self
+    _logger = logger
 
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        if isinstance(exc, asyncio.CancelledError):
-            # The caller is being cancelled: stop now rather than wait for acknowledgements.
-            await self._shutdown(WriterClosedError("writer was closed by cancellation before these were acknowledged"))
-            return
-        try:
-            await self.close()
-        except Exception as close_error:
-            if exc is None:
-                raise
-            # Do not mask the error that is already propagating out of the block (nor log the
-            # writer's own failure again: it was logged when it happened).
-            if close_error is not self._failure:
-                logger.warning(
-                    "closing topic writer %s after an error also failed",
-                    self.path, exc_info=True, extra=self._sender.log_fields,
-                )
+    async def _stop_now(self) -> None:
+        await self._shutdown(WriterClosedError("writer was closed by cancellation before these were acknowledged"))
+
+    def _exit_log_fields(self) -> Mapping[str, Any]:
+        return self._sender.log_fields
 
     async def open(self) -> None:
         """Start connecting in the background (``write`` does this too); returns at once."""
@@ -253,6 +246,7 @@ class TopicWriter(ConnectionStatus):
     def _start(self) -> None:
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._run(), name=f"topic writer {self.path}")
+            self._fast = self._auto_seqno and self._tracer is None
 
     async def _run(self) -> None:
         try:
@@ -265,10 +259,16 @@ class TopicWriter(ConnectionStatus):
             self._fail(exc)
 
     def _fail(self, error: BaseException) -> None:
+        self._fast = False
         if self._failure is None:
             self._failure = error
         self._buffer.fail(error)
         self._init_done.set()
+
+    def _hands_off(self, error: BaseException) -> bool:
+        """Whether ``error`` is for whoever drives this writer to handle (a subclass says which):
+        it ends the writer at once, like a final failure, without retries or an ERROR log."""
+        return False
 
     async def _locate(self) -> PartitionLocation | None:
         assert self._partition_id is not None
@@ -288,6 +288,7 @@ class TopicWriter(ConnectionStatus):
         if self._closed:
             return
         self._closed = True
+        self._fast = False
         timed_out = False
         try:
             if self._failure is None and self._task is not None:
@@ -311,6 +312,7 @@ class TopicWriter(ConnectionStatus):
 
     async def _shutdown(self, reason: BaseException) -> None:
         self._closed = True
+        self._fast = False
         task, self._task = self._task, None
         if task is not None and not task.done():
             task.cancel()
@@ -339,13 +341,20 @@ class TopicWriter(ConnectionStatus):
 
     def _on_init(self, info: InitInfo) -> None:
         self._init_info = info
-        if self._auto_seqno:
-            # Messages accepted before the handshake are numbered after the stored last seq_no.
-            seq_no = info.last_seq_no
-            for entry in self._buffer.unsent:
-                seq_no += 1
-                entry.seq_no = seq_no
-            self._next_seq_no = seq_no + 1
+        offset = info.last_seq_no
+        if self._auto_seqno and offset:
+            # Messages accepted before the handshake (all still unsent) were numbered from 1:
+            # they follow the producer's stored last seq_no instead.
+            unsent = self._buffer.unsent
+            for _ in range(len(unsent)):
+                entry = unsent.popleft()
+                if isinstance(entry, tuple):
+                    data, seq_no, created_ns = entry
+                    entry = (data, seq_no + offset, created_ns)
+                else:
+                    entry.seq_no += offset
+                unsent.append(entry)
+            self._next_seq_no += offset
         self._init_done.set()
 
     async def wait_init(self, timeout: float | None = None) -> InitInfo:
@@ -384,27 +393,18 @@ class TopicWriter(ConnectionStatus):
         Waits while the buffer is full (up to ``buffer_wait_timeout``, then raises
         ``BufferFullTimeoutError`` having accepted nothing from this call).
         """
-        buffer = self._buffer
-        if len(buffer.unsent) >= _YIELD_BACKLOG:
-            # A caller writing in a tight loop never suspends; yield (before accepting anything,
-            # so a cancellation here loses nothing) to let the sender ship the backlog meanwhile.
-            await asyncio.sleep(0)
-        if (
-            type(messages) is bytes
-            and self._next_seq_no is not None
-            and self._failure is None
-            and not self._closed
-            and self._tracer is None
-        ):
-            # The hot path: one payload, auto numbering after the handshake, room in the buffer.
+        if self._accepted_since_yield >= YIELD_EVERY:
+            await self._yield()
+        if type(messages) is bytes and self._fast:
+            # The hot path: one payload, auto numbering, room in the buffer (no await at all then).
             size = len(messages)
-            if size <= self._max_message_bytes and buffer.try_reserve(1, size):
+            if size <= self._max_message_bytes:
                 seq_no = self._next_seq_no
-                self._next_seq_no = seq_no + 1
-                buffer.push_one(
-                    PendingMessage(messages, seq_no, time.time_ns() if self._auto_created_at else -1, None, size)
-                )
-                return
+                entry: PlainMessage = (messages, seq_no, time.time_ns() if self._auto_created_at else -1)
+                if self._buffer.try_push_one(entry):
+                    self._next_seq_no = seq_no + 1
+                    self._accepted_since_yield += 1
+                    return
         await self._accept(messages, False)
 
     @overload
@@ -449,8 +449,8 @@ class TopicWriter(ConnectionStatus):
     async def _accept(
         self, messages: Messages, with_futures: bool
     ) -> list[asyncio.Future[WriteResult]] | None:
-        if with_futures and len(self._buffer.unsent) >= _YIELD_BACKLOG:
-            await asyncio.sleep(0)  # as in write: let the sender run
+        if with_futures and self._accepted_since_yield >= YIELD_EVERY:
+            await self._yield()
         self._check_usable()
         self._start()
         now_ns = time.time_ns() if self._auto_created_at else -1
@@ -492,11 +492,10 @@ class TopicWriter(ConnectionStatus):
             self._last_seq_no = entries[-1].seq_no
         else:
             seq_no = self._next_seq_no
-            if seq_no is not None:
-                for entry in entries:
-                    entry.seq_no = seq_no
-                    seq_no += 1
-                self._next_seq_no = seq_no
+            for entry in entries:
+                entry.seq_no = seq_no
+                seq_no += 1
+            self._next_seq_no = seq_no
         futures: list[asyncio.Future[WriteResult]] | None = None
         if with_futures or spans is not None:
             loop = asyncio.get_running_loop()
@@ -506,11 +505,14 @@ class TopicWriter(ConnectionStatus):
                 futures.append(future)
             if tracer is not None and spans is not None:
                 tracer.end_writes_on_ack(spans, futures)
-        if count == 1:
-            buffer.push_one(entries[0])
-        else:
-            buffer.push(entries)
+        buffer.push(entries)
+        self._accepted_since_yield += count
         return futures if with_futures else None
+
+    async def _yield(self) -> None:
+        # Before accepting anything, so a cancellation here loses nothing.
+        self._accepted_since_yield = 0
+        await asyncio.sleep(0)
 
     def _prepare(self, message: OneMessage, now_ns: int) -> PendingMessage:
         if isinstance(message, bytes):
@@ -520,19 +522,13 @@ class TopicWriter(ConnectionStatus):
             metadata = None
             meta_size = 0
         elif isinstance(message, str):
-            data = check_utf8(message, "a message")
+            data = payload_bytes(message, "a message")
             seq_no = None
             created_ns = now_ns
             metadata = None
             meta_size = 0
         elif isinstance(message, Message):
-            payload = message.data
-            if isinstance(payload, str):
-                data = check_utf8(payload, "Message.data")
-            elif isinstance(payload, (bytes, bytearray, memoryview)):
-                data = bytes(payload)
-            else:
-                raise InvalidArgumentError(f"Message.data must be bytes or str, not {type(payload).__name__}")
+            data = payload_bytes(message.data)
             seq_no = message.seq_no
             if seq_no is not None and (
                 not isinstance(seq_no, int) or isinstance(seq_no, bool) or not 0 < seq_no <= MAX_SEQ_NO
