@@ -18,7 +18,8 @@ from ydb_topic_async._credentials import AccessTokenCredentials, AnonymousCreden
 from ydb_topic_async._stream import tokens_may_change
 from ydb_topic_async.reader.messages import DETACH_SIZE
 
-from .conftest import fill, until
+from .._polling import eventually
+from .conftest import fill
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -37,7 +38,7 @@ async def test_buffered_messages_are_built_only_as_they_are_handed_out(driver: y
     await fill(driver, topic, [b"m%d" % i for i in range(3000)])
     async with driver.topic.reader(topic, consumer="consumer") as reader:
         await reader.open()
-        await until(lambda: reader.buffered_bytes >= 3000 * 5, "every message buffered")
+        await eventually(lambda: reader.buffered_bytes >= 3000 * 5, "every message buffered")
         assert _live_messages() == 0
         batch = await reader.receive_batch(max_messages=2000, timeout=10)
         assert len(batch) == 2000 and batch.commit_range == (0, 2000)
@@ -78,7 +79,7 @@ async def test_compressed_payloads_are_decoded_as_they_are_taken(
         await writer.write(payloads)
     async with driver.topic.reader(topic, consumer="consumer", decoders={yta.Codec.ZSTD: counting}) as reader:
         await reader.open()
-        await until(lambda: reader.buffered_bytes > 0, "a response buffered")
+        await eventually(lambda: reader.buffered_bytes > 0, "a response buffered")
         await asyncio.sleep(0.05)
         assert produced == []  # received, not decoded
         handed_out = 0
@@ -202,7 +203,7 @@ async def test_a_reader_without_consumer_resumes_after_the_last_message_it_hande
     async with driver.topic.reader(selector, consumer=None) as reader:
         first = [(await reader.receive_message(timeout=10)).offset for _ in range(5)]
         assert server.faults.drop_read_streams() == 1
-        await until(lambda: reader.reconnects == 1, "the reader noticed")  # its buffer is gone
+        await eventually(lambda: reader.reconnects == 1, "the reader noticed")  # its buffer is gone
         rest = []
         while len(rest) < 95:
             rest += [m.offset for m in await reader.receive_batch(timeout=10)]

@@ -15,13 +15,15 @@ from typing import Any
 
 import pytest
 
+from ydb_topic_async._errors import install_hint
+
 if not os.environ.get("CI"):  # in CI the Spark tests must run (see conftest.require_spark)
-    pytest.importorskip("pyspark", reason="pyspark is not installed (pip install 'ydb-topic-async[spark]')")
+    pytest.importorskip("pyspark", reason=f"pyspark is not installed ({install_hint('spark')})")
 
 from ydb_topic_async import Driver, StaticCredentials
+from ydb_topic_async.testing.proxy import FlakyProxy
 
-from .._proxy import FlakyProxy
-from .conftest import Server, ServerThread, start_server
+from .conftest import Server, ServerThread, start_server, wait_for
 from .test_source import read_all, write_messages
 
 
@@ -53,16 +55,6 @@ def copy_query(
         .trigger(processingTime="200 milliseconds")
         .start()
     )
-
-
-def wait_for(condition: Any, timeout: float, what: str, query: Any = None) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if query is not None and query.exception() is not None:
-            raise AssertionError(f"the query failed while waiting for {what}: {query.exception()}")
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.1)
 
 
 def batches_done(query: Any) -> int:

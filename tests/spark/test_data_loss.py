@@ -12,8 +12,10 @@ from typing import Any
 
 import pytest
 
+from ydb_topic_async._errors import install_hint
+
 if not os.environ.get("CI"):  # in CI the Spark tests must run (see conftest.require_spark)
-    pytest.importorskip("pyspark", reason="pyspark is not installed (pip install 'ydb-topic-async[spark]')")
+    pytest.importorskip("pyspark", reason=f"pyspark is not installed ({install_hint('spark')})")
 
 from ydb_topic_async import Driver
 from ydb_topic_async.spark import DataLossError
