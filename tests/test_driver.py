@@ -317,3 +317,64 @@ async def test_drivers_on_successive_event_loops_leave_nothing_for_closed_loops(
     assert (proc.returncode, out) == (0, b"ok\n"), err.decode()[-2000:]
     assert b"Event loop is closed" not in err, err.decode()[-2000:]
     assert b"Traceback" not in err, err.decode()[-2000:]
+
+
+_BESIDE_ANOTHER_LOOP = """
+import asyncio, sys, threading
+from ydb_topic_async import Driver, TopicSelector
+from ydb_topic_async.testing import LocalTopicServer
+
+# Another event loop of the process, in a thread, also running gRPC: it picks up gRPC events
+# meant for other loops and forwards them, to a closed loop too.
+loop = asyncio.new_event_loop()
+threading.Thread(target=loop.run_forever, daemon=True).start()
+
+async def start() -> LocalTopicServer:
+    server = LocalTopicServer()
+    await server.start()
+    return server
+
+server = asyncio.run_coroutine_threadsafe(start(), loop).result(30)
+
+async def setup() -> None:
+    async with Driver(server.endpoint, server.database) as driver:
+        await driver.topic.create_topic("beside", min_active_partitions=2)
+
+async def write(i: int) -> None:
+    async with Driver(server.endpoint, server.database) as driver:
+        async with driver.topic.writer("beside", producer_id=f"p{i}", partition_id=i % 2) as writer:
+            await writer.write([b"x" * 100] * 10)
+
+async def read() -> None:
+    async with Driver(server.endpoint, server.database) as driver:
+        selector = TopicSelector("beside", start_offsets={0: 0, 1: 0})
+        async with driver.topic.reader(selector, consumer=None) as reader:
+            await reader.receive_batch(timeout=10)
+
+async def describe() -> None:
+    async with Driver(server.endpoint, server.database) as driver:
+        await driver.topic.describe_topic("beside")
+
+asyncio.run(setup())
+for i in range(int(sys.argv[1])):
+    asyncio.run(write(i))
+    asyncio.run(read())
+    asyncio.run(describe())
+asyncio.run_coroutine_threadsafe(server.stop(), loop).result(30)
+print("ok")
+"""
+
+
+async def test_a_driver_closed_beside_another_event_loop_leaves_nothing_for_its_closed_loop() -> None:
+    """gRPC completes the operations of the calls a closing Driver cancels (its streams, an endpoint
+    discovery in flight) a moment later, from its poller thread; another event loop of the process
+    (here, a local server's) picks those events up and forwards them to their loop. ``close`` waits
+    for them, so that a loop closed right after it (``asyncio.run`` returning) is not handed any."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", _BESIDE_ANOTHER_LOOP, "15",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    assert (proc.returncode, out) == (0, b"ok\n"), err.decode()[-2000:]
+    assert b"Event loop is closed" not in err, err.decode()[-2000:]
+    assert b"Traceback" not in err, err.decode()[-2000:]

@@ -22,6 +22,7 @@ from .observability import MetricsRecorder, NoopMetrics, OpenTelemetryTracing
 from .query import QueryClient, Transaction, TransactionState
 from .reader import (
     MessageBatch,
+    MessageColumns,
     PartitionSession,
     PartitionStatus,
     StartOffsets,
@@ -87,6 +88,7 @@ __all__ = [
     "InitInfo",
     "KeyedWriter",
     "MessageBatch",
+    "MessageColumns",
     "PartitionSession",
     "PartitionStatus",
     "StartOffsets",

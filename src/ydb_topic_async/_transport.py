@@ -31,7 +31,7 @@ from ._errors import (
     error_from_grpc,
     raise_for_status,
 )
-from ._futures import release_frames, wait_within
+from ._futures import release_frames, run_within, wait_within
 from ._limits import DEFAULT_MAX_MESSAGE_SIZE, MIN_MAX_MESSAGE_SIZE
 from ._proto import ydb_auth_pb2, ydb_discovery_pb2
 from ._retry import DEFAULT_RETRY, RetryPolicy, RetryState
@@ -59,6 +59,13 @@ DISCOVERY_TIMEOUT = 10.0
 """Bounds one background ``ListEndpoints`` call."""
 LOGIN_TIMEOUT = 10.0
 """Bounds one ``AuthService.Login`` call (retries included)."""
+DISCOVERY_CLOSE_GRACE = 1.0
+"""Seconds ``close`` lets a ``ListEndpoints`` call in flight finish before cancelling it."""
+SETTLE_QUIET = 0.1
+"""``close`` waits for the last gRPC events of the calls it ended while they keep arriving: it
+stops once none arrived for this long (the remaining ones belong to calls still running)."""
+SETTLE_LIMIT = 1.0
+"""At most this long in all."""
 
 _SDK_BUILD_INFO = f"ydb-topic-async/{__version__}"
 
@@ -246,6 +253,7 @@ class Transport:
         """Discovered endpoints by YDB node id, for calls that must reach one node."""
         self._round_robin = itertools.count()
         self._discovery_task: asyncio.Task[None] | None = None
+        self._stop_discovery = asyncio.Event()
         self._last_token: str | None = None
         self._closed = False
         if isinstance(credentials, StaticCredentials):
@@ -290,7 +298,11 @@ class Transport:
             self.credentials._detach(self)
         task, self._discovery_task = self._discovery_task, None
         if task is not None:
-            task.cancel()
+            # A ListEndpoints call cancelled in flight would have its last event delivered after
+            # this returns (see settle_cancelled_calls): let it finish, unless it takes too long.
+            self._stop_discovery.set()
+            if not await run_within(asyncio.shield(task), DISCOVERY_CLOSE_GRACE):
+                task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         # Channels must be closed while their event loop runs: a call freed later (after
@@ -298,6 +310,7 @@ class Transport:
         channels, self._channels = list(self._channels.values()), {}
         while channels:
             await channels.pop().close()
+        await settle_cancelled_calls()
 
     # --- channels and headers -------------------------------------------------------------
 
@@ -527,14 +540,17 @@ class Transport:
         logger.debug("discovered endpoints: %s", ", ".join(map(str, self._active)))
 
     async def _discovery_loop(self) -> None:
-        while True:
+        while not self._stop_discovery.is_set():
             try:
                 await self.discover(timeout=DISCOVERY_TIMEOUT)
             except YdbTopicError as exc:
+                if self._closed:
+                    return
                 logger.warning(
                     "endpoint discovery failed, keeping %s: %s", ", ".join(map(str, self._active)), exc
                 )
-            await asyncio.sleep(self._discovery_interval)
+            with contextlib.suppress(TimeoutError):
+                await wait_within(self._stop_discovery.wait(), self._discovery_interval)
 
     async def wait_ready(self, timeout: float | None, retry: RetryPolicy | None = None) -> None:
         """Wait until the database answers (and, with discovery, its endpoints are known).
@@ -551,6 +567,35 @@ class Transport:
                 f"no YDB endpoint answered at {self.endpoint} (database {self.database}) within {timeout}s"
                 + (f"; last error: {cause}" if cause is not None else "")
             ) from cause
+
+
+async def settle_cancelled_calls() -> None:
+    """Wait until gRPC has handed this event loop the last events of the calls just cancelled.
+
+    gRPC completes a cancelled call's pending operations a moment later, from its poller thread,
+    and any event loop of the process that uses gRPC may pick the events up and forward them to
+    the loop the call ran on. Forwarded to a loop closed in the meantime (``asyncio.run``
+    returning right after a ``Driver.close``), they fail with "Event loop is closed". Each
+    streaming call has a gRPC task that ends with the call's status, its last event: wait for
+    those tasks while they keep ending (those of calls still running elsewhere do not).
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + SETTLE_LIMIT
+    pending = {t for t in asyncio.all_tasks() if _awaits_call_status(t)}
+    while pending:
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            return
+        done, pending = await asyncio.wait(
+            pending, timeout=min(SETTLE_QUIET, remaining), return_when=asyncio.FIRST_COMPLETED
+        )
+        if not done:
+            return
+
+
+def _awaits_call_status(task: asyncio.Task[Any]) -> bool:
+    """Whether ``task`` is grpc.aio's own, waiting for a streaming call's final status."""
+    return getattr(task.get_coro(), "__qualname__", "") == "_AioCall._handle_status_once_received"
 
 
 def _timed_out(method: str, timeout: float | None, last: BaseException | None) -> OperationTimeoutError:

@@ -21,9 +21,11 @@ from typing import Any, TypeVar
 import pytest
 
 from ydb_topic_async import Driver, TopicMessage, TopicSelector
+from ydb_topic_async._errors import install_hint
 from ydb_topic_async.testing import LocalTopicServer
+from ydb_topic_async.testing.proxy import FlakyProxy
 
-from .._proxy import FlakyProxy
+from .._polling import eventually
 
 T = TypeVar("T")
 _names = itertools.count()
@@ -126,6 +128,19 @@ class Server:
         return self.run(main)
 
 
+def wait_for(condition: Callable[[], object], timeout: float, what: str, query: Any = None) -> None:
+    """``eventually`` for these synchronous tests: ``condition`` runs in a worker thread (it may run
+    an event loop of its own, as ``Server.run`` does); a ``query`` that fails or ends while waiting
+    fails the wait at once."""
+
+    def reached() -> bool:
+        if query is not None and not query.isActive:
+            raise AssertionError(f"the query ended while waiting for {what}: {query.exception()}")
+        return bool(condition())
+
+    asyncio.run(eventually(lambda: asyncio.to_thread(reached), what, timeout=timeout, interval=0.05))
+
+
 def start_server(**options: Any) -> tuple[ServerThread, Server]:
     thread = ServerThread(**options)
     return thread, Server(thread.server.endpoint, thread.server.database, thread)
@@ -142,6 +157,18 @@ def _shared_connections() -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def ydb_server() -> Iterator[Server]:
+    """One server for the session's tests (each uses topics of its own)."""
+    thread, server = start_server()
+    try:
+        yield server
+    finally:
+        thread.close()
+
+
+@pytest.fixture
+def own_server() -> Iterator[Server]:
+    """A server for one test: for tests that move its clock (``advance_time``), which would age
+    every other test's messages on a shared one."""
     thread, server = start_server()
     try:
         yield server
@@ -155,7 +182,7 @@ def require_spark() -> None:
     try:
         import pyspark  # noqa: F401
     except ImportError:
-        problem = "pyspark is not installed (pip install 'ydb-topic-async[spark]')"
+        problem = f"pyspark is not installed ({install_hint('spark')})"
     if problem is None and shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         problem = "Spark needs Java 17+ (java on PATH or JAVA_HOME)"
     if problem is not None:

@@ -9,19 +9,25 @@ import subprocess
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from ydb_topic_async._errors import install_hint
+
 if not os.environ.get("CI"):  # in CI the Spark tests must run (see conftest.require_spark)
-    pytest.importorskip("pyspark", reason="pyspark is not installed (pip install 'ydb-topic-async[spark]')")
+    pytest.importorskip("pyspark", reason=f"pyspark is not installed ({install_hint('spark')})")
 
-from ydb_topic_async import Driver, StaticCredentials
+from ydb_topic_async import Driver, StaticCredentials, YdbTopicError
+from ydb_topic_async.spark._offsets import OffsetRange
+from ydb_topic_async.spark._options import parse_options
+from ydb_topic_async.spark._write import Chunk, write_batch_task
+from ydb_topic_async.spark.source import SCHEMA, _arrow_schema, read_range
+from ydb_topic_async.testing.proxy import FlakyProxy
 
-from .._proxy import FlakyProxy
-from .conftest import Server, ServerThread, start_server
+from .conftest import Server, ServerThread, start_server, wait_for
 from .test_source import read_all, write_messages
 
 
@@ -53,16 +59,6 @@ def copy_query(
         .trigger(processingTime="200 milliseconds")
         .start()
     )
-
-
-def wait_for(condition: Any, timeout: float, what: str, query: Any = None) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if query is not None and query.exception() is not None:
-            raise AssertionError(f"the query failed while waiting for {what}: {query.exception()}")
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.1)
 
 
 def batches_done(query: Any) -> int:
@@ -113,6 +109,51 @@ def test_a_streaming_query_rides_out_a_network_outage(
         query.stop()
     out = read_all(spark, server, "out")
     assert Counter(r.data for r in out) == Counter(f"p{pid}-{i}".encode() for pid in range(2) for i in range(250))
+
+
+def test_a_task_gives_up_reconnecting_once_retry_timeout_passes(proxied: tuple[Server, FlakyProxy]) -> None:
+    """The SDK's own readers and writers reconnect for as long as they are open; a Spark task's
+    retry for ``retryTimeout`` seconds, so that a task whose database stays unreachable fails (and
+    Spark runs it again) instead of waiting. Here the server goes away in the middle of a read and
+    of a write, with retryTimeout=1 and pollTimeout=60: both tasks fail within seconds."""
+    server, proxy = proxied
+    write_messages(server, "in", partitions=1, per_partition=50)
+    server.run(lambda d: d.topic.create_topic("out", min_active_partitions=1))
+    connection = {"endpoint": proxy.endpoint, "database": server.database, "retryTimeout": "1"}
+    rows = read_range(parse_options({**connection, "topic": "in", "pollTimeout": "60"}), OffsetRange(0, 0, 100),
+                      _arrow_schema(SCHEMA))
+    assert next(rows).num_rows == 50  # connected; the other 50 offsets are not written yet
+
+    def chunks() -> Iterator[Chunk]:
+        yield Chunk([b"first"])
+        server.thread.call(proxy.refuse())  # the server is gone: connections reset, new ones refused
+        yield Chunk([b"second"])
+
+    with pytest.raises(YdbTopicError):
+        within(15, lambda: write_batch_task(parse_options({**connection, "topic": "out"}), "gone", chunks()))
+    with pytest.raises(YdbTopicError):
+        within(15, lambda: next(rows))
+
+
+def within(seconds: float, fn: Callable[[], object]) -> object:
+    """``fn()``'s result (or error), failing the test if it takes longer than ``seconds`` (it then
+    goes on in a daemon thread)."""
+    outcome: list[Any] = []
+
+    def run() -> None:
+        try:
+            outcome.append((fn(), None))
+        except BaseException as exc:
+            outcome.append((None, exc))
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert outcome, f"still running after {seconds}s"
+    result, error = outcome[0]
+    if error is not None:
+        raise error
+    return result
 
 
 def test_token_file_is_read_again_when_it_changes(spark: Any, tmp_path: Path) -> None:

@@ -12,8 +12,10 @@ from typing import Any
 
 import pytest
 
+from ydb_topic_async._errors import install_hint
+
 if not os.environ.get("CI"):  # in CI the Spark tests must run (see conftest.require_spark)
-    pytest.importorskip("pyspark", reason="pyspark is not installed (pip install 'ydb-topic-async[spark]')")
+    pytest.importorskip("pyspark", reason=f"pyspark is not installed ({install_hint('spark')})")
 
 from ydb_topic_async import Driver
 from ydb_topic_async.spark import DataLossError
@@ -21,15 +23,9 @@ from ydb_topic_async.spark._offsets import OffsetRange
 from ydb_topic_async.spark._options import parse_options
 from ydb_topic_async.spark._write import Chunk, write_batch_task
 from ydb_topic_async.spark.source import SCHEMA, _arrow_schema, _StreamReaderBase, read_range
-from ydb_topic_async.testing import LocalTopicServer
 
 from .conftest import Server, ended
 from .test_source import create, read_all, write_messages
-
-needs_server_clock = pytest.mark.skipif(
-    not hasattr(LocalTopicServer, "advance_time"),
-    reason="the local server cannot move its clock yet (LocalTopicServer.advance_time)",
-)
 
 
 def stream(spark: Any, server: Server, source: str, sink: str, checkpoint: Path, **options: str) -> Any:
@@ -173,46 +169,45 @@ async def _write(driver: Driver, topic: str, prefix: str, count: int) -> None:
         await writer.write([f"{prefix}-{i}".encode() for i in range(count)])
 
 
-@needs_server_clock
 def test_expired_data_fails_the_query_unless_data_loss_is_allowed(
-    spark: Any, ydb_server: Server, topic_name: str, tmp_path: Path
+    spark: Any, own_server: Server, topic_name: str, tmp_path: Path
 ) -> None:
     """The query read 50 messages; 50 more arrive and expire (retention) before it runs again."""
+    server = own_server
     sink = topic_name + "-out"
-    ydb_server.run(lambda d: _old_topic(d, topic_name))
-    ydb_server.run(lambda d: _write(d, topic_name, "a", 50))
-    create(ydb_server, sink)
+    server.run(lambda d: _old_topic(d, topic_name))
+    server.run(lambda d: _write(d, topic_name, "a", 50))
+    create(server, sink)
     checkpoint = tmp_path / "cp"
-    assert stream(spark, ydb_server, topic_name, sink, checkpoint).exception() is None
-    ydb_server.run(lambda d: _write(d, topic_name, "b", 50))
-    ydb_server.thread.call(_advance(ydb_server.local, 2 * 3600))
-    ydb_server.run(lambda d: _write(d, topic_name, "c", 10))
+    assert stream(spark, server, topic_name, sink, checkpoint).exception() is None
+    server.run(lambda d: _write(d, topic_name, "b", 50))
+    _advance(server, 2 * 3600)
+    server.run(lambda d: _write(d, topic_name, "c", 10))
 
-    failed = stream(spark, ydb_server, topic_name, sink, checkpoint)
+    failed = stream(spark, server, topic_name, sink, checkpoint)
     assert failed.exception() is not None
     assert "offsets 50..99 of partition 0 expired before they were read" in str(failed.exception())
-    assert stream(spark, ydb_server, topic_name, sink, checkpoint, failOnDataLoss="false").exception() is None
-    assert payloads(spark, ydb_server, sink) == Counter(
+    assert stream(spark, server, topic_name, sink, checkpoint, failOnDataLoss="false").exception() is None
+    assert payloads(spark, server, sink) == Counter(
         [f"a-{i}".encode() for i in range(50)] + [f"c-{i}".encode() for i in range(10)]
     )
 
 
-@needs_server_clock
-def test_a_planned_range_that_expires_before_the_task_reads_it(ydb_server: Server, topic_name: str) -> None:
-    ydb_server.run(lambda d: _old_topic(d, topic_name))
-    ydb_server.run(lambda d: _write(d, topic_name, "a", 40))
-    ydb_server.thread.call(_advance(ydb_server.local, 2 * 3600))
-    ydb_server.run(lambda d: _write(d, topic_name, "b", 5))
+def test_a_planned_range_that_expires_before_the_task_reads_it(own_server: Server, topic_name: str) -> None:
+    server = own_server
+    server.run(lambda d: _old_topic(d, topic_name))
+    server.run(lambda d: _write(d, topic_name, "a", 40))
+    _advance(server, 2 * 3600)
+    server.run(lambda d: _write(d, topic_name, "b", 5))
     arrow = _arrow_schema(SCHEMA)
-    strict = parse_options(ydb_server.options(topic_name))
+    strict = parse_options(server.options(topic_name))
     with pytest.raises(DataLossError, match=r"offsets 10\.\.39 of partition 0 are missing"):
         list(read_range(strict, OffsetRange(0, 10, 45), arrow))
-    lenient = parse_options(ydb_server.options(topic_name, failOnDataLoss="false"))
+    lenient = parse_options(server.options(topic_name, failOnDataLoss="false"))
     batches = list(read_range(lenient, OffsetRange(0, 10, 45), arrow))
     assert [o for b in batches for o in b.column("offset").to_pylist()] == list(range(40, 45))
 
 
-async def _advance(server: LocalTopicServer, seconds: float) -> None:
-    result = server.advance_time(seconds)  # type: ignore[attr-defined]
-    if hasattr(result, "__await__"):
-        await result
+def _advance(server: Server, seconds: float) -> None:
+    """Move the server's clock (on its own loop: retention runs there)."""
+    server.thread.do(lambda: server.local.advance_time(seconds))

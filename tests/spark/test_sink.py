@@ -13,15 +13,17 @@ from typing import Any
 
 import pytest
 
+from ydb_topic_async._errors import install_hint
+
 if not os.environ.get("CI"):  # in CI the Spark tests must run (see conftest.require_spark)
-    pytest.importorskip("pyspark", reason="pyspark is not installed (pip install 'ydb-topic-async[spark]')")
+    pytest.importorskip("pyspark", reason=f"pyspark is not installed ({install_hint('spark')})")
 
 from ydb_topic_async import Driver
 from ydb_topic_async.spark import ReplayMismatchError
 from ydb_topic_async.spark._options import parse_options
 from ydb_topic_async.spark._write import DIGEST_KEY, Chunk, Record, write_sink_task
 
-from .conftest import Server, ended
+from .conftest import Server, ended, wait_for
 from .test_source import create, read_all, write_messages
 
 
@@ -182,12 +184,15 @@ def sink_query(spark: Any, server: Server, source: str, sink: str, checkpoint: P
 def killed_mid_batch(spark: Any, server: Server, source: str, sink: str, checkpoint: Path, *, shuffle: bool) -> int:
     """Run the query and kill its Python workers once the sink stored part of the batch; the rows stored."""
     query = sink_query(spark, server, source, sink, checkpoint, shuffle=shuffle)
+    wait_for(lambda: server.stored(sink) > 0, 120, "the sink storing part of the batch", query)
     deadline = time.monotonic() + 120
-    while server.stored(sink) == 0:
-        assert query.isActive, f"the query ended before the sink stored anything: {query.exception()}"
-        assert time.monotonic() < deadline, "the sink stored nothing within 120 s"
-        time.sleep(0.01)
-    assert kill_python_workers() > 0
+    # A worker killed between two of its tasks fails nothing (Spark starts another): kill them
+    # again until one dies mid-task and fails the query.
+    killed = 0
+    while query.isActive and time.monotonic() < deadline:
+        killed += kill_python_workers()
+        time.sleep(0.05)
+    assert killed > 0
     assert ended(query).exception() is not None
     return server.stored(sink)
 

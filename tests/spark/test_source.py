@@ -15,8 +15,10 @@ from typing import Any
 
 import pytest
 
+from ydb_topic_async._errors import install_hint
+
 if not os.environ.get("CI"):  # in CI the Spark tests must run (see conftest.require_spark)
-    pytest.importorskip("pyspark", reason="pyspark is not installed (pip install 'ydb-topic-async[spark]')")
+    pytest.importorskip("pyspark", reason=f"pyspark is not installed ({install_hint('spark')})")
 
 from ydb_topic_async import Driver, Message
 from ydb_topic_async.spark import lag
@@ -166,6 +168,36 @@ def test_starting_and_ending_offsets(spark: Any, ydb_server: Server, topic_name:
     assert offsets(endingOffsets='{"1": -1, "0": 1}') == {0: [0], 1: list(range(20))}
     with pytest.raises(Exception, match="partitions the topic does not have"):
         offsets(startingOffsets='{"7": 0}')
+
+
+def test_a_task_reads_its_range_alike_as_arrow_and_as_rows(ydb_server: Server, topic_name: str) -> None:
+    """A range that starts and ends inside the reader's batches, over three producers' messages,
+    only the middle ones with metadata: Arrow batches and rows (for a pyspark that cannot take
+    Arrow) hold the same fields, each as the SDK's reader sees it."""
+    create(ydb_server, topic_name)
+
+    async def fill(driver: Driver) -> None:
+        for producer, metadata in (("plain", None), ("tagged", {"tag": b"x"}), ("last", None)):
+            async with driver.topic.writer(topic_name, producer_id=producer, partition_id=0) as writer:
+                await writer.write([Message(f"{producer}-{i}", metadata=metadata) for i in range(20)])
+
+    ydb_server.run(fill)
+    options = parse_options(ydb_server.options(topic_name))
+    wanted = [m for m in ydb_server.messages(topic_name) if 5 <= m.offset < 55]
+    arrow = _arrow_schema(SCHEMA)
+    expected = [
+        (topic_name, 0, m.offset, m.seq_no, m.producer_id, m.message_group_id, m.created_at, m.written_at,
+         m.metadata_items, m.data)
+        for m in wanted
+    ]
+    assert [r[8] for r in expected] == [{}] * 15 + [{"tag": b"x"}] * 20 + [{}] * 15
+    assert list(read_range(options, OffsetRange(0, 5, 55), None)) == expected
+    from_arrow = [
+        (*row[:8], dict(row[8]), row[9])  # a map comes out of Arrow as (key, value) pairs
+        for batch in read_range(options, OffsetRange(0, 5, 55), arrow)
+        for row in zip(*batch.to_pydict().values(), strict=True)
+    ]
+    assert from_arrow == expected
 
 
 def test_read_tasks_share_one_driver_and_leave_no_threads(ydb_server: Server, topic_name: str) -> None:

@@ -2,6 +2,7 @@
 
 from .messages import (
     MessageBatch,
+    MessageColumns,
     PartitionSession,
     PartitionSessionState,
     PartitionStatus,
@@ -13,6 +14,7 @@ from .reader import TopicReader
 
 __all__ = [
     "MessageBatch",
+    "MessageColumns",
     "PartitionSession",
     "PartitionSessionState",
     "PartitionStatus",

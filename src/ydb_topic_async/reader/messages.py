@@ -13,16 +13,23 @@ import enum
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import islice, repeat
+from operator import attrgetter
 from typing import Any
 
 from .._errors import InvalidArgumentError
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+_MICROSECOND = dt.timedelta(microseconds=1)
 
 
 def timestamp_to_datetime(ts: Any) -> dt.datetime:
     """A protobuf ``Timestamp`` as an aware UTC datetime (microsecond precision)."""
     return _EPOCH + dt.timedelta(seconds=ts.seconds, microseconds=ts.nanos // 1000)
+
+
+def _timestamp_us(ts: Any) -> int:
+    """A protobuf ``Timestamp`` in whole microseconds since the epoch."""
+    return int(ts.seconds * 1_000_000 + ts.nanos // 1000)
 
 
 @dataclass(frozen=True)
@@ -275,8 +282,7 @@ class TopicMessage:
     @property
     def created_at_us(self) -> int:
         """``created_at`` in microseconds since the epoch, without building a datetime (bulk conversion)."""
-        ts = self._info.record(self._index).created_at
-        return int(ts.seconds * 1_000_000 + ts.nanos // 1000)
+        return _timestamp_us(self._info.record(self._index).created_at)
 
     @property
     def producer_id(self) -> str:
@@ -324,6 +330,46 @@ class TopicMessage:
             f"TopicMessage(topic={self.topic_path!r}, partition={self.partition_id}, offset={self.offset}, "
             f"seq_no={self.seq_no}, size={len(self.data)})"
         )
+
+
+@dataclass(slots=True)
+class MessageColumns:
+    """The messages of a batch as one list per field, in offset order (see ``MessageBatch.columns``).
+
+    Times are whole microseconds since the epoch (UTC). ``metadata`` is None when no message of
+    the batch has metadata items.
+    """
+
+    offset: list[int]
+    seq_no: list[int]
+    producer_id: list[str]
+    message_group_id: list[str]
+    created_at_us: list[int]
+    written_at_us: list[int]
+    metadata: list[dict[str, bytes]] | None
+    data: list[bytes]
+
+    def __len__(self) -> int:
+        return len(self.offset)
+
+
+_OFFSET, _SEQ_NO, _DATA = attrgetter("offset"), attrgetter("seq_no"), attrgetter("data")
+_GROUP, _CREATED_AT, _ITEMS = attrgetter("message_group_id"), attrgetter("created_at"), attrgetter("metadata_items")
+
+
+def _columns_of(messages: list[TopicMessage]) -> MessageColumns:
+    """``MessageColumns`` of messages already built."""
+    metadata = [m.metadata_items for m in messages]
+    return MessageColumns(
+        offset=[m.offset for m in messages],
+        seq_no=[m.seq_no for m in messages],
+        producer_id=[m.producer_id for m in messages],
+        message_group_id=[m.message_group_id for m in messages],
+        created_at_us=[m.created_at_us for m in messages],
+        written_at_us=[(m.written_at - _EPOCH) // _MICROSECOND for m in messages],
+        metadata=metadata if any(metadata) else None,
+        data=[m.data for m in messages],
+    )
 
 
 Run = tuple[_ServerBatchInfo, int, int, "list[bytes] | None"]
@@ -387,6 +433,34 @@ class MessageBatch:
                     message._info = _DetachedInfo(info, index)
                 yield message
                 start = offset + 1
+
+    def columns(self) -> MessageColumns:
+        """The messages' fields as one list per field, for code that converts many messages at
+        once (into Arrow or pandas columns): a batch that was not iterated yet builds no
+        ``TopicMessage`` for this, and reads each field of its records in one pass."""
+        if self._messages is not None:
+            return _columns_of(self._messages)
+        offset: list[int] = []
+        seq_no: list[int] = []
+        producer_id: list[str] = []
+        group: list[str] = []
+        created_at: list[int] = []
+        written_at: list[int] = []
+        items: list[Any] = []
+        data: list[bytes] = []
+        # map() over attribute getters runs each per-record loop in C.
+        for info, first, end, payloads in self._runs:
+            records = list(islice(info.records, first, end))
+            offset += map(_OFFSET, records)
+            seq_no += map(_SEQ_NO, records)
+            group += map(_GROUP, records)
+            data += map(_DATA, records) if payloads is None else payloads
+            items += map(_ITEMS, records)
+            created_at += [ts.seconds * 1_000_000 + ts.nanos // 1000 for ts in map(_CREATED_AT, records)]
+            producer_id += [info.producer_id] * len(records)
+            written_at += [_timestamp_us(info.proto.written_at)] * len(records)
+        metadata = [{i.key: i.value for i in each} if each else {} for each in items] if any(items) else None
+        return MessageColumns(offset, seq_no, producer_id, group, created_at, written_at, metadata, data)
 
     @property
     def messages(self) -> list[TopicMessage]:

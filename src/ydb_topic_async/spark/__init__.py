@@ -1,4 +1,5 @@
-"""PySpark data source ``ydb_topic`` for YDB topics (pyspark >= 4.0; ``pip install 'ydb-topic-async[spark]'``).
+"""PySpark data source ``ydb_topic`` for YDB topics (pyspark >= 4.0: the ``spark`` extra, installed
+from a clone of the repository with ``pip install -e ".[spark]"``).
 
     from ydb_topic_async.spark import register
     register(spark)

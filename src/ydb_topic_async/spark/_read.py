@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import datetime as dt
 import time
+from bisect import bisect_left
 from collections.abc import Iterator
-from operator import attrgetter
+from itertools import repeat
 from typing import Any
 
 import pyarrow as pa
 
-from .. import OperationTimeoutError, TopicMessage, TopicReader, TopicSelector
+from .. import MessageBatch, MessageColumns, OperationTimeoutError, TopicReader, TopicSelector
 from ..observability.logging import sdk_logger
 from ._bridge import Runtime, retry_policy, runtime
 from ._offsets import LossReport, OffsetRange, loss_reporter
@@ -32,11 +33,6 @@ READ_BUFFER = 16 * 1024 * 1024
 _CHECK_INTERVAL = 5.0
 """Seconds of silence after which a task asks the server whether its range still exists."""
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-_MICROSECOND = dt.timedelta(microseconds=1)
-_OFFSET, _SEQ_NO, _DATA = attrgetter("offset"), attrgetter("seq_no"), attrgetter("data")
-_PRODUCER_ID, _MESSAGE_GROUP_ID = attrgetter("producer_id"), attrgetter("message_group_id")
-_CREATED_AT_US, _WRITTEN_AT = attrgetter("created_at_us"), attrgetter("written_at")
-_METADATA = attrgetter("metadata_items")
 
 
 def read_range(options: SourceOptions, rng: OffsetRange | None, arrow: pa.Schema | None) -> Iterator[Any]:
@@ -53,9 +49,10 @@ def _read(options: SourceOptions, rng: OffsetRange, arrow: pa.Schema | None) -> 
     try:
         position = rng.start
         while position < rng.end:
-            messages, position = rt.run(_collect(rt, reader, options, rng, position, report))
-            if messages:
-                yield from _emit(options.topic, rng.partition, messages, arrow, options.include_metadata)
+            batches, start, position = rt.run(_collect(rt, reader, options, rng, position, report))
+            columns = _columns(batches, rng, start, report)
+            if len(columns):
+                yield from _emit(options.topic, rng.partition, columns, arrow, options.include_metadata)
     finally:
         rt.run(reader.close())
 
@@ -69,11 +66,15 @@ async def _open(rt: Runtime, options: SourceOptions, rng: OffsetRange) -> TopicR
 
 async def _collect(
     rt: Runtime, reader: TopicReader, options: SourceOptions, rng: OffsetRange, position: int, report: LossReport
-) -> tuple[list[TopicMessage], int]:
-    """Messages from ``position`` on, up to ``ARROW_ROWS`` or the range's end; and the next position."""
-    collected: list[TopicMessage] = []
+) -> tuple[list[MessageBatch], int, int]:
+    """Batches from ``position`` on, up to ``ARROW_ROWS`` messages or the range's end; the
+    position they start from (past offsets found missing meanwhile) and the next position.
+    Their messages are taken apart later, by ``_columns`` on Spark's thread."""
+    collected: list[MessageBatch] = []
+    count = 0
+    start = position
     waited_since = time.monotonic()
-    while position < rng.end and len(collected) < ARROW_ROWS:
+    while position < rng.end and count < ARROW_ROWS:
         if collected and not reader.buffered_bytes:
             break  # hand over what arrived; the reader keeps receiving meanwhile
         try:
@@ -82,18 +83,12 @@ async def _collect(
             position = await _check_silence(rt, options, rng, position, report, waited_since)
             continue
         waited_since = time.monotonic()
-        first = batch[0].offset
-        if first > position:
-            report(f"offsets {position}..{min(first, rng.end) - 1} of partition {rng.partition} are missing "
-                   f"(the first message available is at {first}): they expired or were deleted")
-            position = first
-        messages = batch.messages
-        if first >= position and messages[-1].offset < rng.end:
-            collected.extend(messages)  # the whole batch is in the range (the usual case)
-        else:
-            collected.extend(m for m in messages if position <= m.offset < rng.end)
+        if not collected:
+            start = position
+        collected.append(batch)
+        count += len(batch)
         position = max(position, batch.end_offset)
-    return collected, min(position, rng.end)
+    return collected, start, min(position, rng.end)
 
 
 async def _check_silence(
@@ -123,39 +118,64 @@ async def _check_silence(
     return position
 
 
-def _emit(
-    topic: str, partition: int, messages: list[TopicMessage], arrow: pa.Schema | None, with_metadata: bool
-) -> Iterator[Any]:
+def _columns(batches: list[MessageBatch], rng: OffsetRange, position: int, report: LossReport) -> MessageColumns:
+    """The messages of ``batches`` in ``[position, rng.end)`` as columns; a batch that starts past
+    where the one before it ended is reported as missing data."""
+    joined = MessageColumns([], [], [], [], [], [], None, [])
+    metadata: list[dict[str, bytes]] = []
+    with_metadata = False
+    for batch in batches:
+        part = batch.columns()
+        offsets = part.offset
+        if offsets[0] > position:
+            report(f"offsets {position}..{min(offsets[0], rng.end) - 1} of partition {rng.partition} are missing "
+                   f"(the first message available is at {offsets[0]}): they expired or were deleted")
+        low, high = bisect_left(offsets, position), bisect_left(offsets, rng.end)
+        for name in _LIST_FIELDS:
+            getattr(joined, name).extend(getattr(part, name)[low:high])
+        if part.metadata is None:
+            metadata.extend(repeat(_NO_METADATA, high - low))
+        else:
+            metadata.extend(part.metadata[low:high])
+            with_metadata = True
+        position = max(position, batch.end_offset)
+    if with_metadata:
+        joined.metadata = metadata
+    return joined
+
+
+_LIST_FIELDS = ("offset", "seq_no", "producer_id", "message_group_id", "created_at_us", "written_at_us", "data")
+_NO_METADATA: dict[str, bytes] = {}
+"""Shared by the rows without metadata: read-only."""
+
+
+def _emit(topic: str, partition: int, c: MessageColumns, arrow: pa.Schema | None, with_metadata: bool) -> Iterator[Any]:
+    n = len(c)
     if arrow is None:
-        for m in messages:
-            row = (topic, partition, m.offset, m.seq_no, m.producer_id, m.message_group_id,
-                   m.created_at, m.written_at)
-            yield (*row, m.metadata_items, m.data) if with_metadata else (*row, m.data)
+        metadata = c.metadata or [_NO_METADATA] * n
+        for i in range(n):
+            row = (topic, partition, c.offset[i], c.seq_no[i], c.producer_id[i], c.message_group_id[i],
+                   _datetime(c.created_at_us[i]), _datetime(c.written_at_us[i]))
+            yield (*row, metadata[i], c.data[i]) if with_metadata else (*row, c.data[i])
         return
-    n = len(messages)
-    # The messages of one server batch share one written_at object: convert each object once.
-    written: list[int] = []
-    last: dt.datetime | None = None
-    last_micros = 0
-    for value in map(_WRITTEN_AT, messages):
-        if value is not last:
-            last, last_micros = value, (value - _EPOCH) // _MICROSECOND
-        written.append(last_micros)
-    # map() over attrgetters runs the per-message loop in C: this is the hot path of a read.
     columns: dict[str, Any] = {
-        "topic": pa.array([topic] * n, pa.string()),
-        "partition": pa.array([partition] * n, pa.int32()),
-        "offset": list(map(_OFFSET, messages)),
-        "seq_no": list(map(_SEQ_NO, messages)),
-        "producer_id": list(map(_PRODUCER_ID, messages)),
-        "message_group_id": list(map(_MESSAGE_GROUP_ID, messages)),
-        "created_at": list(map(_CREATED_AT_US, messages)),
-        "written_at": written,
-        "data": list(map(_DATA, messages)),
+        "topic": pa.repeat(pa.scalar(topic, pa.string()), n),
+        "partition": pa.repeat(pa.scalar(partition, pa.int32()), n),
+        "offset": c.offset,
+        "seq_no": c.seq_no,
+        "producer_id": c.producer_id,
+        "message_group_id": c.message_group_id,
+        "created_at": c.created_at_us,
+        "written_at": c.written_at_us,
+        "data": c.data,
     }
     if with_metadata:
-        columns["metadata"] = list(map(_METADATA, messages))
+        columns["metadata"] = c.metadata if c.metadata is not None else [_NO_METADATA] * n
     arrays = [
         column if isinstance(column := columns[f.name], pa.Array) else pa.array(column, type=f.type) for f in arrow
     ]
     yield pa.RecordBatch.from_arrays(arrays, schema=arrow)
+
+
+def _datetime(micros: int) -> dt.datetime:
+    return _EPOCH + dt.timedelta(microseconds=micros)
