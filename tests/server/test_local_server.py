@@ -237,3 +237,22 @@ async def test_standalone_process_on_a_data_directory_in_use_says_so_in_one_line
     async with LocalTopicServer(data_dir=tmp_path):
         err = await _standalone_fails("--port", "0", "--data-dir", str(tmp_path))
     assert err.startswith("python -m ydb_topic_async.testing: error: ") and str(tmp_path) in err, err
+
+
+async def test_a_cancelled_wait_closed_leaves_the_server_able_to_stop() -> None:
+    """Serving until interrupted (``ydb-topic-async serve`` and Ctrl-C) cancels ``wait_closed``;
+    the stop that follows must still shut the server down, not raise CancelledError and leave
+    gRPC's server half stopped (which could hang the process at exit)."""
+    server = LocalTopicServer()
+    await server.start()
+    waiter = asyncio.ensure_future(server.wait_closed())
+    await asyncio.sleep(0.05)
+    assert not waiter.done()
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    await asyncio.wait_for(server.stop(), 10)
+    with pytest.raises(ConnectionRefusedError):
+        await asyncio.wait_for(asyncio.open_connection("127.0.0.1", server.port), 10)
+    # Once stopped, waiting for the end returns at once.
+    await asyncio.wait_for(server.wait_closed(), 1)

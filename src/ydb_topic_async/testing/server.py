@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from collections.abc import Awaitable, Callable
@@ -98,6 +99,8 @@ class LocalTopicServer:
         self._tls = tls
         self.port = 0
         self._server: grpc.aio.Server | None = None
+        self._stopped: asyncio.Event | None = None
+        """Set once a started server has stopped: what ``wait_closed`` waits on."""
 
     @property
     def endpoint(self) -> str:
@@ -154,6 +157,7 @@ class LocalTopicServer:
             close_journal(self.storage)
             raise
         self._server = server
+        self._stopped = asyncio.Event()
         self.retention.start()
         logger.info("local topic server on %s, database %s", self.endpoint, self.database)
 
@@ -170,6 +174,8 @@ class LocalTopicServer:
             finally:
                 self.closing = False
                 close_journal(self.storage)
+                if self._stopped is not None:
+                    self._stopped.set()
 
     def advance_time(self, seconds: float) -> None:
         """Move the server's clock forward by ``seconds`` and apply retention at once.
@@ -183,8 +189,11 @@ class LocalTopicServer:
 
     async def wait_closed(self) -> None:
         """Serve until stopped."""
-        if self._server is not None:
-            await self._server.wait_for_termination()
+        # Not gRPC's wait_for_termination: cancelling that (Ctrl-C in a script that serves
+        # until interrupted) cancels the server's own shutdown future, and the stop that
+        # follows then raises CancelledError without shutting down.
+        if self._server is not None and self._stopped is not None:
+            await self._stopped.wait()
 
     # --- wiring ---------------------------------------------------------------------------
 
