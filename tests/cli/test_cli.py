@@ -242,10 +242,25 @@ async def test_read_progress_counts_messages_on_stderr(server: LocalTopicServer)
     assert await cli(server, "read", "counted", "--consumer", "c", "--idle-timeout", "0.5") == (0, "", "")
 
 
-async def test_serve_runs_a_local_server_until_interrupted() -> None:
+@pytest.mark.parametrize(
+    ("stop_signal", "sigint_ignored", "exit_code"),
+    [(signal.SIGINT, False, 130), (signal.SIGINT, True, 130), (signal.SIGTERM, False, 143)],
+    ids=["ctrl-c", "ctrl-c-with-sigint-inherited-ignored", "sigterm"],
+)
+async def test_serve_runs_a_local_server_until_interrupted(
+    stop_signal: signal.Signals, sigint_ignored: bool, exit_code: int
+) -> None:
+    """``serve`` stops cleanly on SIGINT and SIGTERM (exit 128 + the signal's number, no
+    traceback), also when started with SIGINT ignored, as a non-interactive shell starts a
+    background command (``serve &`` in a script or a CI job)."""
+
+    def ignore_sigint() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "ydb_topic_async.cli", "serve", "--port", "0",
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        preexec_fn=ignore_sigint if sigint_ignored else None,
     )
     try:
         assert proc.stdout is not None
@@ -256,9 +271,14 @@ async def test_serve_runs_a_local_server_until_interrupted() -> None:
             await driver.topic.create_topic("served")
             assert (await driver.topic.describe_topic("served")).path == "/local/served"
     finally:
-        proc.send_signal(signal.SIGINT)
-        _, err = await asyncio.wait_for(proc.communicate(), 30)
-    assert proc.returncode == 130 and b"Traceback" not in err
+        proc.send_signal(stop_signal)
+        try:
+            _, err = await asyncio.wait_for(proc.communicate(), 30)
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+    assert proc.returncode == exit_code and b"Traceback" not in err, err
 
 
 def test_in_process_main_returns_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:

@@ -473,15 +473,22 @@ async def _read(args: argparse.Namespace, out: TextIO) -> None:
 
 
 async def _serve(args: argparse.Namespace, out: TextIO) -> None:
-    from ..testing._serve import CannotServeError, start_serving
+    from ..testing._serve import CannotServeError, serve_until_signalled, start_serving
 
     try:
         server = await start_serving(args.host, args.port, database=args.serve_database)
     except CannotServeError as exc:
         raise CommandFailure(str(exc)) from None
-    async with server:
-        print(f"local YDB topic server: {server.connection_string}", file=out, flush=True)
-        await server.wait_closed()
+    signum = await serve_until_signalled(server, f"local YDB topic server: {server.connection_string}", out)
+    raise _Signalled(signum)
+
+
+class _Signalled(Exception):
+    """The command stopped cleanly on a signal: exit with 128 + its number, as a shell does."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
 
 
 COMMANDS = {"topic": _topic, "consumer": _consumer, "write": _write, "read": _read, "serve": _serve}
@@ -505,6 +512,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except _Signalled as exc:
+        return 128 + exc.signum
     except CommandFailure as exc:
         _fail(str(exc))
     except YdbTopicError as exc:

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import signal
 import sys
 
-from ._serve import CannotServeError, start_serving
+from ._serve import CannotServeError, serve_until_signalled, start_serving
 
 
 def _user(value: str) -> tuple[str, str]:
@@ -29,14 +27,7 @@ async def serve(args: argparse.Namespace) -> None:
         data_dir=args.data_dir,
         write_quotas=args.write_quotas,
     )
-    async with server:
-        print(f"local YDB topic server: {server.connection_string}", flush=True)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            with contextlib.suppress(NotImplementedError):
-                loop.add_signal_handler(sig, stop.set)
-        await stop.wait()
+    await serve_until_signalled(server, f"local YDB topic server: {server.connection_string}")
 
 
 def main(argv: list[str] | None = None) -> None:

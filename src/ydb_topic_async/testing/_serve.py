@@ -3,9 +3,13 @@ listen (``python -m ydb_topic_async.testing`` and ``ydb-topic-async serve``)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import errno
+import signal
 import socket
-from typing import Any
+import sys
+from typing import Any, TextIO
 
 from .journal import JournalLockedError
 from .server import LocalTopicServer
@@ -46,3 +50,35 @@ async def start_serving(host: str, port: int, **options: Any) -> LocalTopicServe
     except RuntimeError as exc:  # gRPC reports a failed bind this way
         raise CannotServeError(f"cannot serve on {host}:{port}: {str(exc).split(';')[0]}") from None
     return server
+
+
+async def serve_until_signalled(server: LocalTopicServer, banner: str, out: TextIO | None = None) -> int:
+    """Print ``banner`` (to ``out``, standard output by default), serve until SIGINT or SIGTERM,
+    stop the server; the number of the signal that stopped it.
+
+    The handlers are the event loop's own, so a stop signal shuts the server down cleanly
+    even where SIGINT was inherited as ignored (a command started in the background by a
+    non-interactive shell), and SIGTERM (``kill``, a container stop) is as graceful as Ctrl-C.
+    """
+    received: list[int] = []
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    signals = (signal.SIGINT, signal.SIGTERM)
+
+    def on_signal(signum: int) -> None:
+        received.append(signum)
+        stop.set()
+
+    installed = []
+    for signum in signals:
+        with contextlib.suppress(NotImplementedError, RuntimeError):  # not on this platform/thread
+            loop.add_signal_handler(signum, on_signal, signum)
+            installed.append(signum)
+    try:
+        async with server:
+            print(banner, file=out or sys.stdout, flush=True)
+            await stop.wait()
+    finally:
+        for signum in installed:
+            loop.remove_signal_handler(signum)
+    return received[0]
