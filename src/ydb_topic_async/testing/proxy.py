@@ -105,9 +105,12 @@ class FlakyProxy:
         server, self._server = self._server, None
         if server is not None:
             server.close()
-            await server.wait_closed()
         self.cut()
         self._release_held()
+        if server is not None:
+            # After the cut: from Python 3.12 on, wait_closed also waits for every connection
+            # the server accepted to close.
+            await server.wait_closed()
 
     async def restore(self) -> None:
         """Listen again on the same port."""
