@@ -275,3 +275,26 @@ def rss_bytes() -> int:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError):
         return 0
+
+
+async def measure_sizes(
+    benchmark: str,
+    args: Any,
+    heading: Callable[[int], str],
+    run_size: Callable[..., Awaitable[list[Figure]]],
+    report: Callable[[list[Figure]], None],
+) -> None:
+    """The main loop of a benchmark by message size: for each of ``args.sizes``, print
+    ``heading(size)``, measure with ``run_size(server, endpoint, database, args, size)`` and
+    ``report`` its figures; then write them all to ``args.json`` (when given)."""
+    print(f"machine: {describe_machine(machine())}")
+    figures: list[Figure] = []
+    with server_or_endpoint(args.endpoint, args.database) as server:
+        endpoint = server.endpoint if server else args.endpoint
+        database = server.database if server else args.database
+        for size in args.sizes:
+            print(f"\n{heading(size)}")
+            done = await run_size(server, endpoint, database, args, size)
+            report(done)
+            figures.extend(done)
+    write_json(args.json, benchmark, args, figures)

@@ -30,12 +30,9 @@ from _harness import (
     Figure,
     ServerProcess,
     best,
-    describe_machine,
-    machine,
     measure,
-    server_or_endpoint,
+    measure_sizes,
     table,
-    write_json,
 )
 from floor import floor_read, floor_write
 from write import _drop, messages_for
@@ -161,17 +158,10 @@ def report(figures: list[Figure]) -> None:
 
 
 async def main_async(args: argparse.Namespace) -> None:
-    print(f"machine: {describe_machine(machine())}")
-    figures: list[Figure] = []
-    with server_or_endpoint(args.endpoint, args.database) as server:
-        endpoint = server.endpoint if server else args.endpoint
-        database = server.database if server else args.database
-        for size in args.sizes:
-            print(f"\n{messages_for(size, args)} messages x {size} B, best of {args.rounds}")
-            done = await run_size(server, endpoint, database, args, size)
-            report(done)
-            figures.extend(done)
-    write_json(args.json, "read", args, figures)
+    def heading(size: int) -> str:
+        return f"{messages_for(size, args)} messages x {size} B, best of {args.rounds}"
+
+    await measure_sizes("read", args, heading, run_size, report)
 
 
 def main() -> None:

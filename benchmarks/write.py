@@ -29,13 +29,10 @@ from _harness import (
     Figure,
     ServerProcess,
     best,
-    describe_machine,
-    machine,
     measure,
+    measure_sizes,
     messages_per_write_request,
-    server_or_endpoint,
     table,
-    write_json,
 )
 from floor import floor_write
 
@@ -153,18 +150,10 @@ def report(figures: list[Figure]) -> None:
 
 
 async def main_async(args: argparse.Namespace) -> None:
-    info = machine()
-    print(f"machine: {describe_machine(info)}")
-    figures: list[Figure] = []
-    with server_or_endpoint(args.endpoint, args.database) as server:
-        endpoint = server.endpoint if server else args.endpoint
-        database = server.database if server else args.database
-        for size in args.sizes:
-            print(f"\n{messages_for(size, args)} messages x {size} B, raw codec, best of {args.rounds} rounds")
-            done = await run_size(server, endpoint, database, args, size)
-            report(done)
-            figures.extend(done)
-    write_json(args.json, "write", args, figures)
+    def heading(size: int) -> str:
+        return f"{messages_for(size, args)} messages x {size} B, raw codec, best of {args.rounds} rounds"
+
+    await measure_sizes("write", args, heading, run_size, report)
 
 
 def main() -> None:
