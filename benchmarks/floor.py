@@ -12,7 +12,8 @@ all of them alike.
 - ``floor_read``: one StreamRead under a consumer; parses each ReadResponse, touches every
   message's ``.data`` and ``.offset``, returns the response's bytes as credit, commits each
   response's offset range (one CommitOffsetRequest per response) and waits for the last commit's
-  acknowledgement.
+  acknowledgement. Given a ``decode`` function, it also decodes each response's payloads, in one
+  worker thread (as ``large.py`` asks of every reader).
 
 Standalone, against a fresh local server: ``python benchmarks/floor.py --messages 100000``.
 """
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -111,9 +113,17 @@ async def floor_write(
 
 
 async def floor_read(
-    endpoint: str, database: str, path: str, consumer: str, messages: int, buffer: int
+    endpoint: str,
+    database: str,
+    path: str,
+    consumer: str,
+    messages: int,
+    buffer: int,
+    decode: Callable[[bytes], bytes] | None = None,
 ) -> dict[str, Any]:
-    """Read ``messages`` messages under ``consumer`` (committing them); returns after the last commit ack."""
+    """Read ``messages`` messages under ``consumer`` (committing them); returns after the last commit ack.
+
+    ``decode``: run on every payload, a response's payloads at a time in a worker thread."""
     async with grpc.aio.insecure_channel(_target(endpoint), options=_OPTIONS) as channel:
         call = _open(channel, "StreamRead", Read, database)
         init = Read.FromClient()
@@ -139,11 +149,16 @@ async def floor_read(
                     responses += 1
                     read = response.read_response
                     commit = Read.FromClient()
+                    payloads: list[bytes] = []
                     for part in read.partition_data:
                         start = end = -1
                         for batch in part.batches:
                             for message in batch.message_data:
-                                touched += len(message.data)
+                                data = message.data
+                                if decode is None:
+                                    touched += len(data)
+                                else:
+                                    payloads.append(data)
                                 end = message.offset
                                 if start < 0:
                                     start = end
@@ -153,6 +168,9 @@ async def floor_read(
                                 partition_session_id=part.partition_session_id
                             ).offsets.add(start=start, end=end + 1)
                             wanted[part.partition_session_id] = end + 1
+                    if decode is not None:
+                        decoded = await asyncio.to_thread(list, map(decode, payloads))
+                        touched += sum(map(len, decoded))
                     await call.write(Read.FromClient(read_request=Read.ReadRequest(bytes_size=read.bytes_size)))
                     if commit.HasField("commit_offset_request"):
                         await call.write(commit)

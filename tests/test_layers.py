@@ -37,7 +37,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "machinery",
         (
             "writer.messages", "writer.buffer", "writer.batching", "writer.sender",
-            "reader.messages", "reader.flow_control", "reader.commits", "reader.decoding",
+            "reader.messages", "reader.flow_control", "reader.commits", "reader.decoding", "reader.parsing",
             "reader.partitions", "reader.session",
             "query._rpc", "query.transaction", "query.session_pool", "query._binding",
             "topic.types",

@@ -145,6 +145,15 @@ BUILTIN_DECODERS: Mapping[int, Transform] = {
 }
 
 
+_BUFFER_READERS = frozenset({_zstd_decompress, gzip.decompress, lz4_decode, bytes})
+
+
+def reads_buffers(fn: Transform) -> bool:
+    """Whether ``fn`` (a decoder) takes any buffer, such as a ``memoryview``, not only ``bytes``:
+    the built-in decoders do; users' decoders are given ``bytes``, as documented."""
+    return fn in _BUFFER_READERS
+
+
 def codec_name(codec: int) -> str:
     """A readable name for a codec id."""
     if codec == LZ4_CODEC:

@@ -109,18 +109,22 @@ class BidiStream(Generic[RequestT, ResponseT]):
         expect: str,
         timeout: float,
         node_id: int | None = None,
+        deserializer: Callable[[bytes], ResponseT] | None = None,
     ) -> tuple[BidiStream[RequestT, ResponseT], ResponseT]:
         """Open a stream and do its handshake: send ``init_request``, read the first response,
         whose ``server_message`` must be ``expect``. Return the stream and that response.
 
         ``timeout`` bounds the whole handshake (headers and token, the write and the read): a
         server that accepts the connection and never answers fails it with a retriable
-        ``DeadlineExceededError``.
+        ``DeadlineExceededError``. ``deserializer`` parses the responses instead of the method's
+        response class.
         """
         opened: list[BidiStream[RequestT, ResponseT]] = []
 
         async def handshake() -> ResponseT:
-            call = await transport.open_stream(method.path, method.request_cls, method.response_cls, node_id=node_id)
+            call = await transport.open_stream(
+                method.path, method.request_cls, method.response_cls, node_id=node_id, deserializer=deserializer
+            )
             stream = BidiStream(call, method)
             opened.append(stream)
             await stream.write(init_request)

@@ -453,19 +453,26 @@ class Transport:
     # --- streams ------------------------------------------------------------------------------
 
     async def open_stream(
-        self, path: str, request_cls: type[Req], response_cls: type[Resp], *, node_id: int | None = None
+        self,
+        path: str,
+        request_cls: type[Req],
+        response_cls: type[Resp],
+        *,
+        node_id: int | None = None,
+        deserializer: Callable[[bytes], Resp] | None = None,
     ) -> grpc.aio.StreamStreamCall[Req, Resp]:
         """Start a bidirectional stream with the YDB headers (see ``BidiStream``, which wraps it).
 
         With ``node_id``, the stream goes to that node's discovered endpoint (any endpoint when
-        the node is unknown: the cluster forwards it, only less efficiently).
+        the node is unknown: the cluster forwards it, only less efficiently). ``deserializer``
+        parses each response instead of ``response_cls.FromString``.
         """
         self.check_open()
         metadata = await self.metadata()
         method = self._channel(node_id=node_id).stream_stream(
             path,
             request_serializer=request_cls.SerializeToString,
-            response_deserializer=response_cls.FromString,
+            response_deserializer=deserializer or response_cls.FromString,
         )
         call: grpc.aio.StreamStreamCall[Req, Resp] = method(metadata=metadata)
         return call

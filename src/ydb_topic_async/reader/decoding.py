@@ -13,7 +13,7 @@ call that reaches the message raises; the other messages are unaffected.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
@@ -22,15 +22,19 @@ from .._errors import MessageDecodeError
 
 if TYPE_CHECKING:
     from .flow_control import BufferedPart
-    from .messages import PartitionSession, TopicMessage
+    from .messages import PartitionSession, TopicMessage, _ServerBatchInfo
 
 RAW_CODECS = (0, _codecs.Codec.RAW)
 
 
-def declared_size(record: Any) -> int:
+def declared_size(info: _ServerBatchInfo, record: Any) -> int:
     """A payload's size once decoded, as its writer declared it (else its size on the wire: the
     record serialized, a copy, which writers that declare the size spare)."""
-    size: int = record.uncompressed_size or record.ByteSize()
+    size: int = record.uncompressed_size
+    if not size:
+        external = info.external
+        view = None if external is None else external.get(record.offset)
+        size = record.ByteSize() if view is None else len(view)
     return size
 
 
@@ -48,8 +52,8 @@ def planned_count(part: BufferedPart, max_messages: int | None, max_bytes: int |
         limit_bytes, limit_count = max_bytes, count
     planned = 0
     total = 0
-    for _, record in part.upcoming(0):
-        total += declared_size(record)
+    for info, record in part.upcoming(0):
+        total += declared_size(info, record)
         if planned and (total > limit_bytes or planned >= limit_count):
             break
         planned += 1
@@ -62,7 +66,7 @@ async def decode_ahead(part: BufferedPart, upto: int) -> None:
     start = part.ready
     if start >= upto:
         return
-    records: list[Any] = []
+    records: list[Any] = []  # each a record, or its payload left in the received bytes
     sizes: list[int] = []
     runs: list[tuple[int, int, _codecs.Transform]] = []  # per server batch: its range of records, its decoder
     for info, record in islice(part.upcoming(start), upto - start):
@@ -73,10 +77,11 @@ async def decode_ahead(part: BufferedPart, upto: int) -> None:
             runs[-1] = (runs[-1][0], len(records) + 1, fn)
         else:
             runs.append((len(records), len(records) + 1, fn))
-        records.append(record)
+        external = info.external
+        records.append(record if external is None else external.get(record.offset, record))
         # The work is in producing the output: judge by the size the writer declared, as a
         # highly compressible payload is small on the wire.
-        sizes.append(declared_size(record))
+        sizes.append(declared_size(info, record))
     results: list[bytes | BaseException]
     if not records:
         results = []
@@ -104,13 +109,18 @@ def _decode_span(
 
     Where decoding runs in a worker thread, so does copying each payload out of its record:
     a response's compressed payloads are copied one at a time there, not all at once on the
-    event loop."""
+    event loop. A payload left in the received bytes (a ``memoryview``) is not copied at all
+    for the built-in decoders, which read any buffer; a user's decoder gets it as ``bytes``."""
     decoded: list[bytes | None] = []
     failures: dict[int, BaseException] = {}
     for run_start, run_end, fn in runs:
         if run_end > start and run_start < end:
             first = max(start, run_start)
-            payloads = (record.data for record in records[first : min(end, run_end)])
+            as_view = _codecs.reads_buffers(fn)
+            payloads: Iterator[Any] = (
+                record.data if type(record) is not memoryview else record if as_view else bytes(record)
+                for record in records[first : min(end, run_end)]
+            )
             try:
                 decoded += _codecs.transform_all(fn, payloads)
             except _codecs.PartialTransformError as exc:

@@ -118,7 +118,7 @@ class BufferedPart:
 
     def payload_bytes(self) -> int:
         """The decoded payload bytes of the messages not taken, as their writers declared them."""
-        return sum(record.uncompressed_size or len(record.data) for _, record in self.upcoming(0))
+        return sum(record.uncompressed_size or info.payload_size(record) for info, record in self.upcoming(0))
 
     def take(self, count: int, max_bytes: int | None) -> tuple[MessageBatch, BaseException | None]:
         """Hand out up to ``count`` messages (at least one; at most ``max_bytes`` payload bytes
@@ -195,7 +195,7 @@ class BufferedPart:
                         decoded.appendleft(data)  # the next receive raises it
                         break
                     error = data
-                    data = record.data  # handed out as received, with its error
+                    data = info.payload(record)  # handed out as received, with its error
                 elif budget >= 0:
                     if taken and len(data) > budget:
                         if info.decoder is not None:

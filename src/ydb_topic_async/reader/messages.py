@@ -188,16 +188,37 @@ class _ServerBatchInfo:
     share, its records (each message's rarely used fields are read from there), and the decoder of
     its codec (None for raw payloads)."""
 
-    __slots__ = ("_session_metadata", "_written_at", "codec", "decoder", "producer_id", "proto", "records")
+    __slots__ = ("_session_metadata", "_written_at", "codec", "decoder", "external", "producer_id", "proto", "records")
 
-    def __init__(self, proto: Any, decoder: Callable[[bytes], bytes] | None = None) -> None:
+    def __init__(
+        self,
+        proto: Any,
+        decoder: Callable[[bytes], bytes] | None = None,
+        external: dict[int, memoryview] | None = None,
+    ) -> None:
         self.proto = proto
         self.records = proto.message_data
         self.producer_id: str = proto.producer_id
         self.codec: int = proto.codec
         self.decoder = decoder
+        self.external = external
+        """Payloads left in the received bytes (see ``parsing``), by offset; their records' ``data``
+        is empty. Only batches with a decoder have them."""
         self._session_metadata: dict[str, str] | None = None
         self._written_at: dt.datetime | None = None
+
+    def payload(self, record: Any) -> bytes:
+        """``record``'s payload as received (not decoded)."""
+        external = self.external
+        view = None if external is None else external.get(record.offset)
+        data: bytes = record.data if view is None else bytes(view)
+        return data
+
+    def payload_size(self, record: Any) -> int:
+        """The size of ``record``'s payload as received."""
+        external = self.external
+        view = None if external is None else external.get(record.offset)
+        return len(record.data if view is None else view)
 
     @property
     def session_metadata(self) -> dict[str, str]:

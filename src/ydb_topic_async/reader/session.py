@@ -31,6 +31,7 @@ from .commits import GAP_ADVICE, CommitTracker
 from .decoding import RAW_CODECS
 from .flow_control import BufferedPart, ReadBuffer
 from .messages import PartitionSession, PartitionSessionState, PartitionStatus, TopicSelector, _ServerBatchInfo
+from .parsing import ExternalPayloads, ReadResponseParser, external_of
 from .partitions import OnPartitionStart, OnPartitionStop, PartitionSessions, waits_for_drain_or_commits
 
 if TYPE_CHECKING:
@@ -79,6 +80,7 @@ class ReaderConnection:
     ) -> None:
         self._transport = transport
         self._settings = settings
+        self._parser = ReadResponseParser()
         self.wake = asyncio.Event()
         self.buffer = ReadBuffer(buffer_size, release_threshold, self._on_drained, self.wake)
         self.commits = CommitTracker(self.wake)
@@ -183,6 +185,7 @@ class ReaderConnection:
             self._init_request(),
             expect="init_response",
             timeout=self._settings.init_timeout,
+            deserializer=self._parser,
         )
         try:
             self.read_session_id = response.init_response.session_id
@@ -250,11 +253,12 @@ class ReaderConnection:
         partitions = self.partitions
         keeper = self.keeper
         report = self._report
+        parser = self._parser
         while True:
             message = await stream.read()
             kind = message.WhichOneof("server_message")
             if kind == "read_response":
-                self._on_read_response(message.read_response)
+                self._on_read_response(message.read_response, parser.payloads_of(message))
                 keeper.progressed()
             elif kind == "commit_offset_response":
                 for item in message.commit_offset_response.partitions_committed_offsets:
@@ -282,10 +286,11 @@ class ReaderConnection:
             else:
                 logger.debug("topic reader: ignoring server message %s", kind, extra=self.log_fields)
 
-    def _on_read_response(self, response: Any) -> None:
+    def _on_read_response(self, response: Any, external: ExternalPayloads | None) -> None:
         # Nothing per message here: a part's messages stay as received until a receive takes
         # them (see ``flow_control``); only compressed batches are looked into, for the size
-        # their payloads decode to.
+        # their payloads decode to. ``external``: the large payloads the parser left in the
+        # received bytes (see ``parsing``).
         buffer = self.buffer
         total = response.bytes_size
         buffer.charge(total)
@@ -302,12 +307,19 @@ class ReaderConnection:
             batches: list[_ServerBatchInfo] = []
             messages = 0
             compressed = False
-            for batch in part.batches:
+            for batch_index, batch in enumerate(part.batches):
                 records = batch.message_data
                 if not records:
                     continue
                 codec = batch.codec
-                if codec in RAW_CODECS:
+                views = None if external is None else external_of(external, index, batch_index, records)
+                if views is not None:
+                    # Payloads still in the received bytes: raw ones are copied out as they are
+                    # taken, the way compressed ones are decoded.
+                    decoder = bytes if codec in RAW_CODECS else _codecs.lookup(decoders, codec, "decoder")
+                    info = _ServerBatchInfo(batch, decoder, views)
+                    compressed = True
+                elif codec in RAW_CODECS:
                     info = _ServerBatchInfo(batch)
                 else:
                     info = _ServerBatchInfo(batch, _codecs.lookup(decoders, codec, "decoder"))

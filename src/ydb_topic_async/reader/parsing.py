@@ -1,0 +1,220 @@
+"""Parsing the read stream's responses, leaving large payloads where they arrived.
+
+``grpc.aio`` hands the reader each response as one ``bytes`` object, on the event loop's
+thread. Parsing it with protobuf copies every payload into the message's arena, and reading a
+payload (``record.data``) copies it once more: for a response of large messages, two copies of
+megabytes, both holding the GIL, before the payload even reaches its decoder. So a large response
+is first walked here, in Python, down to its messages' ``data`` fields (a walk of a few dozen
+fields: the payloads themselves are skipped by their length prefixes). The large payloads stay in
+the received bytes, as ``memoryview`` slices the decoders read directly; protobuf parses what is
+left, a copy of the response without them.
+
+Only responses that are large and made of few messages are walked (``LARGE_RESPONSE``,
+``MAX_WALKED_MESSAGES``): a response of many small messages is parsed by protobuf alone, as
+before, and so is anything the walk does not expect (a field repeated where the parse would merge
+it, an unknown wire type): the walk then gives up, and its result would have been the same.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._proto import ydb_topic_pb2 as pb
+
+LARGE_RESPONSE = 1 << 20
+"""Responses at least this large (serialized) are walked for large payloads."""
+
+LARGE_PAYLOAD = 128 << 10
+"""Payloads at least this large are left in the received bytes."""
+
+MAX_WALKED_MESSAGES = 64
+"""The walk gives up past this many messages (parsing them in Python would cost more than the
+copies it saves), or past ``_GIVE_UP_WITHOUT_LARGE`` without a large payload among them."""
+
+_GIVE_UP_WITHOUT_LARGE = 8
+
+ExternalPayloads = dict[tuple[int, int, int], memoryview]
+"""Payloads left in the received bytes, by (partition data, batch, message) index in the
+response, each counted in the order of the wire (every occurrence, empty ones too)."""
+
+# Field numbers (Ydb.Topic.StreamReadMessage): FromServer.read_response, ReadResponse.partition_data,
+# PartitionData.batches, Batch.message_data, MessageData.data.
+_READ_RESPONSE = 4
+_PARTITION_DATA = 1
+_BATCHES = 2
+_MESSAGE_DATA = 1
+_DATA = 5
+_LENGTH_DELIMITED = 2
+
+
+class _GiveUp(Exception):
+    """The walk met something it does not handle: protobuf parses the whole response instead."""
+
+
+class ReadResponseParser:
+    """The read stream's response deserializer (one per reader connection).
+
+    Returns each ``FromServer`` message; for one whose large payloads were left in the received
+    bytes, ``payloads_of`` gives them (once).
+    """
+
+    __slots__ = ("_message", "_payloads")
+
+    def __init__(self) -> None:
+        self._message: Any = None
+        self._payloads: ExternalPayloads | None = None
+
+    def __call__(self, raw: bytes) -> pb.StreamReadMessage.FromServer:
+        if len(raw) >= LARGE_RESPONSE:
+            try:
+                stripped, payloads = _Walk(raw).strip()
+            except (_GiveUp, IndexError):
+                pass  # IndexError: a length prefix past the end; protobuf reports it as it would
+            else:
+                if payloads:
+                    message = pb.StreamReadMessage.FromServer.FromString(bytes(stripped))
+                    self._message, self._payloads = message, payloads
+                    return message
+        return pb.StreamReadMessage.FromServer.FromString(raw)
+
+    def payloads_of(self, message: object) -> ExternalPayloads | None:
+        """The payloads left out of ``message`` (None: it holds all of its own)."""
+        if self._message is None:
+            return None
+        payloads = self._payloads if message is self._message else None
+        self._message = self._payloads = None  # a stale one (its read failed) is dropped too
+        return payloads
+
+
+class _Walk:
+    """One response walked: ``strip`` returns it without its large payloads, and those."""
+
+    __slots__ = ("messages", "payloads", "view")
+
+    def __init__(self, raw: bytes) -> None:
+        self.view = memoryview(raw)
+        self.payloads: ExternalPayloads = {}
+        self.messages = 0
+
+    def strip(self) -> tuple[bytearray, ExternalPayloads]:
+        out = bytearray()
+        seen = False
+        for number, wire_type, start, body, end in self._fields(0, len(self.view)):
+            if number == _READ_RESPONSE:
+                if wire_type != _LENGTH_DELIMITED or seen:
+                    raise _GiveUp  # a second one would be merged into the first
+                seen = True
+                self._nested(out, number, self._read_response(body, end))
+            else:
+                out += self.view[start:end]
+        return out, self.payloads
+
+    def _read_response(self, start: int, end: int) -> bytearray:
+        out = bytearray()
+        index = 0
+        for number, wire_type, field_start, body, field_end in self._fields(start, end):
+            if number == _PARTITION_DATA and wire_type == _LENGTH_DELIMITED:
+                self._nested(out, number, self._partition_data(index, body, field_end))
+                index += 1
+            else:
+                out += self.view[field_start:field_end]
+        return out
+
+    def _partition_data(self, part: int, start: int, end: int) -> bytearray:
+        out = bytearray()
+        index = 0
+        for number, wire_type, field_start, body, field_end in self._fields(start, end):
+            if number == _BATCHES and wire_type == _LENGTH_DELIMITED:
+                self._nested(out, number, self._batch(part, index, body, field_end))
+                index += 1
+            else:
+                out += self.view[field_start:field_end]
+        return out
+
+    def _batch(self, part: int, batch: int, start: int, end: int) -> bytearray:
+        out = bytearray()
+        index = 0
+        for number, wire_type, field_start, body, field_end in self._fields(start, end):
+            if number == _MESSAGE_DATA and wire_type == _LENGTH_DELIMITED:
+                self.messages += 1
+                if self.messages > MAX_WALKED_MESSAGES or (
+                    self.messages > _GIVE_UP_WITHOUT_LARGE and not self.payloads
+                ):
+                    raise _GiveUp
+                self._nested(out, number, self._message(part, batch, index, body, field_end))
+                index += 1
+            else:
+                out += self.view[field_start:field_end]
+        return out
+
+    def _message(self, part: int, batch: int, message: int, start: int, end: int) -> bytearray:
+        out = bytearray()
+        has_data = False
+        for number, wire_type, field_start, body, field_end in self._fields(start, end):
+            if number == _DATA and wire_type == _LENGTH_DELIMITED:
+                if has_data:
+                    raise _GiveUp  # the last one would win
+                has_data = True
+                if field_end - body >= LARGE_PAYLOAD:
+                    self.payloads[part, batch, message] = self.view[body:field_end]
+                    continue
+            out += self.view[field_start:field_end]
+        return out
+
+    @staticmethod
+    def _nested(out: bytearray, number: int, body: bytearray) -> None:
+        out += _varint_bytes(number << 3 | _LENGTH_DELIMITED)
+        out += _varint_bytes(len(body))
+        out += body
+
+    def _fields(self, start: int, end: int) -> Any:
+        """(number, wire type, field start, value start, field end) of each field in ``[start, end)``."""
+        view = self.view
+        pos = start
+        while pos < end:
+            tag, value = _varint(view, pos)
+            wire_type = tag & 7
+            if wire_type == 0:
+                _, field_end = _varint(view, value)
+            elif wire_type == _LENGTH_DELIMITED:
+                size, value = _varint(view, value)
+                field_end = value + size
+            elif wire_type == 1:
+                field_end = value + 8
+            elif wire_type == 5:
+                field_end = value + 4
+            else:
+                raise _GiveUp  # groups: not in this protocol
+            if field_end > end:
+                raise _GiveUp
+            yield tag >> 3, wire_type, pos, value, field_end
+            pos = field_end
+
+
+def _varint(view: memoryview, pos: int) -> tuple[int, int]:
+    """The varint at ``pos`` and the position after it."""
+    result = shift = 0
+    while True:
+        byte = view[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result, pos
+        shift += 7
+        if shift > 63:
+            raise _GiveUp
+
+
+def _varint_bytes(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def external_of(payloads: ExternalPayloads, part: int, batch: int, records: Any) -> dict[int, memoryview] | None:
+    """The payloads left out of one server batch's ``records``, by their messages' offsets."""
+    found = {records[message].offset: view for (p, b, message), view in payloads.items() if p == part and b == batch}
+    return found or None
