@@ -201,6 +201,27 @@ def writer_child(result: object) -> int:
     return result.partition_id
 
 
+async def test_a_splits_recovery_outlasts_the_drivers_retry_budget(server: LocalTopicServer) -> None:
+    """The recovery of a split reads the topic's partitions again. When the server cannot answer
+    that for longer than the driver's budget for one call, the recovery goes on retrying under the
+    keyed writer's own policy (for as long as it is open, as its partitions' writers do) instead of
+    failing the keyed writer and every message it holds."""
+    short = RetryPolicy(max_attempts=2)  # each describe_topic call gives up after two tries
+    async with Driver(server.endpoint, server.database, discovery=False, retry=short) as driver:
+        await driver.topic.create_topic("patient", min_active_partitions=1, auto_partitioning=AUTO)
+        async with driver.topic.keyed_writer("patient", producer_id="p", retry=RetryPolicy.forever()) as writer:
+            await writer.write_with_ack("k:0", key="k")
+            server.faults.fail_next("DescribeTopic", "UNAVAILABLE", times=8)  # four calls' worth
+            children = server.storage.split_partition("patient", 0)
+            await writer.write("k:1", key="k")
+            await writer.flush(timeout=30)
+            assert server.faults.take_status("DescribeTopic") is None  # every injected failure was met
+            assert writer.partition_for("k") in children
+    placed = stored(server, "patient")
+    assert [m.data for m in placed[0]] == [b"k:0"]
+    assert [m.data for pid in children for m in placed[pid]] == [b"k:1"]
+
+
 async def test_an_overloaded_partition_is_retried_not_rerouted(server: LocalTopicServer, driver: Driver) -> None:
     await driver.topic.create_topic("busy", min_active_partitions=2)
     async with driver.topic.keyed_writer("busy", producer_id="p") as writer:

@@ -34,6 +34,7 @@ from .._errors import (
     OperationTimeoutError,
     OverloadedError,
     WriterClosedError,
+    YdbTopicError,
 )
 from .._key_ranges import even_bounds, key_hash
 from .._retry import RetryPolicy, RetryState
@@ -193,7 +194,8 @@ class KeyedWriter(ClosesOnExit):
     only while that partition's buffer is full (``buffer_wait_timeout``), as ``TopicWriter.write``
     does, or while a split partition's messages are being placed again. Messages are numbered
     by the writer: ``Message.seq_no`` is not accepted. A message whose acknowledgement was lost
-    as its partition split, and which that partition had stored, resolves as ``Skipped``.
+    as its partition split, and which that partition had stored, resolves as ``Skipped``. Placing
+    a split partition's messages again reads the topic's partitions, retried under ``retry``.
     """
 
     def __init__(
@@ -529,7 +531,7 @@ class KeyedWriter(ClosesOnExit):
         entries = [e for e in lane.pending if not e.done]
         lane.pending.clear()
         base = lane.writer.seq_no_base
-        description = await self._driver.topic.describe_topic(self.path)
+        description = await self._describe_patiently()
         info = next((p for p in description.partitions if p.partition_id == pid), None)
         if info is not None and info.active:
             # Only overloaded: back off, then resend with the same seq_nos (the server drops what it has).
@@ -552,6 +554,22 @@ class KeyedWriter(ClosesOnExit):
             else:
                 leftovers.append(entry)
         await self._distribute(leftovers, self._route)
+
+    async def _describe_patiently(self) -> TopicDescription:
+        """The topic's description for a recovery, retried under the keyed writer's own policy
+        (by default for as long as it is open, as its partitions' writers reconnect) and not only
+        within the driver's budget for one call: an outage during a split's recovery delays the
+        recovery instead of failing the keyed writer and every message it holds."""
+        attempts = RetryState(self._retry)
+        while True:
+            try:
+                return await self._driver.topic.describe_topic(self.path)
+            except YdbTopicError as exc:
+                delay = attempts.next_delay(exc)
+                if delay is None:
+                    raise
+                logger.info("keyed writer %s: cannot describe the topic (%r); retrying in %.3fs", self.path, exc, delay)
+                await asyncio.sleep(delay)
 
     def _route(self, entry: _Entry) -> int:
         assert self._routes is not None
