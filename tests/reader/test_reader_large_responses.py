@@ -20,6 +20,8 @@ from ydb_topic_async.reader import parsing
 from ydb_topic_async.testing import LocalTopicServer
 from ydb_topic_async.testing.partition_log import NewMessage
 
+from .._polling import eventually
+
 pytestmark = pytest.mark.timeout(60)
 
 LARGE = 600 * 1024  # above parsing.LARGE_PAYLOAD, also compressed; four make a response above LARGE_RESPONSE
@@ -171,6 +173,22 @@ async def test_a_large_payload_its_decoder_rejects_fails_alone_with_the_payload_
     assert sum(external_payloads) >= 6
 
 
+async def test_large_raw_payloads_are_charged_once_against_the_buffer(
+    server: LocalTopicServer, driver: yta.Driver, topic: str, external_payloads: list[int]
+) -> None:
+    """A raw payload left in the response counts its size once, as it did when protobuf held it
+    (the view and the copy taken from it are not two payloads' worth of buffer)."""
+    stored = _store(server, topic, yta.Codec.RAW, [LARGE] * 4)
+    async with driver.topic.reader(topic, consumer="consumer", buffer_size_bytes=64 << 20) as reader:
+        await eventually(lambda: reader.buffered_bytes >= 4 * LARGE, "the four messages buffered")
+        assert reader.buffered_bytes < 4 * LARGE + 4096  # their wire size
+        got = []
+        while len(got) < len(stored):
+            got.extend(await reader.receive_batch(timeout=10))
+    assert _seen(got) == _expected(stored)
+    assert sum(external_payloads) == 4
+
+
 # --- the parser alone, against protobuf's own parse ----------------------------------------------
 
 
@@ -240,6 +258,54 @@ def test_the_parser_leaves_responses_it_should_not_walk_to_protobuf() -> None:
     second = _random_response(rng, large_every=1, messages=8)
     raw = first.SerializeToString() + second.SerializeToString()
     message = parser(raw)
+    assert parser.payloads_of(message) is None
+    assert message == pb.StreamReadMessage.FromServer.FromString(raw)
+
+
+def test_payloads_of_a_batch_whose_offsets_repeat_are_put_back_into_their_records() -> None:
+    """Payloads are found again by offset; a malformed batch repeating one gets them back in its
+    records instead, as protobuf parsed them, rather than one message's payload for another's."""
+    expected = pb.StreamReadMessage.FromServer()
+    batch = expected.read_response.partition_data.add().batches.add()
+    payloads = [os.urandom(parsing.LARGE_PAYLOAD * 3) for _ in range(4)] + [b"small"]
+    for offset, data in zip([5, 6, 7, 8, 5], payloads, strict=True):
+        batch.message_data.add(offset=offset, data=data)
+    parser = parsing.ReadResponseParser()
+    message = parser(expected.SerializeToString())
+    found = parser.payloads_of(message)
+    assert found is not None and len(found) == 4
+    records = message.read_response.partition_data[0].batches[0].message_data
+    assert parsing.external_of(found, 0, 0, records) is None
+    assert message == expected
+    # distinct offsets: found by offset
+    records[4].offset = 9
+    assert parsing.external_of(found, 0, 0, records) == {5: found[0, 0, 0], 6: found[0, 0, 1], 7: found[0, 0, 2],
+                                                         8: found[0, 0, 3]}
+
+
+def test_a_response_mostly_of_small_payloads_is_left_to_protobuf() -> None:
+    """One large payload among many medium ones: copying what is kept would cost more than the
+    copies the split saves."""
+    response = pb.StreamReadMessage.FromServer()
+    batch = response.read_response.partition_data.add().batches.add()
+    batch.message_data.add(offset=0, data=os.urandom(parsing.LARGE_PAYLOAD))
+    for offset in range(1, 40):
+        batch.message_data.add(offset=offset, data=os.urandom(parsing.LARGE_PAYLOAD - 1))
+    parser = parsing.ReadResponseParser()
+    message = parser(response.SerializeToString())
+    assert parser.payloads_of(message) is None
+    assert message == response
+
+
+def test_another_server_message_beside_a_read_response_is_left_to_protobuf() -> None:
+    """protobuf keeps the last member of the oneof: such a response is not split (nor kept)."""
+    response = _random_response(random.Random(9), large_every=1, messages=10)
+    after = pb.StreamReadMessage.FromServer()
+    after.commit_offset_response.partitions_committed_offsets.add(partition_session_id=1, committed_offset=2)
+    raw = response.SerializeToString() + after.SerializeToString()
+    parser = parsing.ReadResponseParser()
+    message = parser(raw)
+    assert message.WhichOneof("server_message") == "commit_offset_response"
     assert parser.payloads_of(message) is None
     assert message == pb.StreamReadMessage.FromServer.FromString(raw)
 

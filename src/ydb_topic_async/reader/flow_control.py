@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator
 from itertools import islice
 from typing import Any
 
-from .decoding import decode_ahead, decode_error, planned_count
+from .decoding import RAW_CODECS, decode_ahead, decode_error, planned_count
 from .messages import DETACH_SIZE, MessageBatch, PartitionSession, Run, TopicMessage, _DetachedInfo, _ServerBatchInfo
 
 
@@ -71,7 +71,7 @@ class BufferedPart:
         it again, a copy of megabytes on the event loop for large messages.)"""
         if compressed:
             for info in batches:
-                if info.decoder is not None:
+                if info.decoder is not None and info.codec not in RAW_CODECS:
                     nbytes += sum(record.uncompressed_size for record in info.records)
         self.session = session
         self.batches = batches
@@ -198,7 +198,7 @@ class BufferedPart:
                     data = info.payload(record)  # handed out as received, with its error
                 elif budget >= 0:
                     if taken and len(data) > budget:
-                        if info.decoder is not None:
+                        if info.decoder is not None and info.codec not in RAW_CODECS:
                             decoded.appendleft(data)
                         stopped = True
                         break

@@ -9,15 +9,16 @@ fields: the payloads themselves are skipped by their length prefixes). The large
 the received bytes, as ``memoryview`` slices the decoders read directly; protobuf parses what is
 left, a copy of the response without them.
 
-Only responses that are large and made of few messages are walked (``LARGE_RESPONSE``,
-``MAX_WALKED_MESSAGES``): a response of many small messages is parsed by protobuf alone, as
-before, and so is anything the walk does not expect (a field repeated where the parse would merge
-it, an unknown wire type): the walk then gives up, and its result would have been the same.
+Only responses that are large, made of few messages and mostly of large payloads are split
+(``LARGE_RESPONSE``, ``MAX_WALKED_MESSAGES``): a response of many small messages is parsed by
+protobuf alone, as before, and so is anything the walk does not expect (a field repeated where
+the parse would merge it, an unknown wire type): the walk then gives up, and its result would
+have been the same.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from .._proto import ydb_topic_pb2 as pb
 
@@ -45,6 +46,8 @@ _BATCHES = 2
 _MESSAGE_DATA = 1
 _DATA = 5
 _LENGTH_DELIMITED = 2
+_OTHER_SERVER_MESSAGES = frozenset(range(3, 12)) - {_READ_RESPONSE}
+"""FromServer's other ``server_message`` members."""
 
 
 class _GiveUp(Exception):
@@ -71,10 +74,10 @@ class ReadResponseParser:
             except (_GiveUp, IndexError):
                 pass  # IndexError: a length prefix past the end; protobuf reports it as it would
             else:
-                if payloads:
-                    message = pb.StreamReadMessage.FromServer.FromString(bytes(stripped))
-                    self._message, self._payloads = message, payloads
-                    return message
+                # protobuf reads any buffer: the stripped copy is not copied again
+                message = pb.StreamReadMessage.FromServer.FromString(cast(bytes, stripped))
+                self._message, self._payloads = message, payloads
+                return message
         return pb.StreamReadMessage.FromServer.FromString(raw)
 
     def payloads_of(self, message: object) -> ExternalPayloads | None:
@@ -82,98 +85,120 @@ class ReadResponseParser:
         if self._message is None:
             return None
         payloads = self._payloads if message is self._message else None
-        self._message = self._payloads = None  # a stale one (its read failed) is dropped too
+        self.forget()  # a stale one (its read failed) is dropped too
         return payloads
+
+    def forget(self) -> None:
+        """Drop what a response nobody asked about left (a new stream starts)."""
+        self._message = self._payloads = None
 
 
 class _Walk:
-    """One response walked: ``strip`` returns it without its large payloads, and those."""
+    """One response walked: ``strip`` returns it without its large payloads, and those.
 
-    __slots__ = ("messages", "payloads", "view")
+    The walk only records edits to the received bytes: the large payloads' fields cut out, and
+    the length prefixes of the messages around them rewritten. The stripped copy is then made in
+    one pass, each byte kept copied once.
+    """
+
+    __slots__ = ("edits", "messages", "payload_bytes", "payloads", "view")
 
     def __init__(self, raw: bytes) -> None:
         self.view = memoryview(raw)
         self.payloads: ExternalPayloads = {}
+        self.payload_bytes = 0
         self.messages = 0
+        self.edits: list[tuple[int, int, bytes]] = []
+        """(start, end, replacement): ``view[start:end]`` becomes ``replacement``."""
 
     def strip(self) -> tuple[bytearray, ExternalPayloads]:
-        out = bytearray()
+        view = self.view
         seen = False
-        for number, wire_type, start, body, end in self._fields(0, len(self.view)):
+        for number, wire_type, _, length_at, body, end in self._fields(0, len(view)):
             if number == _READ_RESPONSE:
                 if wire_type != _LENGTH_DELIMITED or seen:
                     raise _GiveUp  # a second one would be merged into the first
                 seen = True
-                self._nested(out, number, self._read_response(body, end))
-            else:
-                out += self.view[start:end]
+                self._resize(length_at, body, end, self._read_response(body, end))
+            elif number in _OTHER_SERVER_MESSAGES:
+                raise _GiveUp  # another member of the oneof: protobuf keeps the last one only
+        if self.payload_bytes * 2 < len(view):
+            raise _GiveUp  # mostly small payloads: copying the rest would cost more than it saves
+        out = bytearray()
+        pos = 0
+        for start, end, replacement in sorted(self.edits):
+            out += view[pos:start]
+            out += replacement
+            pos = end
+        out += view[pos:]
         return out, self.payloads
 
-    def _read_response(self, start: int, end: int) -> bytearray:
-        out = bytearray()
+    def _read_response(self, start: int, end: int) -> int:
+        removed = 0
         index = 0
-        for number, wire_type, field_start, body, field_end in self._fields(start, end):
+        for number, wire_type, _, length_at, body, field_end in self._fields(start, end):
             if number == _PARTITION_DATA and wire_type == _LENGTH_DELIMITED:
-                self._nested(out, number, self._partition_data(index, body, field_end))
+                removed += self._resize(length_at, body, field_end, self._partition_data(index, body, field_end))
                 index += 1
-            else:
-                out += self.view[field_start:field_end]
-        return out
+        return removed
 
-    def _partition_data(self, part: int, start: int, end: int) -> bytearray:
-        out = bytearray()
+    def _partition_data(self, part: int, start: int, end: int) -> int:
+        removed = 0
         index = 0
-        for number, wire_type, field_start, body, field_end in self._fields(start, end):
+        for number, wire_type, _, length_at, body, field_end in self._fields(start, end):
             if number == _BATCHES and wire_type == _LENGTH_DELIMITED:
-                self._nested(out, number, self._batch(part, index, body, field_end))
+                removed += self._resize(length_at, body, field_end, self._batch(part, index, body, field_end))
                 index += 1
-            else:
-                out += self.view[field_start:field_end]
-        return out
+        return removed
 
-    def _batch(self, part: int, batch: int, start: int, end: int) -> bytearray:
-        out = bytearray()
+    def _batch(self, part: int, batch: int, start: int, end: int) -> int:
+        removed = 0
         index = 0
-        for number, wire_type, field_start, body, field_end in self._fields(start, end):
+        for number, wire_type, _, length_at, body, field_end in self._fields(start, end):
             if number == _MESSAGE_DATA and wire_type == _LENGTH_DELIMITED:
                 self.messages += 1
                 if self.messages > MAX_WALKED_MESSAGES or (
                     self.messages > _GIVE_UP_WITHOUT_LARGE and not self.payloads
                 ):
                     raise _GiveUp
-                self._nested(out, number, self._message(part, batch, index, body, field_end))
+                cut = self._message(part, batch, index, body, field_end)
+                removed += self._resize(length_at, body, field_end, cut)
                 index += 1
-            else:
-                out += self.view[field_start:field_end]
-        return out
+        return removed
 
-    def _message(self, part: int, batch: int, message: int, start: int, end: int) -> bytearray:
-        out = bytearray()
+    def _message(self, part: int, batch: int, message: int, start: int, end: int) -> int:
+        removed = 0
         has_data = False
-        for number, wire_type, field_start, body, field_end in self._fields(start, end):
+        for number, wire_type, field_start, _, body, field_end in self._fields(start, end):
             if number == _DATA and wire_type == _LENGTH_DELIMITED:
                 if has_data:
                     raise _GiveUp  # the last one would win
                 has_data = True
                 if field_end - body >= LARGE_PAYLOAD:
                     self.payloads[part, batch, message] = self.view[body:field_end]
-                    continue
-            out += self.view[field_start:field_end]
-        return out
+                    self.payload_bytes += field_end - body
+                    self.edits.append((field_start, field_end, b""))
+                    removed = field_end - field_start
+        return removed
 
-    @staticmethod
-    def _nested(out: bytearray, number: int, body: bytearray) -> None:
-        out += _varint_bytes(number << 3 | _LENGTH_DELIMITED)
-        out += _varint_bytes(len(body))
-        out += body
+    def _resize(self, length_at: int, body: int, end: int, removed: int) -> int:
+        """A nested message at ``[body, end)`` lost ``removed`` bytes: rewrite its length prefix
+        (at ``length_at``); return how many bytes its parent lost with it."""
+        if not removed:
+            return 0
+        prefix = _varint_bytes(end - body - removed)
+        self.edits.append((length_at, body, prefix))
+        return removed + (body - length_at) - len(prefix)
 
     def _fields(self, start: int, end: int) -> Any:
-        """(number, wire type, field start, value start, field end) of each field in ``[start, end)``."""
+        """(number, wire type, field start, where a length prefix would start, value start, field
+        end) of each field in ``[start, end)``."""
         view = self.view
         pos = start
         while pos < end:
             tag, value = _varint(view, pos)
             wire_type = tag & 7
+            length_at = value
             if wire_type == 0:
                 _, field_end = _varint(view, value)
             elif wire_type == _LENGTH_DELIMITED:
@@ -187,7 +212,7 @@ class _Walk:
                 raise _GiveUp  # groups: not in this protocol
             if field_end > end:
                 raise _GiveUp
-            yield tag >> 3, wire_type, pos, value, field_end
+            yield tag >> 3, wire_type, pos, length_at, value, field_end
             pos = field_end
 
 
@@ -215,6 +240,16 @@ def _varint_bytes(value: int) -> bytes:
 
 
 def external_of(payloads: ExternalPayloads, part: int, batch: int, records: Any) -> dict[int, memoryview] | None:
-    """The payloads left out of one server batch's ``records``, by their messages' offsets."""
-    found = {records[message].offset: view for (p, b, message), view in payloads.items() if p == part and b == batch}
-    return found or None
+    """The payloads left out of one server batch's ``records``, by their messages' offsets.
+
+    Offsets that repeat within the batch (a malformed response) would make that lookup ambiguous:
+    the payloads are then put back into their records, as protobuf would have parsed them."""
+    found = [(message, view) for (p, b, message), view in payloads.items() if p == part and b == batch]
+    if not found:
+        return None
+    offsets = [record.offset for record in records]
+    if len(set(offsets)) < len(offsets):
+        for message, view in found:
+            records[message].data = bytes(view)
+        return None
+    return {offsets[message]: view for message, view in found}

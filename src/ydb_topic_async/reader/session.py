@@ -197,6 +197,7 @@ class ReaderConnection:
                 self.read_session_id, self.stream_id, self._settings.consumer, extra=self.log_fields,
             )
             self.keeper.connected(self.read_session_id)
+            self._parser.forget()
             credit = self.buffer.reset()
             await stream.write(pb.StreamReadMessage.FromClient(read_request={"bytes_size": credit}))
             self._stream_error = None
