@@ -173,6 +173,27 @@ async def test_a_large_payload_its_decoder_rejects_fails_alone_with_the_payload_
     assert sum(external_payloads) >= 6
 
 
+async def test_large_messages_by_bytes_and_in_a_transaction(
+    server: LocalTopicServer, driver: yta.Driver, topic: str, external_payloads: list[int]
+) -> None:
+    """``receive_batch(max_bytes=...)`` (messages built one by one) and a consume-transform-produce
+    transaction over large messages: every payload arrives whole, the offsets move with the commit."""
+    stored = _store(server, topic, yta.Codec.ZSTD, [LARGE] * 6)
+    target = f"{topic}-copy"
+    await driver.topic.create_topic(target, consumers=["consumer"])
+    async with driver.topic.reader(topic, consumer="consumer") as reader:
+        first = await reader.receive_batch(max_bytes=1, timeout=10)  # one message: the first is always taken
+        assert _seen(list(first)) == _expected(stored)[:1]
+        reader.commit(first)
+        async with driver.query.transaction() as tx:
+            batch = await reader.receive_batch_with_tx(tx, timeout=10)
+            await driver.topic.tx_writer(tx, target).write([m.data for m in batch])
+    assert _seen(list(batch)) == _expected(stored)[1 : 1 + len(batch)]
+    assert server.storage.committed_offsets(topic, "consumer") == {0: 1 + len(batch)}
+    assert [m.data for m in server.storage.read(target, 0)] == [data for _, data in stored[1 : 1 + len(batch)]]
+    assert sum(external_payloads) >= 2
+
+
 async def test_large_raw_payloads_are_charged_once_against_the_buffer(
     server: LocalTopicServer, driver: yta.Driver, topic: str, external_payloads: list[int]
 ) -> None:
