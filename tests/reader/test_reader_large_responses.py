@@ -39,9 +39,12 @@ def _payload(size: int, seed: int) -> bytes:
     return (rng.randbytes(size // 2) + b"lorem ipsum " * (size // 24))[:size]
 
 
-def _store(server: LocalTopicServer, topic: str, codec: int, sizes: list[int]) -> list[tuple[NewMessage, bytes]]:
+def _store(
+    server: LocalTopicServer, topic: str, codec: int, sizes: list[int], declared: int | None = None
+) -> list[tuple[NewMessage, bytes]]:
     """Append messages of these payload sizes straight to partition 0 (every field set), so that
-    the server sends them in as few responses as its size limit allows."""
+    the server sends them in as few responses as its size limit allows. ``declared``: the
+    decoded size their writer declares (default: the true one)."""
     log = server.storage.topic(topic).partition(0)
     stored = []
     for i, size in enumerate(sizes):
@@ -51,7 +54,7 @@ def _store(server: LocalTopicServer, topic: str, codec: int, sizes: list[int]) -
             created_at_ns=1_700_000_000_123_456_000 + i * 1000,
             codec=codec,
             data=ENCODERS[codec](data),
-            uncompressed_size=len(data),
+            uncompressed_size=len(data) if declared is None else declared,
             producer_id="large-producer",
             message_group_id=f"group-{i}",
             metadata=(("index", b"%d" % i),),
@@ -192,6 +195,22 @@ async def test_large_messages_by_bytes_and_in_a_transaction(
     assert server.storage.committed_offsets(topic, "consumer") == {0: 1 + len(batch)}
     assert [m.data for m in server.storage.read(target, 0)] == [data for _, data in stored[1 : 1 + len(batch)]]
     assert sum(external_payloads) >= 2
+
+
+async def test_large_raw_messages_taken_a_few_bytes_at_a_time(
+    server: LocalTopicServer, driver: yta.Driver, topic: str, external_payloads: list[int]
+) -> None:
+    """``receive_batch(max_bytes=...)`` stops before a payload over its budget: the payload it
+    already took out for that check is the next receive's, for raw payloads left in the response
+    as for decoded ones. (Their writer declared them smaller than they are, so the receive plans
+    to take them all and finds out as it goes.)"""
+    stored = _store(server, topic, yta.Codec.RAW, [LARGE] * 5, declared=1)
+    got: list[yta.TopicMessage] = []
+    async with driver.topic.reader(topic, consumer="consumer") as reader:
+        while len(got) < len(stored):
+            got.extend(await reader.receive_batch(max_bytes=LARGE, timeout=10))
+    assert _seen(got) == _expected(stored)
+    assert sum(external_payloads) == 5
 
 
 async def test_large_raw_payloads_are_charged_once_against_the_buffer(

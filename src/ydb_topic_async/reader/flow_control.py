@@ -198,7 +198,7 @@ class BufferedPart:
                     data = info.payload(record)  # handed out as received, with its error
                 elif budget >= 0:
                     if taken and len(data) > budget:
-                        if info.decoder is not None and info.codec not in RAW_CODECS:
+                        if info.decoder is not None:
                             decoded.appendleft(data)
                         stopped = True
                         break
