@@ -34,16 +34,15 @@ copies it saves), or past ``_GIVE_UP_WITHOUT_LARGE`` without a large payload amo
 
 _GIVE_UP_WITHOUT_LARGE = 8
 
-ExternalPayloads = dict[tuple[int, int, int], memoryview]
+ExternalPayloads = dict[tuple[int, ...], memoryview]
 """Payloads left in the received bytes, by (partition data, batch, message) index in the
 response, each counted in the order of the wire (every occurrence, empty ones too)."""
 
-# Field numbers (Ydb.Topic.StreamReadMessage): FromServer.read_response, ReadResponse.partition_data,
-# PartitionData.batches, Batch.message_data, MessageData.data.
+# Field numbers (Ydb.Topic.StreamReadMessage): FromServer.read_response, then the path down to
+# the messages (ReadResponse.partition_data, PartitionData.batches, Batch.message_data), and
+# MessageData.data.
 _READ_RESPONSE = 4
-_PARTITION_DATA = 1
-_BATCHES = 2
-_MESSAGE_DATA = 1
+_PATH = (1, 2, 1)
 _DATA = 5
 _LENGTH_DELIMITED = 2
 _OTHER_SERVER_MESSAGES = frozenset(range(3, 12)) - {_READ_RESPONSE}
@@ -119,7 +118,7 @@ class _Walk:
                 if wire_type != _LENGTH_DELIMITED or seen:
                     raise _GiveUp  # a second one would be merged into the first
                 seen = True
-                self._resize(length_at, body, end, self._read_response(body, end))
+                self._resize(length_at, body, end, self._container(body, end, ()))
             elif number in _OTHER_SERVER_MESSAGES:
                 raise _GiveUp  # another member of the oneof: protobuf keeps the last one only
         if self.payload_bytes * 2 < len(view):
@@ -133,40 +132,28 @@ class _Walk:
         out += view[pos:]
         return out, self.payloads
 
-    def _read_response(self, start: int, end: int) -> int:
+    def _container(self, start: int, end: int, where: tuple[int, ...]) -> int:
+        """Walk the message at ``[start, end)`` that ``where`` leads to (``()``: the ReadResponse,
+        then a partition data's and a batch's indexes) down to its ``MessageData``; return how
+        many bytes it loses."""
+        depth = len(where)
+        child_number = _PATH[depth]
         removed = 0
         index = 0
         for number, wire_type, _, length_at, body, field_end in self._fields(start, end):
-            if number == _PARTITION_DATA and wire_type == _LENGTH_DELIMITED:
-                removed += self._resize(length_at, body, field_end, self._partition_data(index, body, field_end))
+            if number == child_number and wire_type == _LENGTH_DELIMITED:
+                child = (*where, index)
+                walk = self._container if depth + 1 < len(_PATH) else self._message
+                removed += self._resize(length_at, body, field_end, walk(body, field_end, child))
                 index += 1
         return removed
 
-    def _partition_data(self, part: int, start: int, end: int) -> int:
-        removed = 0
-        index = 0
-        for number, wire_type, _, length_at, body, field_end in self._fields(start, end):
-            if number == _BATCHES and wire_type == _LENGTH_DELIMITED:
-                removed += self._resize(length_at, body, field_end, self._batch(part, index, body, field_end))
-                index += 1
-        return removed
-
-    def _batch(self, part: int, batch: int, start: int, end: int) -> int:
-        removed = 0
-        index = 0
-        for number, wire_type, _, length_at, body, field_end in self._fields(start, end):
-            if number == _MESSAGE_DATA and wire_type == _LENGTH_DELIMITED:
-                self.messages += 1
-                if self.messages > MAX_WALKED_MESSAGES or (
-                    self.messages > _GIVE_UP_WITHOUT_LARGE and not self.payloads
-                ):
-                    raise _GiveUp
-                cut = self._message(part, batch, index, body, field_end)
-                removed += self._resize(length_at, body, field_end, cut)
-                index += 1
-        return removed
-
-    def _message(self, part: int, batch: int, message: int, start: int, end: int) -> int:
+    def _message(self, start: int, end: int, where: tuple[int, ...]) -> int:
+        """Cut the ``data`` field out of the ``MessageData`` at ``[start, end)`` if it is large;
+        return how many bytes the message loses."""
+        self.messages += 1
+        if self.messages > MAX_WALKED_MESSAGES or (self.messages > _GIVE_UP_WITHOUT_LARGE and not self.payloads):
+            raise _GiveUp
         removed = 0
         has_data = False
         for number, wire_type, field_start, _, body, field_end in self._fields(start, end):
@@ -175,7 +162,7 @@ class _Walk:
                     raise _GiveUp  # the last one would win
                 has_data = True
                 if field_end - body >= LARGE_PAYLOAD:
-                    self.payloads[part, batch, message] = self.view[body:field_end]
+                    self.payloads[where] = self.view[body:field_end]
                     self.payload_bytes += field_end - body
                     self.edits.append((field_start, field_end, b""))
                     removed = field_end - field_start
