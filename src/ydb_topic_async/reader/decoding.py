@@ -32,8 +32,7 @@ def declared_size(info: _ServerBatchInfo, record: Any) -> int:
     record serialized, a copy, which writers that declare the size spare)."""
     size: int = record.uncompressed_size
     if not size:
-        external = info.external
-        view = None if external is None else external.get(record.offset)
+        view = info.view(record)
         size = record.ByteSize() if view is None else len(view)
     return size
 
@@ -77,8 +76,7 @@ async def decode_ahead(part: BufferedPart, upto: int) -> None:
             runs[-1] = (runs[-1][0], len(records) + 1, fn)
         else:
             runs.append((len(records), len(records) + 1, fn))
-        external = info.external
-        records.append(record if external is None else external.get(record.offset, record))
+        records.append(info.view(record) or record)
         # The work is in producing the output: judge by the size the writer declared, as a
         # highly compressible payload is small on the wire.
         sizes.append(declared_size(info, record))

@@ -207,17 +207,20 @@ class _ServerBatchInfo:
         self._session_metadata: dict[str, str] | None = None
         self._written_at: dt.datetime | None = None
 
+    def view(self, record: Any) -> memoryview | None:
+        """``record``'s payload where it was left in the received bytes (None: in the record)."""
+        external = self.external
+        return None if external is None else external.get(record.offset)
+
     def payload(self, record: Any) -> bytes:
         """``record``'s payload as received (not decoded)."""
-        external = self.external
-        view = None if external is None else external.get(record.offset)
+        view = self.view(record)
         data: bytes = record.data if view is None else bytes(view)
         return data
 
     def payload_size(self, record: Any) -> int:
         """The size of ``record``'s payload as received."""
-        external = self.external
-        view = None if external is None else external.get(record.offset)
+        view = self.view(record)
         return len(record.data if view is None else view)
 
     @property
