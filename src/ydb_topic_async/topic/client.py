@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack
 
     from .._driver import Driver
+    from .._retry import RetryPolicy
     from ..reader.reader import ReaderOptions, TopicReader, TopicsArg
     from ..writer.keyed import KeyedWriter, KeyedWriterOptions
     from ..writer.tx_writer import TxWriter
@@ -64,9 +65,18 @@ class TopicClient:
         return f"{self._driver.database.rstrip('/')}/{path.rstrip('/')}"
 
     async def _call(
-        self, method: str, request: Any, response_cls: Any, result_cls: Any, *, idempotent: bool, timeout: float | None
+        self,
+        method: str,
+        request: Any,
+        response_cls: Any,
+        result_cls: Any,
+        *,
+        idempotent: bool,
+        timeout: float | None,
+        retry: RetryPolicy | None = None,
     ) -> Any:
-        """One TopicService call; ``timeout`` bounds it whole, retries included."""
+        """One TopicService call; ``timeout`` bounds it whole, retries included; ``retry``: the
+        policy instead of the driver's."""
         return await self._driver.transport.call_operation(
             _SERVICE + method,
             request,
@@ -74,6 +84,7 @@ class TopicClient:
             result_cls,
             idempotent=idempotent,
             timeout=check_timeout(timeout),
+            retry=retry,
         )
 
     def _own(self, closable: _Closable) -> None:
@@ -231,10 +242,23 @@ class TopicClient:
         self, path: str, *, include_stats: bool = False, include_location: bool = False, timeout: float | None = None
     ) -> t.TopicDescription:
         """Settings, consumers and partitions of a topic (offsets with ``include_stats``)."""
+        return await self._describe_topic(path, include_stats, include_location, timeout)
+
+    async def _describe_topic(
+        self,
+        path: str,
+        include_stats: bool = False,
+        include_location: bool = False,
+        timeout: float | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> t.TopicDescription:
+        """``describe_topic``, retried by ``retry`` instead of the driver's policy (for the SDK's
+        own background work, which follows its owner's policy)."""
         full = self.full_path(path)
         request = pb.DescribeTopicRequest(path=full, include_stats=include_stats, include_location=include_location)
         result = await self._call(
-            "DescribeTopic", request, pb.DescribeTopicResponse, pb.DescribeTopicResult, idempotent=True, timeout=timeout
+            "DescribeTopic", request, pb.DescribeTopicResponse, pb.DescribeTopicResult,
+            idempotent=True, timeout=timeout, retry=retry,
         )
         return t.topic_from_proto(result, full)
 

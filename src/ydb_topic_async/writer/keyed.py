@@ -34,7 +34,6 @@ from .._errors import (
     OperationTimeoutError,
     OverloadedError,
     WriterClosedError,
-    YdbTopicError,
 )
 from .._key_ranges import even_bounds, key_hash
 from .._retry import RetryPolicy, RetryState
@@ -531,7 +530,10 @@ class KeyedWriter(ClosesOnExit):
         entries = [e for e in lane.pending if not e.done]
         lane.pending.clear()
         base = lane.writer.seq_no_base
-        description = await self._describe_patiently()
+        # Retried under the keyed writer's own policy (by default for as long as it is open, as
+        # its lanes reconnect), not the driver's budget for one call: an outage during a split's
+        # recovery delays it instead of failing the keyed writer and every message it holds.
+        description = await self._driver.topic._describe_topic(self.path, retry=self._retry)
         info = next((p for p in description.partitions if p.partition_id == pid), None)
         if info is not None and info.active:
             # Only overloaded: back off, then resend with the same seq_nos (the server drops what it has).
@@ -554,22 +556,6 @@ class KeyedWriter(ClosesOnExit):
             else:
                 leftovers.append(entry)
         await self._distribute(leftovers, self._route)
-
-    async def _describe_patiently(self) -> TopicDescription:
-        """The topic's description for a recovery, retried under the keyed writer's own policy
-        (by default for as long as it is open, as its partitions' writers reconnect) and not only
-        within the driver's budget for one call: an outage during a split's recovery delays the
-        recovery instead of failing the keyed writer and every message it holds."""
-        attempts = RetryState(self._retry)
-        while True:
-            try:
-                return await self._driver.topic.describe_topic(self.path)
-            except YdbTopicError as exc:
-                delay = attempts.next_delay(exc)
-                if delay is None:
-                    raise
-                logger.info("keyed writer %s: cannot describe the topic (%r); retrying in %.3fs", self.path, exc, delay)
-                await asyncio.sleep(delay)
 
     def _route(self, entry: _Entry) -> int:
         assert self._routes is not None
