@@ -281,6 +281,25 @@ async def test_a_reader_without_autopartitioning_support_gets_children_after_the
     await reader.close()
 
 
+async def test_read_from_counts_in_whole_milliseconds(channel: grpc.aio.Channel, server: LocalTopicServer) -> None:
+    """A message written in the same millisecond as ``read_from``, after it, is read: YDB keeps
+    write times in milliseconds and turns ``read_from`` into milliseconds too, truncating
+    (read session actor: ``ReadTimestampMs`` from ``TimeUtil::TimestampToMilliseconds``, handed to
+    the partition actor, which compares it with the write timestamps in ms)."""
+    await create_topic(channel, "t", consumers=("c",))
+    await write_messages(channel, "t", 1)
+    written = server.storage.read("t", 0)[0].written_at_ns  # whole milliseconds
+    reader = RawReader(channel)
+    init = ReadMsg.InitRequest(consumer="c")
+    init.topics_read_settings.add(path="t").read_from.FromNanoseconds(written + 999_000)
+    await reader.call.write(ReadFromClient(init_request=init))
+    await reader.read()
+    await reader.start_all(1)
+    await reader.credit(10_000)
+    assert [offset for _, offset in offsets(await reader.expect("read_response"))] == [0]
+    await reader.close()
+
+
 async def test_describe_consumer_shows_the_reader_of_each_partition(channel: grpc.aio.Channel) -> None:
     """DescribeConsumer with stats names the read session of each partition (protocol:
     DescribeConsumerResult.PartitionConsumerStats.read_session_id)."""

@@ -294,7 +294,8 @@ class ReadService:
             selectors[topic.path] = Selector(
                 topic=topic,
                 partition_ids=frozenset(settings.partition_ids) or None,
-                read_from_ns=settings.read_from.ToNanoseconds() if settings.HasField("read_from") else 0,
+                # In whole milliseconds, as YDB keeps it (and the write times it is compared with).
+                read_from_ns=settings.read_from.ToMilliseconds() * 1_000_000 if settings.HasField("read_from") else 0,
                 max_lag_ns=settings.max_lag.ToNanoseconds() if settings.HasField("max_lag") else 0,
             )
         if not selectors:
