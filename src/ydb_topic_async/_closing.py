@@ -1,4 +1,5 @@
-"""``async with`` for writers and readers: one rule for leaving the block."""
+"""The life of writers and readers: ``closed``, ``failure``, the check every call makes first,
+and one rule for leaving ``async with``."""
 
 from __future__ import annotations
 
@@ -8,9 +9,15 @@ from collections.abc import Mapping
 from types import TracebackType
 from typing import Any, ClassVar, Self
 
+from ._errors import ClosedError
+
 
 class ClosesOnExit:
-    """Mixed into writers and readers: ``async with`` opens on entry and closes on exit.
+    """Mixed into writers and readers: ``closed``/``failure``, ``_check_usable``, and ``async with``
+    that opens on entry and closes on exit.
+
+    ``_check_usable`` (first thing of every call) raises the closed error once ``close`` was
+    called (with the failure, if any, as its cause), else the failure that ended the object.
 
     Leaving the block normally awaits ``close()`` (which waits for acknowledgements or commits)
     and raises its failure. Leaving it by cancellation stops at once (``_stop_now``): the caller
@@ -20,7 +27,32 @@ class ClosesOnExit:
     """
 
     _logger: ClassVar[logging.Logger]
-    _failure: BaseException | None
+    _closed: bool = False
+    _failure: BaseException | None = None
+
+    @property
+    def closed(self) -> bool:
+        """True once ``close`` was called."""
+        return self._closed
+
+    @property
+    def failure(self) -> BaseException | None:
+        """The error that ended this object for good (every later call raises it), or None."""
+        return self._failure
+
+    def _closed_error(self) -> ClosedError:
+        """What a call after ``close`` raises."""
+        raise NotImplementedError
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise self._closed_error() from self._failure
+        if self._failure is not None:
+            self._failure_raised()
+            raise self._failure.with_traceback(None)  # the same error for every call; do not grow its traceback
+
+    def _failure_raised(self) -> None:
+        """Told when a call is about to raise the failure (a reader then need not raise it at close)."""
 
     async def open(self) -> None:
         raise NotImplementedError

@@ -1,4 +1,5 @@
-"""The Driver: the user's handle on one database. It owns a ``Transport`` and the clients built on it."""
+"""The Driver: the user's handle on one database. It owns a ``Transport``, the ``ClientContext``
+made from it and the options, and the clients built on that context (``topic``, ``query``)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,9 @@ import asyncio
 import time
 from collections.abc import Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from ._context import ClientContext
 from ._credentials import AnonymousCredentials, Credentials
 from ._errors import ClosedError, InvalidArgumentError
 from ._limits import DEFAULT_MAX_MESSAGE_SIZE
@@ -24,10 +26,8 @@ from ._validate import check_timeout
 from .observability.logging import sdk_logger
 from .observability.metrics import MetricsRecorder, NoopMetrics, active_recorder
 from .observability.tracing import OpenTelemetryTracing, resolve_tracing
-
-if TYPE_CHECKING:
-    from .query import QueryClient
-    from .topic import TopicClient
+from .query import QueryClient
+from .topic import TopicClient
 
 logger = sdk_logger("driver")
 
@@ -148,6 +148,14 @@ class Driver:
         self.database = self._transport.database
         self.credentials: Credentials = self._transport.credentials
         self.max_message_size = max_message_size
+        self._context = ClientContext(
+            transport=self._transport,
+            retry=self.retry,
+            stream_retry=self.stream_retry,
+            metrics=self.metrics,
+            tracing=self.tracing,
+            max_message_size=max_message_size,
+        )
         self._opened = False
         self._closing = False
         self._topic: TopicClient | None = None
@@ -251,19 +259,15 @@ class Driver:
     def topic(self) -> TopicClient:
         """Topic administration, writers and readers."""
         if self._topic is None:
-            from .topic import TopicClient
-
-            self._topic = TopicClient(self)
+            self._topic = TopicClient(self._context)
         return self._topic
 
     @property
     def query(self) -> QueryClient:
         """Query sessions and transactions (no YQL execution)."""
         if self._query is None:
-            from .query import QueryClient
-
             self._check_open()
-            self._query = QueryClient(self)
+            self._query = QueryClient(self._context)
         return self._query
 
     def _check_open(self) -> None:

@@ -191,16 +191,28 @@ class RetryState:
 
 async def retry_call(
     fn: Callable[[], Awaitable[T]],
-    policy: RetryPolicy,
+    retry: RetryPolicy | RetryState,
     *,
-    idempotent: bool,
+    idempotent: bool = True,
+    classify: Classify | None = None,
     on_retry: Callable[[BaseException, float], None] | None = None,
 ) -> T:
-    """Await ``fn()`` until it succeeds or ``policy`` gives up; the last error is raised.
+    """Await ``fn()`` until it succeeds or the retry gives up; the last error is raised.
 
-    ``on_retry(error, delay)`` is told about each failure that is going to be retried.
+    This is the SDK's one retry loop for calls (unary calls, ``retry_tx``, the supervised
+    consumers' restarts); a stream's reconnects run in ``StreamKeeper``. ``retry`` is a policy
+    (a streak of its own) or a ``RetryState`` the caller keeps, to ``reset`` it after progress
+    or to read its counts. ``classify`` decides which failures are retriable (by default the SDK
+    errors' own retriability, for an operation that is or is not ``idempotent``).
+    ``on_retry(error, delay)`` is told about each failure about to be retried, before the
+    delay; it may raise instead, to stop (a deadline the delay would pass, say).
     """
-    state = RetryState(policy, idempotent=idempotent)
+    if isinstance(retry, RetryState):
+        if classify is not None:
+            raise InvalidArgumentError("classify belongs to the RetryState given")
+        state = retry
+    else:
+        state = RetryState(retry, idempotent=idempotent, classify=classify)
     while True:
         try:
             return await fn()

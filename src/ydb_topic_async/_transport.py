@@ -34,7 +34,7 @@ from ._errors import (
 from ._futures import release_frames, run_within, wait_within
 from ._limits import DEFAULT_MAX_MESSAGE_SIZE, MIN_MAX_MESSAGE_SIZE
 from ._proto import ydb_auth_pb2, ydb_discovery_pb2
-from ._retry import DEFAULT_RETRY, RetryPolicy, RetryState
+from ._retry import DEFAULT_RETRY, RetryPolicy, retry_call
 from ._version import __version__
 from .observability.logging import register_secret, sdk_logger
 
@@ -387,9 +387,9 @@ class Transport:
         method = path.rsplit("/", 1)[-1]
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
-        state = RetryState(retry or self.retry, idempotent=idempotent)
         last: BaseException | None = None
-        while True:
+
+        async def attempt() -> R:
             remaining = None if deadline is None else deadline - loop.time()
             try:
                 if remaining is not None and remaining <= 0:
@@ -398,21 +398,25 @@ class Transport:
                     self._unary_attempt(path, request, response_cls, remaining, with_token, endpoint), remaining
                 )
                 return parse(response)
-            except YdbTopicError as exc:
-                if remaining is not None and isinstance(exc, DeadlineExceededError):
+            except DeadlineExceededError as exc:
+                if remaining is not None:
                     raise _timed_out(method, timeout, exc) from exc  # gRPC applied our deadline
-                delay = state.next_delay(exc)
-                if delay is None:
-                    raise
-                if deadline is not None and loop.time() + delay >= deadline:
-                    raise _timed_out(method, timeout, exc) from exc
-                last = exc
-                logger.debug("retrying %s in %.3fs after %r", method, delay, exc)
-                if self._on_retry is not None:
-                    self._on_retry(method, exc)
+                raise
+            except YdbTopicError:
+                raise
             except TimeoutError:  # wait_within's: the deadline passed during an attempt
                 raise _timed_out(method, timeout, last) from last
-            await asyncio.sleep(delay)
+
+        def before_retry(error: BaseException, delay: float) -> None:
+            nonlocal last
+            if deadline is not None and loop.time() + delay >= deadline:
+                raise _timed_out(method, timeout, error) from error
+            last = error
+            logger.debug("retrying %s in %.3fs after %r", method, delay, error)
+            if self._on_retry is not None:
+                self._on_retry(method, error)
+
+        return await retry_call(attempt, retry or self.retry, idempotent=idempotent, on_retry=before_retry)
 
     async def _unary_attempt(
         self,

@@ -34,3 +34,43 @@ def check_utf8(value: str, what: str) -> bytes:
         raise InvalidArgumentError(
             f"{what} is not valid Unicode text: {exc.reason} at position {exc.start} ({value!r})"
         ) from None
+
+
+
+def check_int(value: object, what: str, *, minimum: int | None = 0, maximum: int | None = None) -> int:
+    """``value`` as an int (not a bool) within ``[minimum, maximum]`` (``None``: no bound)."""
+    if not _int_within(value, minimum, maximum):
+        raise InvalidArgumentError(f"{what} must be {_int_range(minimum, maximum)}, got {value!r}")
+    assert isinstance(value, int)
+    return value
+
+
+def check_optional_int(value: object, what: str, *, minimum: int | None = 0, maximum: int | None = None) -> int | None:
+    """``check_int``, with ``None`` allowed (meaning "not set" or "no limit")."""
+    if value is None:
+        return None
+    if not _int_within(value, minimum, maximum):
+        raise InvalidArgumentError(f"{what} must be {_int_range(minimum, maximum)} or None, got {value!r}")
+    assert isinstance(value, int)
+    return value
+
+
+def _int_within(value: object, minimum: int | None, maximum: int | None) -> bool:
+    return (
+        isinstance(value, int)
+        and not isinstance(value, bool)
+        and (minimum is None or value >= minimum)
+        and (maximum is None or value <= maximum)
+    )
+
+
+def _int_range(minimum: int | None, maximum: int | None) -> str:
+    if maximum is not None:
+        return f"an int between {minimum} and {maximum}" if minimum is not None else f"an int of at most {maximum}"
+    if minimum is None:
+        return "an int"
+    if minimum == 0:
+        return "a non-negative int"
+    if minimum == 1:
+        return "a positive int"
+    return f"an int of at least {minimum}"

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from .._credentials import Credentials
 from .._driver import Driver
 from .._errors import ClosedError, InvalidArgumentError, ReaderClosedError
-from .._retry import BackoffSchedule, RetryPolicy, RetryState
+from .._retry import BackoffSchedule, RetryPolicy, RetryState, retry_call
 from ..observability.logging import sdk_logger
 from ..reader import TopicMessage, TopicReader
 from ..writer import TopicWriter
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack
 
     from ..reader.reader import ReaderOptions, TopicsArg
-    from ..writer.writer import WriterOptions
+    from ..writer.settings import WriterOptions
 
 logger = sdk_logger("integrations")
 
@@ -111,30 +111,30 @@ class Consumer:
         schedule = BackoffSchedule(self.initial_backoff, self.max_backoff, floor=0.5)
         # Every failure is worth a restart (a handler's bug included): only the delay grows.
         retry = RetryState(RetryPolicy(None, None, fast=schedule, slow=schedule), classify=lambda _: "fast")
-        handled_at_failure = self.handled
         self._stopping = False
-        while not self.stopping():
+
+        async def attempt() -> None:
+            if self.stopping():
+                return
+            handled_before = self.handled
             try:
                 await self._consume(driver)
-                return
-            except asyncio.CancelledError:
-                raise
             except Exception as exc:
                 if self.stopping() and isinstance(exc, ClosedError):
                     return
-                if self.handled != handled_at_failure:
+                if self.handled != handled_before:
                     # Progress since the previous failure: this is a new problem, start the backoff over.
                     retry.reset()
-                handled_at_failure = self.handled
-                self.restarts += 1
-                self.last_error = exc
-                delay = retry.next_delay(exc)
-                assert delay is not None  # an unbounded policy never gives up
-                logger.error(
-                    "consumer %s failed; restarting in %.2fs (restart %d)",
-                    self.name, delay, self.restarts, exc_info=exc,
-                )
-                await asyncio.sleep(delay)
+                raise
+
+        def restarting(error: BaseException, delay: float) -> None:
+            self.restarts += 1
+            self.last_error = error
+            logger.error(
+                "consumer %s failed; restarting in %.2fs (restart %d)", self.name, delay, self.restarts, exc_info=error
+            )
+
+        await retry_call(attempt, retry, on_retry=restarting)
 
     async def _consume(self, driver: Driver) -> None:
         reader = driver.topic.reader(self.topics, consumer=self.consumer, **self.reader_options)

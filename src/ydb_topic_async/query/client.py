@@ -17,12 +17,12 @@ from .._errors import (
     PartitionSessionClosedError,
     YdbTopicError,
 )
-from .._retry import RetryPolicy, RetryState, ydb_backoff
+from .._retry import RetryPolicy, retry_call, ydb_backoff
 from .session_pool import DEFAULT_POOL_SIZE, SessionPool
 from .transaction import Transaction, TransactionState
 
 if TYPE_CHECKING:
-    from .._driver import Driver
+    from .._context import ClientContext
 
 logger = logging.getLogger("ydb_topic_async.query")
 
@@ -37,10 +37,11 @@ class QueryClient:
     driver rolls back the transactions still open and deletes every session.
     """
 
-    def __init__(self, driver: Driver, *, pool_size: int = DEFAULT_POOL_SIZE, create_session_timeout: float = 10.0):
-        self._driver = driver
-        self._transport = driver.transport
-        self._pool = SessionPool(driver.transport, pool_size, create_session_timeout)
+    def __init__(
+        self, context: ClientContext, *, pool_size: int = DEFAULT_POOL_SIZE, create_session_timeout: float = 10.0
+    ) -> None:
+        self._context = context
+        self._pool = SessionPool(context.transport, pool_size, create_session_timeout)
         self._open: weakref.WeakSet[Transaction] = weakref.WeakSet()
         self._closed = False
 
@@ -51,7 +52,7 @@ class QueryClient:
         commits, an exception rolls back.
         """
         self._check_open()
-        return Transaction(self)
+        return Transaction(self._pool, self._context.transport, self._open)
 
     async def retry_tx(
         self,
@@ -72,35 +73,31 @@ class QueryClient:
             raise InvalidArgumentError("retry must be a RetryPolicy")
         if not callable(fn):
             raise InvalidArgumentError("retry_tx takes an async function of the transaction")
-        state = RetryState(retry or self._driver.retry, classify=_transaction_backoff)
-        while True:
+        tx: Transaction | None = None
+
+        async def attempt() -> T:
+            nonlocal tx
             tx = self.transaction()
-            try:
-                async with tx:
-                    result = await fn(tx)
-                return result
-            except Exception as exc:
-                if tx.outcome_unknown:
-                    raise  # the commit may have been applied: repeating could apply it twice
-                delay = state.next_delay(exc)
-                if delay is None:
-                    raise
-                logger.info("transaction attempt %d failed (%s); retrying in %.3fs", state.attempt, exc, delay)
-            await asyncio.sleep(delay)
+            async with tx:
+                return await fn(tx)
+
+        def classify(error: BaseException) -> Backoff | None:
+            if tx is not None and tx.outcome_unknown:
+                return None  # the commit may have been applied: repeating could apply it twice
+            return _transaction_backoff(error)
+
+        def log_retry(error: BaseException, delay: float) -> None:
+            logger.info("transaction attempt failed (%s); retrying in %.3fs", error, delay)
+
+        return await retry_call(attempt, retry or self._context.retry, classify=classify, on_retry=log_retry)
 
     @property
     def pool(self) -> SessionPool:
         """The session pool (for inspection: ``idle``, ``open_sessions``)."""
         return self._pool
 
-    def _track(self, tx: Transaction) -> None:
-        self._open.add(tx)
-
-    def _untrack(self, tx: Transaction) -> None:
-        self._open.discard(tx)
-
     def _check_open(self) -> None:
-        self._driver._check_open()
+        self._context.check_open()
         if self._closed:
             raise ClosedError("the query client is closed")
 

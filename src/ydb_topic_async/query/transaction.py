@@ -16,7 +16,7 @@ import asyncio
 import enum
 import inspect
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, MutableSet
 from types import TracebackType
 from typing import TYPE_CHECKING, TypeVar
 
@@ -43,8 +43,8 @@ from .._proto import ydb_topic_pb2 as tpb
 from . import _rpc
 
 if TYPE_CHECKING:
-    from .client import QueryClient
-    from .session_pool import QuerySession
+    from .._transport import Transport
+    from .session_pool import QuerySession, SessionPool
 
 logger = logging.getLogger("ydb_topic_async.query")
 
@@ -84,8 +84,12 @@ class Transaction:
     method returns ``fn``, so it also works as a decorator.
     """
 
-    def __init__(self, client: QueryClient) -> None:
-        self._client = client
+    def __init__(self, pool: SessionPool, transport: Transport, open_transactions: MutableSet[Transaction]) -> None:
+        self._pool = pool
+        self._transport = transport
+        self._open_transactions = open_transactions
+        """Where the client keeps the transactions that have begun and not ended (closing the
+        driver rolls them back)."""
         self._state = TransactionState.NOT_STARTED
         self._session: QuerySession | None = None
         self._tx_id: str | None = None
@@ -210,18 +214,18 @@ class Transaction:
         return tpb.TransactionIdentity(id=self._tx_id, session=self._session.id)
 
     async def _begin(self) -> None:
-        session = await self._client._pool.acquire()
+        session = await self._pool.acquire()
         try:
             request = qpb.BeginTransactionRequest(session_id=session.id)
             request.tx_settings.serializable_read_write.SetInParent()
             response = await _rpc.call(
-                self._client._transport, "BeginTransaction", request, qpb.BeginTransactionResponse, timeout=None
+                self._transport, "BeginTransaction", request, qpb.BeginTransactionResponse, timeout=None
             )
         except BaseException as exc:
             with anyio.CancelScope(shield=True):
                 if _session_suspect(exc) or isinstance(exc, SessionBusyError):
                     session.invalidate(exc)
-                await self._client._pool.release(session)
+                await self._pool.release(session)
             raise
         self._session = session
         self._tx_id = response.tx_meta.id
@@ -234,7 +238,7 @@ class Transaction:
                 await self._release()
             raise TransactionEndedError(f"{self!r} ended while it was beginning ({state.value})")
         self._state = TransactionState.ACTIVE
-        self._client._track(self)
+        self._open_transactions.add(self)
 
     async def _settle_begin(self) -> None:
         """Wait for a lazy begin that is under way (a write or read joining the transaction)."""
@@ -278,7 +282,7 @@ class Transaction:
                     self._session.check_alive()
                     sent = True
                     await _rpc.call(
-                        self._client._transport,
+                        self._transport,
                         "CommitTransaction",
                         qpb.CommitTransactionRequest(session_id=self._session.id, tx_id=self._tx_id),
                         qpb.CommitTransactionResponse,
@@ -367,7 +371,7 @@ class Transaction:
             return
         try:
             await _rpc.call(
-                self._client._transport,
+                self._transport,
                 "RollbackTransaction",
                 qpb.RollbackTransactionRequest(session_id=session.id, tx_id=self._tx_id),
                 qpb.RollbackTransactionResponse,
@@ -389,10 +393,10 @@ class Transaction:
             self._session.invalidate(error)
 
     async def _release(self) -> None:
-        self._client._untrack(self)
+        self._open_transactions.discard(self)
         if self._session is not None and not self._released:
             self._released = True
-            await run_within(self._client._pool.release(self._session), _CLEANUP_TIMEOUT)
+            await run_within(self._pool.release(self._session), _CLEANUP_TIMEOUT)
 
     async def _run_before(self, hooks: list[BeforeHook], *, quiet: bool = False) -> None:
         index = 0

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from .. import _codecs
 from .._closing import ClosesOnExit
@@ -32,24 +32,24 @@ from .session import OnPartitionStart, OnPartitionStop, ReaderConnection, Reader
 from .tx import TxReads
 
 if TYPE_CHECKING:
-    from typing_extensions import TypedDict
+    from .._context import ClientContext
 
-    from .._driver import Driver
 
-    class ReaderOptions(TypedDict, total=False):
-        """The keyword arguments of ``TopicReader`` after ``consumer`` (and of ``driver.topic.reader``)."""
+class ReaderOptions(TypedDict, total=False):
+    """The keyword arguments of ``driver.topic.reader`` after ``consumer``."""
 
-        buffer_size_bytes: int
-        decoders: Mapping[int, _codecs.Transform] | None
-        on_partition_start: OnPartitionStart | None
-        on_partition_stop: OnPartitionStop | None
-        reader_name: str | None
-        retry: RetryPolicy | None
-        auto_partitioning_support: bool
-        graceful_stop_timeout: float
-        credit_release_fraction: float
-        token_refresh_interval: float
-        init_timeout: float
+    buffer_size_bytes: int
+    decoders: Mapping[int, _codecs.Transform] | None
+    on_partition_start: OnPartitionStart | None
+    on_partition_stop: OnPartitionStop | None
+    reader_name: str | None
+    retry: RetryPolicy | None
+    auto_partitioning_support: bool
+    graceful_stop_timeout: float
+    credit_release_fraction: float
+    token_refresh_interval: float
+    init_timeout: float
+
 
 logger = sdk_logger("reader")
 
@@ -87,7 +87,7 @@ class TopicReader(ConnectionStatus, ClosesOnExit):
 
     def __init__(
         self,
-        driver: Driver,
+        context: ClientContext,
         topics: TopicsArg,
         *,
         consumer: str | None,
@@ -123,7 +123,7 @@ class TopicReader(ConnectionStatus, ClosesOnExit):
         for name, fn in (("on_partition_start", on_partition_start), ("on_partition_stop", on_partition_stop)):
             if fn is not None and not callable(fn):
                 raise InvalidArgumentError(f"{name} must be callable")
-        selectors = [self._selector(driver, t) for t in self._as_list(topics)]
+        selectors = [self._selector(context, t) for t in self._as_list(topics)]
         if not selectors:
             raise InvalidArgumentError("give at least one topic to read")
         if consumer is None:
@@ -133,18 +133,18 @@ class TopicReader(ConnectionStatus, ClosesOnExit):
                         f"reading {selector.path} without a consumer needs explicit partitions "
                         "(TopicSelector(path, partitions=[...]) or start_offsets={partition: offset})"
                     )
-        self._driver = driver
+        self._context = context
         self.consumer = consumer
         self.selectors: tuple[TopicSelector, ...] = tuple(selectors)
         self._conn = ReaderConnection(
-            driver.transport,
+            context.transport,
             ReaderSettings(
                 selectors=selectors,
                 consumer=consumer,
                 decoders=_codecs.merge_codecs(_codecs.BUILTIN_DECODERS, decoders),
                 on_partition_start=on_partition_start,
                 on_partition_stop=on_partition_stop,
-                retry=retry or driver.stream_retry,
+                retry=retry or context.stream_retry,
                 reader_name=reader_name or f"ydb-topic-async-{uuid.uuid4().hex[:8]}",
                 auto_partitioning_support=auto_partitioning_support,
                 graceful_stop_timeout=graceful_stop_timeout,
@@ -153,12 +153,12 @@ class TopicReader(ConnectionStatus, ClosesOnExit):
             ),
             buffer_size_bytes,
             int(buffer_size_bytes * credit_release_fraction),
-            driver.metrics,
+            context.metrics,
         )
         self._buffer = self._conn.buffer
         self._commits = self._conn.commits
         self._keeper = self._conn.keeper
-        self._tracing = driver.tracing
+        self._tracing = context.tracing
         self._hot = self._tracing is None
         """Whether a message at hand may be handed out at once: open, not failed, no tracing
         (one flag instead of three checks per message)."""
@@ -177,11 +177,11 @@ class TopicReader(ConnectionStatus, ClosesOnExit):
         raise InvalidArgumentError(f"topics must be a path, a TopicSelector or a list of them, not {topics!r}")
 
     @staticmethod
-    def _selector(driver: Driver, topic: str | TopicSelector) -> TopicSelector:
+    def _selector(context: ClientContext, topic: str | TopicSelector) -> TopicSelector:
         if isinstance(topic, str):
-            return TopicSelector(driver.topic.full_path(topic))
+            return TopicSelector(context.full_path(topic))
         if isinstance(topic, TopicSelector):
-            path = driver.topic.full_path(topic.path)
+            path = context.full_path(topic.path)
             return TopicSelector(path, topic.partitions, topic.read_from, topic.max_lag, topic.start_offsets)
         raise InvalidArgumentError(f"expected a topic path or TopicSelector, got {topic!r}")
 
@@ -266,22 +266,11 @@ class TopicReader(ConnectionStatus, ClosesOnExit):
         self._buffer.reset()
         self._buffer.nonempty.set()
 
-    @property
-    def closed(self) -> bool:
-        """True once ``close`` was called."""
-        return self._closed
+    def _closed_error(self) -> ReaderClosedError:
+        return ReaderClosedError("the topic reader is closed")
 
-    @property
-    def failure(self) -> BaseException | None:
-        """The error that ended this reader for good (its next call raises it), or None."""
-        return self._failure
-
-    def _check_usable(self) -> None:
-        if self._closed:
-            raise ReaderClosedError("the topic reader is closed")
-        if self._failure is not None:
-            self._failure_reported = True
-            raise self._failure
+    def _failure_raised(self) -> None:
+        self._failure_reported = True
 
     # --- receiving -----------------------------------------------------------------------------
 
@@ -351,7 +340,7 @@ class TopicReader(ConnectionStatus, ClosesOnExit):
             raise CommitNotAllowedError("this reader reads without a consumer: there is nothing to commit to")
         self._check_usable()
         if self._tx_reads is None:
-            self._tx_reads = TxReads(self._driver, self._conn, self.consumer)
+            self._tx_reads = TxReads(self._context, self._conn, self.consumer)
         binding = await self._tx_reads.join(tx)
         batch = await self.receive_batch(max_messages, max_bytes, timeout)
         self._tx_reads.record(binding, batch)

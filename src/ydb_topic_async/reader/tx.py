@@ -22,7 +22,7 @@ from ..query._binding import TxBinding, bind
 from .commits import merge_ranges
 
 if TYPE_CHECKING:
-    from .._driver import Driver
+    from .._context import ClientContext
     from .messages import MessageBatch
     from .session import ReaderConnection
 
@@ -32,8 +32,8 @@ _UPDATE_OFFSETS = "/Ydb.Topic.V1.TopicService/UpdateOffsetsInTransaction"
 class TxReads:
     """The batches handed out per open transaction, and the hooks that commit or re-read them."""
 
-    def __init__(self, driver: Driver, conn: ReaderConnection, consumer: str) -> None:
-        self._driver = driver
+    def __init__(self, context: ClientContext, conn: ReaderConnection, consumer: str) -> None:
+        self._transport = context.transport
         self._conn = conn
         self._consumer = consumer
         self._open: dict[int, tuple[TxBinding, list[MessageBatch]]] = {}
@@ -72,7 +72,7 @@ class TxReads:
                     f"{batch.partition_session!r} ended after {batch!r} was received: its offsets cannot be"
                     " committed (the messages will be read again)"
                 )
-                await binding.abort(self._driver.transport, error)
+                await binding.abort(self._transport, error)
                 raise error
         identity = binding.current_identity()
         assert identity is not None
@@ -88,7 +88,7 @@ class TxReads:
                     item.partition_offsets.add(start=start, end=end)
         try:
             # No retries of its own: a failure fails the transaction, which is what gets repeated.
-            await self._driver.transport.call_operation(
+            await self._transport.call_operation(
                 _UPDATE_OFFSETS,
                 request,
                 pb.UpdateOffsetsInTransactionResponse,
@@ -97,7 +97,7 @@ class TxReads:
                 retry=RetryPolicy.no_retries(),
             )
         except Exception as exc:
-            await binding.abort(self._driver.transport, exc)
+            await binding.abort(self._transport, exc)
             raise
 
     async def _after_commit(self, key: int, error: BaseException | None) -> None:

@@ -1,30 +1,24 @@
-"""``driver.topic``: topic administration, commit_offset, and the writer/reader factories."""
+"""``driver.topic``: topic administration and the factories of writers and readers.
+
+``TopicClient`` is a ``TopicAdmin`` (``topic/admin.py``) that also makes writers and readers
+from the driver's ``ClientContext`` and remembers them, so that closing the driver closes them.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import weakref
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol, Unpack
 
-from .._errors import AlreadyExistsError, InvalidArgumentError, SchemeError
-from .._proto import ydb_topic_pb2 as pb
-from .._validate import check_timeout
+from .._context import ClientContext
 from ..observability.logging import sdk_logger
-from . import types as t
+from ..reader.reader import ReaderOptions, TopicReader, TopicsArg
+from ..writer.keyed import KeyedWriter
+from ..writer.settings import KeyedWriterOptions, WriterOptions, WriterSettings
+from ..writer.tx_writer import TxWriter
+from ..writer.writer import TopicWriter
+from .admin import TopicAdmin
 
-if TYPE_CHECKING:
-    from typing_extensions import Unpack
-
-    from .._driver import Driver
-    from .._retry import RetryPolicy
-    from ..reader.reader import ReaderOptions, TopicReader, TopicsArg
-    from ..writer.keyed import KeyedWriter, KeyedWriterOptions
-    from ..writer.tx_writer import TxWriter
-    from ..writer.writer import TopicWriter, WriterOptions
-
-_SERVICE = "/Ydb.Topic.V1.TopicService/"
 logger = sdk_logger("topic")
 
 
@@ -32,60 +26,20 @@ class _Closable(Protocol):
     async def close(self, timeout: float | None = None) -> None: ...
 
 
-def _positive(value: int | None, what: str, *, allow_zero: bool = True) -> None:
-    if value is None:
-        return
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0 or (value == 0 and not allow_zero):
-        kind = "non-negative" if allow_zero else "positive"
-        raise InvalidArgumentError(f"{what} must be a {kind} int, got {value!r}")
-
-
-class TopicClient:
+class TopicClient(TopicAdmin):
     """Administration of topics and consumers, and the entry point for writers and readers.
 
-    Paths may be absolute (``/local/events``) or relative to the driver's database (``events``).
-    Every method validates its arguments before sending anything. A method's ``timeout`` bounds
-    the whole call, retries and backoff included (``OperationTimeoutError`` when it passes);
-    failures that may pass (UNAVAILABLE, OVERLOADED, a broken connection) are retried by the
-    driver's ``retry`` policy, for idempotent methods also those whose outcome is unknown.
+    Reached as ``driver.topic``. Paths may be absolute (``/local/events``) or relative to the
+    driver's database (``events``). Every method validates its arguments before sending
+    anything. A method's ``timeout`` bounds the whole call, retries and backoff included
+    (``OperationTimeoutError`` when it passes); failures that may pass (UNAVAILABLE, OVERLOADED,
+    a broken connection) are retried by the driver's ``retry`` policy, for idempotent methods
+    also those whose outcome is unknown.
     """
 
-    def __init__(self, driver: Driver) -> None:
-        self._driver = driver
+    def __init__(self, context: ClientContext) -> None:
+        super().__init__(context)
         self._owned: weakref.WeakSet[Any] = weakref.WeakSet()
-
-    # --- paths and calls ----------------------------------------------------------------
-
-    def full_path(self, path: str) -> str:
-        """``path`` made absolute against the driver's database."""
-        if not isinstance(path, str) or not path.strip("/"):
-            raise InvalidArgumentError(f"topic path must be a non-empty string, got {path!r}")
-        if path.startswith("/"):
-            return path.rstrip("/")
-        return f"{self._driver.database.rstrip('/')}/{path.rstrip('/')}"
-
-    async def _call(
-        self,
-        method: str,
-        request: Any,
-        response_cls: Any,
-        result_cls: Any,
-        *,
-        idempotent: bool,
-        timeout: float | None,
-        retry: RetryPolicy | None = None,
-    ) -> Any:
-        """One TopicService call; ``timeout`` bounds it whole, retries included; ``retry``: the
-        policy instead of the driver's."""
-        return await self._driver.transport.call_operation(
-            _SERVICE + method,
-            request,
-            response_cls,
-            result_cls,
-            idempotent=idempotent,
-            timeout=check_timeout(timeout),
-            retry=retry,
-        )
 
     def _own(self, closable: _Closable) -> None:
         """Remember a writer or reader so that closing the driver closes it."""
@@ -111,329 +65,117 @@ class TopicClient:
     # --- writers and readers ------------------------------------------------------------
 
     def writer(self, path: str, **options: Unpack[WriterOptions]) -> TopicWriter:
-        """A ``TopicWriter`` for ``path``; options as for ``TopicWriter``. Closing the driver closes it."""
-        from ..writer import TopicWriter
+        """A ``TopicWriter`` for ``path``: one partition, exactly-once with a producer id.
 
-        writer = TopicWriter(self._driver, path, **options)
+        Every option is checked here (``InvalidArgumentError`` naming it). Closing the driver
+        closes the writer.
+
+        Parameters:
+            path: The topic, absolute or relative to the driver's database.
+            producer_id: The deduplication identity. ``None`` (the default) makes a random one,
+                so that resends after a reconnect are still deduplicated; ``""`` sends none and
+                switches deduplication off. At most 2048 characters.
+            partition_id: The partition to write to; ``None`` lets the server pick one per
+                producer id.
+            direct_write: Connect to the node that holds the partition, with its generation,
+                and follow the partition when it moves. Needs ``partition_id``.
+            session_metadata: ``str`` to ``str`` pairs sent with the write session.
+            codec: The codec of written batches (``Codec.RAW`` by default); a custom codec id
+                needs its function in ``encoders``.
+            encoders: Extra codec functions by codec id (``bytes -> bytes``), run off the event
+                loop. An encoder runs in one thread at a time unless wrapped in ``ThreadSafe``.
+            auto_seqno: Number messages automatically, after the producer's last stored seq_no
+                (default ``True``). With ``False`` every ``Message`` carries its own increasing
+                ``seq_no``.
+            auto_created_at: Stamp each message with the time it was written (default ``True``).
+            max_buffer_messages: The most messages accepted and not yet acknowledged (100,000 by
+                default; ``None``: no limit).
+            max_buffer_bytes: The most payload bytes accepted and not yet acknowledged (64 MiB by
+                default; ``None``: no limit).
+            buffer_wait_timeout: Seconds ``write`` waits for room in a full buffer before raising
+                ``BufferFullTimeoutError`` (``None``, the default: as long as it takes).
+            retry: The reconnect policy; ``None``: the driver's ``stream_retry`` (reconnect for
+                as long as the writer is open).
+            max_request_size: The most bytes one WriteRequest may hold; ``None``: the driver's
+                ``max_message_size`` less a margin for the request's framing.
+            token_refresh_interval: Seconds between checks of the credentials' token for an
+                in-band refresh (default 5; 0 switches the refresh off).
+            init_timeout: Seconds one handshake may take, the InitRequest write and the
+                InitResponse read together, before the attempt counts as failed (default 30).
+        """
+        writer = TopicWriter(self._context, self, path, WriterSettings(**options))
         self._own(writer)
         return writer
 
     def keyed_writer(self, path: str, **options: Unpack[KeyedWriterOptions]) -> KeyedWriter:
         """A ``KeyedWriter`` for ``path``: ``write(message, key=...)`` spreads messages over the
-        topic's partitions by key, in order per key. Options as for ``KeyedWriter``. Closing the
-        driver closes it."""
-        from ..writer.keyed import KeyedWriter
+        topic's partitions by key, in order per key.
 
-        writer = KeyedWriter(self._driver, path, **options)
+        Every option is checked here. Closing the driver closes the keyed writer.
+
+        Parameters:
+            path: The topic, absolute or relative to the driver's database.
+            producer_id: The base of the partitions' producer ids (each partition's writer
+                writes as ``{producer_id}_{partition_id}``); ``None`` makes a random one. Not
+                empty, at most 2037 characters.
+            **options: ``direct_write``, ``session_metadata``, ``codec``, ``encoders``,
+                ``auto_created_at``, ``buffer_wait_timeout``, ``retry``, ``max_request_size``,
+                ``token_refresh_interval`` and ``init_timeout`` as for ``writer``;
+                ``max_buffer_messages`` and ``max_buffer_bytes`` bound each partition's writer.
+        """
+        writer = KeyedWriter(self._context, self, path, WriterSettings(**options))
         self._own(writer)
         return writer
 
     def tx_writer(self, tx: object, path: str, **options: Unpack[WriterOptions]) -> TxWriter:
         """A ``TxWriter`` for ``path`` whose messages are published when ``tx`` commits.
 
-        ``tx`` comes from ``driver.query.transaction()`` or from the official ``ydb`` package's
-        asyncio query client. Options as for ``TopicWriter``, but by default without a producer id
-        and without retries: any error fails the transaction.
+        Parameters:
+            tx: A transaction from ``driver.query.transaction()`` or from the official ``ydb``
+                package's asyncio query client.
+            path: The topic, absolute or relative to the driver's database.
+            **options: As for ``writer``, with other defaults: no producer id
+                (``producer_id=""``) and no retries (``retry=RetryPolicy.no_retries()``), so
+                that any error fails the transaction. Retries need a producer id.
         """
-        from ..writer import TxWriter
-
-        writer = TxWriter(self._driver, tx, path, **options)
+        writer = TxWriter(self._context, self, tx, path, TxWriter.settings(**options))
         self._own(writer)
         return writer
 
     def reader(self, topics: TopicsArg, *, consumer: str | None, **options: Unpack[ReaderOptions]) -> TopicReader:
-        """A ``TopicReader`` for topics or ``TopicSelector``s; options as for ``TopicReader``.
+        """A ``TopicReader`` of ``topics`` as ``consumer``. Every option is checked here; closing
+        the driver closes the reader.
 
-        ``consumer=None`` reads explicit partitions without a consumer. Closing the driver closes it.
+        Parameters:
+            topics: A topic path, a ``TopicSelector`` (partitions, ``read_from``, ``max_lag``,
+                ``start_offsets``) or a list of them.
+            consumer: The consumer whose committed offsets the reader starts from and moves.
+                ``None`` reads the selectors' explicit partitions from their ``start_offsets``
+                (or offsets from ``on_partition_start``) and refuses commits.
+            buffer_size_bytes: The most bytes received and not yet handed out, counted decoded
+                (50 MiB by default, at least 1024); the server may send one response past it.
+            decoders: Extra codec functions by codec id (``bytes -> bytes``), e.g.
+                ``{LZ4_CODEC: lz4_decode}``; a decoder runs in one thread at a time unless
+                wrapped in ``ThreadSafe``.
+            on_partition_start: Called with each new ``PartitionSession``; may return a read
+                offset (int) or ``StartOffsets``. May be a coroutine function.
+            on_partition_stop: Called when a partition session ends. May be a coroutine function.
+            reader_name: The name the server shows for this reader (random by default).
+            retry: The reconnect policy; ``None``: the driver's ``stream_retry`` (reconnect for
+                as long as the reader is open; uncommitted messages are delivered again).
+            auto_partitioning_support: Read auto-partitioned topics as their partitions split
+                and merge (default ``True``).
+            graceful_stop_timeout: Seconds a partition the server takes away waits for commits
+                of the messages already handed out (default 10).
+            credit_release_fraction: The share of ``buffer_size_bytes`` freed before credit is
+                returned to the server (default 0.25, in ``(0, 1]``).
+            token_refresh_interval: Seconds between checks of the credentials' token for an
+                in-band refresh (default 5; 0 switches the refresh off).
+            init_timeout: Seconds one handshake may take (default 30).
         """
-        from ..reader import TopicReader
-
-        reader = TopicReader(self._driver, topics, consumer=consumer, **options)
+        reader = TopicReader(self._context, topics, consumer=consumer, **options)
         self._own(reader)
         return reader
 
-    # --- administration -----------------------------------------------------------------
 
-    async def create_topic(
-        self,
-        path: str,
-        *,
-        min_active_partitions: int | None = None,
-        max_active_partitions: int | None = None,
-        partition_count_limit: int | None = None,
-        retention_period: dt.timedelta | None = None,
-        retention_storage_mb: int | None = None,
-        supported_codecs: Sequence[int] = (),
-        partition_write_speed_bytes_per_second: int | None = None,
-        partition_write_burst_bytes: int | None = None,
-        metering_mode: t.MeteringMode | None = None,
-        attributes: Mapping[str, str] | None = None,
-        consumers: Sequence[t.ConsumerSettings | str] = (),
-        auto_partitioning: t.AutoPartitioningSettings | None = None,
-        exists_ok: bool = False,
-        timeout: float | None = None,
-    ) -> None:
-        """Create a topic. When a topic exists at ``path`` already, YDB answers success and leaves
-        it as it is (its settings are not compared with these); a server that answers
-        ``ALREADY_EXISTS`` instead raises ``AlreadyExistsError``, unless ``exists_ok``.
-
-        ``exists_ok=True`` makes the call safe to repeat (scripts, application start-up) on any
-        server: a topic already at ``path`` is left as it is, whatever its settings, and transient
-        failures are retried, since creating twice can no longer fail.
-        """
-        for value, what in (
-            (min_active_partitions, "min_active_partitions"),
-            (max_active_partitions, "max_active_partitions"),
-            (partition_count_limit, "partition_count_limit"),
-            (retention_storage_mb, "retention_storage_mb"),
-            (partition_write_speed_bytes_per_second, "partition_write_speed_bytes_per_second"),
-            (partition_write_burst_bytes, "partition_write_burst_bytes"),
-        ):
-            _positive(value, what)
-        if (
-            min_active_partitions is not None
-            and max_active_partitions is not None
-            and max_active_partitions
-            and max_active_partitions < min_active_partitions
-        ):
-            raise InvalidArgumentError("max_active_partitions must not be below min_active_partitions")
-        names = [c if isinstance(c, str) else c.name for c in consumers]
-        if len(set(names)) != len(names):
-            raise InvalidArgumentError(f"duplicate consumer names in {names}")
-        request = pb.CreateTopicRequest(
-            path=self.full_path(path),
-            retention_storage_mb=retention_storage_mb or 0,
-            partition_write_speed_bytes_per_second=partition_write_speed_bytes_per_second or 0,
-            partition_write_burst_bytes=partition_write_burst_bytes or 0,
-            attributes=t.check_attributes(attributes, "attributes"),
-            consumers=[t.consumer_to_proto(c) for c in consumers],
-            metering_mode=int(metering_mode or 0),  # type: ignore[arg-type]
-        )
-        ps = request.partitioning_settings
-        ps.min_active_partitions = min_active_partitions or 0
-        ps.max_active_partitions = max_active_partitions or 0
-        ps.partition_count_limit = partition_count_limit or 0
-        if auto_partitioning is not None:
-            _fill_auto_partitioning(ps.auto_partitioning_settings, auto_partitioning)
-        if retention_period is not None:
-            request.retention_period.CopyFrom(t.to_duration(retention_period, "retention_period"))
-        if supported_codecs:
-            request.supported_codecs.codecs.extend(t.check_codecs(supported_codecs, "supported_codecs"))
-        try:
-            await self._call(
-                "CreateTopic", request, pb.CreateTopicResponse, None, idempotent=exists_ok, timeout=timeout
-            )
-        except AlreadyExistsError:
-            if not exists_ok:
-                raise
-        except SchemeError:
-            # Some servers answer SCHEME_ERROR for an existing path: the topic itself settles it.
-            if not exists_ok or not await self._exists(request.path, timeout):
-                raise
-
-    async def _exists(self, full_path: str, timeout: float | None) -> bool:
-        try:
-            await self.describe_topic(full_path, timeout=timeout)
-        except SchemeError:
-            return False
-        return True
-
-    async def describe_topic(
-        self, path: str, *, include_stats: bool = False, include_location: bool = False, timeout: float | None = None
-    ) -> t.TopicDescription:
-        """Settings, consumers and partitions of a topic (offsets with ``include_stats``)."""
-        return await self._describe_topic(path, include_stats, include_location, timeout)
-
-    async def _describe_topic(
-        self,
-        path: str,
-        include_stats: bool = False,
-        include_location: bool = False,
-        timeout: float | None = None,
-        retry: RetryPolicy | None = None,
-    ) -> t.TopicDescription:
-        """``describe_topic``, retried by ``retry`` instead of the driver's policy (for the SDK's
-        own background work, which follows its owner's policy)."""
-        full = self.full_path(path)
-        request = pb.DescribeTopicRequest(path=full, include_stats=include_stats, include_location=include_location)
-        result = await self._call(
-            "DescribeTopic", request, pb.DescribeTopicResponse, pb.DescribeTopicResult,
-            idempotent=True, timeout=timeout, retry=retry,
-        )
-        return t.topic_from_proto(result, full)
-
-    async def describe_partition(
-        self,
-        path: str,
-        partition_id: int,
-        *,
-        include_stats: bool = True,
-        include_location: bool = False,
-        timeout: float | None = None,
-    ) -> t.PartitionInfo:
-        """One partition of a topic."""
-        _positive(partition_id, "partition_id")
-        request = pb.DescribePartitionRequest(
-            path=self.full_path(path),
-            partition_id=partition_id,
-            include_stats=include_stats,
-            include_location=include_location,
-        )
-        result = await self._call(
-            "DescribePartition",
-            request,
-            pb.DescribePartitionResponse,
-            pb.DescribePartitionResult,
-            idempotent=True,
-            timeout=timeout,
-        )
-        return t.partition_from_proto(result.partition)
-
-    async def describe_consumer(
-        self, path: str, consumer: str, *, include_stats: bool = True, timeout: float | None = None
-    ) -> t.ConsumerDescription:
-        """A consumer and, per partition, its committed offset and lag."""
-        if not consumer or not isinstance(consumer, str):
-            raise InvalidArgumentError("consumer must be a non-empty string")
-        full = self.full_path(path)
-        request = pb.DescribeConsumerRequest(path=full, consumer=consumer, include_stats=include_stats)
-        result = await self._call(
-            "DescribeConsumer",
-            request,
-            pb.DescribeConsumerResponse,
-            pb.DescribeConsumerResult,
-            idempotent=True,
-            timeout=timeout,
-        )
-        return t.consumer_description_from_proto(result, full)
-
-    async def alter_topic(
-        self,
-        path: str,
-        *,
-        set_min_active_partitions: int | None = None,
-        set_max_active_partitions: int | None = None,
-        set_partition_count_limit: int | None = None,
-        set_retention_period: dt.timedelta | None = None,
-        set_retention_storage_mb: int | None = None,
-        set_supported_codecs: Sequence[int] | None = None,
-        set_partition_write_speed_bytes_per_second: int | None = None,
-        set_partition_write_burst_bytes: int | None = None,
-        set_metering_mode: t.MeteringMode | None = None,
-        alter_attributes: Mapping[str, str] | None = None,
-        add_consumers: Sequence[t.ConsumerSettings | str] = (),
-        drop_consumers: Sequence[str] = (),
-        alter_consumers: Sequence[t.AlterConsumerSettings] = (),
-        set_auto_partitioning: t.AutoPartitioningSettings | None = None,
-        timeout: float | None = None,
-    ) -> None:
-        """Change a topic's settings and consumers; only the given settings change.
-
-        An empty value in ``alter_attributes`` removes that attribute.
-        """
-        for value, what in (
-            (set_min_active_partitions, "set_min_active_partitions"),
-            (set_max_active_partitions, "set_max_active_partitions"),
-            (set_partition_count_limit, "set_partition_count_limit"),
-            (set_retention_storage_mb, "set_retention_storage_mb"),
-            (set_partition_write_speed_bytes_per_second, "set_partition_write_speed_bytes_per_second"),
-            (set_partition_write_burst_bytes, "set_partition_write_burst_bytes"),
-        ):
-            _positive(value, what)
-        if isinstance(drop_consumers, str):
-            raise InvalidArgumentError("drop_consumers must be a list of names, not one string")
-        request = pb.AlterTopicRequest(
-            path=self.full_path(path),
-            alter_attributes=t.check_attributes(alter_attributes, "alter_attributes"),
-            add_consumers=[t.consumer_to_proto(c) for c in add_consumers],
-            drop_consumers=list(drop_consumers),
-            alter_consumers=[_alter_consumer_to_proto(c) for c in alter_consumers],
-            set_metering_mode=int(set_metering_mode or 0),  # type: ignore[arg-type]
-        )
-        aps = request.alter_partitioning_settings
-        if set_min_active_partitions is not None:
-            aps.set_min_active_partitions = set_min_active_partitions
-        if set_max_active_partitions is not None:
-            aps.set_max_active_partitions = set_max_active_partitions
-        if set_partition_count_limit is not None:
-            aps.set_partition_count_limit = set_partition_count_limit
-        if set_auto_partitioning is not None:
-            alter = aps.alter_auto_partitioning_settings
-            alter.set_strategy = int(set_auto_partitioning.strategy)  # type: ignore[assignment]
-            speed = alter.set_partition_write_speed
-            if set_auto_partitioning.stabilization_window is not None:
-                speed.set_stabilization_window.CopyFrom(
-                    t.to_duration(set_auto_partitioning.stabilization_window, "stabilization_window")
-                )
-            if set_auto_partitioning.up_utilization_percent is not None:
-                speed.set_up_utilization_percent = set_auto_partitioning.up_utilization_percent
-            if set_auto_partitioning.down_utilization_percent is not None:
-                speed.set_down_utilization_percent = set_auto_partitioning.down_utilization_percent
-        if set_retention_period is not None:
-            request.set_retention_period.CopyFrom(t.to_duration(set_retention_period, "set_retention_period"))
-        if set_retention_storage_mb is not None:
-            request.set_retention_storage_mb = set_retention_storage_mb
-        if set_supported_codecs is not None:
-            request.set_supported_codecs.codecs.extend(t.check_codecs(set_supported_codecs, "set_supported_codecs"))
-        if set_partition_write_speed_bytes_per_second is not None:
-            request.set_partition_write_speed_bytes_per_second = set_partition_write_speed_bytes_per_second
-        if set_partition_write_burst_bytes is not None:
-            request.set_partition_write_burst_bytes = set_partition_write_burst_bytes
-        await self._call("AlterTopic", request, pb.AlterTopicResponse, None, idempotent=False, timeout=timeout)
-
-    async def drop_topic(self, path: str, *, timeout: float | None = None) -> None:
-        """Delete a topic and its data. A missing topic raises ``SchemeError``."""
-        request = pb.DropTopicRequest(path=self.full_path(path))
-        await self._call("DropTopic", request, pb.DropTopicResponse, None, idempotent=False, timeout=timeout)
-
-    async def commit_offset(
-        self,
-        path: str,
-        partition_id: int,
-        consumer: str,
-        offset: int,
-        *,
-        read_session_id: str | None = None,
-        timeout: float | None = None,
-    ) -> None:
-        """Set ``consumer``'s committed offset in one partition (the next offset to read)."""
-        _positive(partition_id, "partition_id")
-        _positive(offset, "offset")
-        if not consumer or not isinstance(consumer, str):
-            raise InvalidArgumentError("consumer must be a non-empty string")
-        request = pb.CommitOffsetRequest(
-            path=self.full_path(path),
-            partition_id=partition_id,
-            consumer=consumer,
-            offset=offset,
-            read_session_id=read_session_id or "",
-        )
-        await self._call("CommitOffset", request, pb.CommitOffsetResponse, None, idempotent=True, timeout=timeout)
-
-
-def _fill_auto_partitioning(msg: Any, settings: t.AutoPartitioningSettings) -> None:
-    msg.strategy = int(settings.strategy)
-    speed = msg.partition_write_speed
-    if settings.stabilization_window is not None:
-        speed.stabilization_window.CopyFrom(t.to_duration(settings.stabilization_window, "stabilization_window"))
-    for value, what in (
-        (settings.up_utilization_percent, "up_utilization_percent"),
-        (settings.down_utilization_percent, "down_utilization_percent"),
-    ):
-        if value is not None and not 0 <= value <= 100:
-            raise InvalidArgumentError(f"{what} must be between 0 and 100, got {value}")
-    speed.up_utilization_percent = settings.up_utilization_percent or 0
-    speed.down_utilization_percent = settings.down_utilization_percent or 0
-
-
-def _alter_consumer_to_proto(c: t.AlterConsumerSettings) -> pb.AlterConsumer:
-    if not isinstance(c, t.AlterConsumerSettings) or not c.name:
-        raise InvalidArgumentError(f"alter_consumers takes AlterConsumerSettings with a name, got {c!r}")
-    msg = pb.AlterConsumer(name=c.name, alter_attributes=t.check_attributes(c.attributes, f"consumer {c.name!r}"))
-    if c.important is not None:
-        msg.set_important = c.important
-    if c.read_from is not None:
-        msg.set_read_from.CopyFrom(t.to_timestamp(c.read_from, "read_from"))
-    if c.supported_codecs is not None:
-        msg.set_supported_codecs.codecs.extend(t.check_codecs(c.supported_codecs, f"consumer {c.name!r}"))
-    return msg
+__all__ = ["TopicClient"]

@@ -1,22 +1,33 @@
 """The topic writer: buffered, reconnecting, deduplicated writes to one partition; the keyed
-writer spreads messages over a topic's partitions by key."""
+writer spreads messages over a topic's partitions by key; the transactional writer publishes
+when a transaction commits."""
 
 from .keyed import KeyedWriter
 from .messages import InitInfo, Message, Skipped, WriteResult, WriteStatistics, Written, WrittenInTx
+from .settings import (
+    DEFAULT_MAX_BUFFER_BYTES,
+    DEFAULT_MAX_BUFFER_MESSAGES,
+    KeyedWriterOptions,
+    WriterOptions,
+    WriterSettings,
+)
 from .tx_writer import TxWriter
-from .writer import DEFAULT_MAX_BUFFER_BYTES, DEFAULT_MAX_BUFFER_MESSAGES, TopicWriter
+from .writer import TopicWriter
 
 __all__ = [
     "DEFAULT_MAX_BUFFER_BYTES",
     "DEFAULT_MAX_BUFFER_MESSAGES",
     "InitInfo",
     "KeyedWriter",
+    "KeyedWriterOptions",
     "Message",
     "Skipped",
     "TopicWriter",
     "TxWriter",
     "WriteResult",
     "WriteStatistics",
+    "WriterOptions",
+    "WriterSettings",
     "Written",
     "WrittenInTx",
 ]

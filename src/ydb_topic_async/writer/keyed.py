@@ -21,13 +21,11 @@ import asyncio
 import bisect
 import contextlib
 import datetime as dt
-import uuid
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, overload
 
-from .. import _codecs
 from .._closing import ClosesOnExit
 from .._errors import (
     InvalidArgumentError,
@@ -36,7 +34,8 @@ from .._errors import (
     WriterClosedError,
 )
 from .._key_ranges import even_bounds, key_hash
-from .._retry import RetryPolicy, RetryState
+from .._limits import MAX_PRODUCER_ID_LENGTH
+from .._retry import RetryState
 from ..observability.logging import sdk_logger
 from ..topic.types import AutoPartitioningStrategy, TopicDescription
 from .messages import (
@@ -50,31 +49,17 @@ from .messages import (
     is_many,
     payload_bytes,
 )
-from .writer import DEFAULT_MAX_BUFFER_BYTES, DEFAULT_MAX_BUFFER_MESSAGES, TopicWriter
+from .settings import WriterSettings
+from .writer import TopicWriter
 
 if TYPE_CHECKING:
-    from typing_extensions import TypedDict
-
-    from .._driver import Driver
-
-    class KeyedWriterOptions(TypedDict, total=False):
-        """The keyword arguments of ``KeyedWriter`` (and ``driver.topic.keyed_writer``)."""
-
-        producer_id: str | None
-        direct_write: bool
-        session_metadata: Mapping[str, str] | None
-        codec: int | None
-        encoders: Mapping[int, _codecs.Transform] | None
-        auto_created_at: bool
-        max_buffer_messages: int | None
-        max_buffer_bytes: int | None
-        buffer_wait_timeout: float | None
-        retry: RetryPolicy | None
-        max_request_size: int | None
-        token_refresh_interval: float
-        init_timeout: float
+    from .._context import ClientContext
+    from ..topic.admin import TopicAdmin
 
 logger = sdk_logger("writer")
+
+_LANE_SUFFIX_ROOM = 11
+"""Characters a partition's writer adds to the producer id: ``_`` and a partition id (up to 10 digits)."""
 
 Key = str | bytes
 """A message key: ``str`` is hashed as UTF-8."""
@@ -90,8 +75,10 @@ class _LaneWriter(TopicWriter):
     writer has connected.
     """
 
-    def __init__(self, *args: Any, seq_no_base: int | None, **options: Any) -> None:
-        super().__init__(*args, **options)
+    def __init__(
+        self, context: ClientContext, admin: TopicAdmin, path: str, settings: WriterSettings, *, seq_no_base: int | None
+    ) -> None:
+        super().__init__(context, admin, path, settings)
         self._base_known = seq_no_base is not None
         self._seq_no_base = seq_no_base or 0
 
@@ -197,51 +184,27 @@ class KeyedWriter(ClosesOnExit):
     a split partition's messages again reads the topic's partitions, retried under ``retry``.
     """
 
-    def __init__(
-        self,
-        driver: Driver,
-        path: str,
-        *,
-        producer_id: str | None = None,
-        direct_write: bool = False,
-        session_metadata: Mapping[str, str] | None = None,
-        codec: int | None = None,
-        encoders: Mapping[int, _codecs.Transform] | None = None,
-        auto_created_at: bool = True,
-        max_buffer_messages: int | None = DEFAULT_MAX_BUFFER_MESSAGES,
-        max_buffer_bytes: int | None = DEFAULT_MAX_BUFFER_BYTES,
-        buffer_wait_timeout: float | None = None,
-        retry: RetryPolicy | None = None,
-        max_request_size: int | None = None,
-        token_refresh_interval: float = 5.0,
-        init_timeout: float = 30.0,
-    ) -> None:
-        self.path = driver.topic.full_path(path)
-        if producer_id is None:
-            producer_id = uuid.uuid4().hex
-        elif not isinstance(producer_id, str) or not producer_id or len(producer_id) > 2000:
-            raise InvalidArgumentError("producer_id must be a non-empty string of at most 2000 characters")
+    def __init__(self, context: ClientContext, admin: TopicAdmin, path: str, settings: WriterSettings) -> None:
+        if settings.partition_id is not None or not settings.auto_seqno:
+            raise InvalidArgumentError(
+                "a keyed writer picks partitions and numbers messages itself:"
+                " partition_id and auto_seqno are not its options"
+            )
+        producer_id = settings.producer_id
+        if not producer_id or len(producer_id) > MAX_PRODUCER_ID_LENGTH - _LANE_SUFFIX_ROOM:
+            raise InvalidArgumentError(
+                f"producer_id must be a non-empty string of at most {MAX_PRODUCER_ID_LENGTH - _LANE_SUFFIX_ROOM}"
+                " characters (each partition's writer adds its partition id to it)"
+            )
+        self.path = context.full_path(path)
         self.producer_id = producer_id
-        self._driver = driver
-        self._retry = retry or driver.stream_retry
-        self._auto_created_at = auto_created_at
-        self._options: dict[str, Any] = {
-            "direct_write": direct_write,
-            "session_metadata": session_metadata,
-            "codec": codec,
-            "encoders": encoders,
-            "auto_seqno": False,
-            "auto_created_at": False,  # the keyed writer stamps each message once, resends included
-            "max_buffer_messages": max_buffer_messages,
-            "max_buffer_bytes": max_buffer_bytes,
-            "buffer_wait_timeout": buffer_wait_timeout,
-            "retry": self._retry,
-            "max_request_size": max_request_size,
-            "token_refresh_interval": token_refresh_interval,
-            "init_timeout": init_timeout,
-        }
-        # Checks every option now, as TopicWriter does, rather than at the first write.
-        TopicWriter(driver, self.path, producer_id=producer_id, partition_id=0, **self._options)
+        self._context = context
+        self._admin = admin
+        self._retry = settings.retry or context.stream_retry
+        self._auto_created_at = settings.auto_created_at
+        # The lanes number messages (the keyed writer stamps each message once, resends included).
+        self._lane_settings = settings.replace(auto_seqno=False, auto_created_at=False, retry=self._retry)
+        settings.request_limit(context.max_message_size)  # checked now, as TopicWriter does, not at the first write
         self._routes: _Routes | None = None
         self._lanes: dict[int, _Lane] = {}
         self._numbering: dict[int, tuple[int | None, int]] = {}
@@ -276,7 +239,7 @@ class KeyedWriter(ClosesOnExit):
             return
         async with self._open_lock:
             if self._routes is None:
-                description = await self._driver.topic.describe_topic(self.path)
+                description = await self._admin.describe_topic(self.path)
                 self._routes = _Routes(description)
                 self._supervisor = asyncio.get_running_loop().create_task(
                     self._supervise(), name=f"keyed writer {self.path}"
@@ -325,21 +288,8 @@ class KeyedWriter(ClosesOnExit):
                 await lane.writer.close(timeout=0 if self._failure or self._unacked() else None)
         self._fail_pending(reason)
 
-    @property
-    def closed(self) -> bool:
-        """True once ``close`` was called."""
-        return self._closed
-
-    @property
-    def failure(self) -> BaseException | None:
-        """The error that ended this writer for good, or None."""
-        return self._failure
-
-    def _check_usable(self) -> None:
-        if self._failure is not None:
-            raise self._failure.with_traceback(None)
-        if self._closed:
-            raise WriterClosedError(f"keyed writer for {self.path} is closed")
+    def _closed_error(self) -> WriterClosedError:
+        return WriterClosedError(f"keyed writer for {self.path} is closed")
 
     # --- routing --------------------------------------------------------------------------
 
@@ -357,10 +307,10 @@ class KeyedWriter(ClosesOnExit):
         if lane is None:
             # Connects in the background: messages are accepted and numbered meanwhile.
             base, next_seq_no = self._numbering.pop(partition_id, (None, 1))
-            writer = _LaneWriter(
-                self._driver, self.path, producer_id=self._lane_producer_id(partition_id), partition_id=partition_id,
-                seq_no_base=base, **self._options,
+            settings = self._lane_settings.replace(
+                producer_id=self._lane_producer_id(partition_id), partition_id=partition_id
             )
+            writer = _LaneWriter(self._context, self._admin, self.path, settings, seq_no_base=base)
             lane = self._lanes[partition_id] = _Lane(partition_id, writer, next_seq_no)
         return lane
 
@@ -533,7 +483,7 @@ class KeyedWriter(ClosesOnExit):
         # Retried under the keyed writer's own policy (by default for as long as it is open, as
         # its lanes reconnect), not the driver's budget for one call: an outage during a split's
         # recovery delays it instead of failing the keyed writer and every message it holds.
-        description = await self._driver.topic._describe_topic(self.path, retry=self._retry)
+        description = await self._admin._describe_topic(self.path, retry=self._retry)
         info = next((p for p in description.partitions if p.partition_id == pid), None)
         if info is not None and info.active:
             # Only overloaded: back off, then resend with the same seq_nos (the server drops what it has).
@@ -589,8 +539,8 @@ class KeyedWriter(ClosesOnExit):
         """The last seq_no the lane's producer id stored: a handshake without a partition tells it,
         since the server carries a producer's seq_no from a split partition to its children."""
         probe = TopicWriter(
-            self._driver, self.path, producer_id=self._lane_producer_id(partition_id),
-            **{**self._options, "direct_write": False},
+            self._context, self._admin, self.path,
+            self._lane_settings.replace(producer_id=self._lane_producer_id(partition_id), direct_write=False),
         )
         try:
             return (await probe.wait_init()).last_seq_no

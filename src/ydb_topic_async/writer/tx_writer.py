@@ -16,26 +16,26 @@ from __future__ import annotations
 
 import asyncio
 from types import TracebackType
-from typing import TYPE_CHECKING, overload
+from typing import TYPE_CHECKING, Unpack, overload
 
 from .._errors import InternalError, InvalidArgumentError, TransactionEndedError, WriterClosedError
 from .._futures import suppress_future_errors
 from .._retry import RetryPolicy
 from ..query._binding import bind
 from .messages import InitInfo, ManyMessages, Messages, OneMessage, Skipped, WriteResult, WrittenInTx
+from .settings import WriterOptions, WriterSettings
 from .writer import TopicWriter
 
 if TYPE_CHECKING:
-    from typing_extensions import Unpack
-
-    from .._driver import Driver
-    from .writer import WriterOptions
+    from .._context import ClientContext
+    from ..topic.admin import TopicAdmin
 
 
 class TxWriter:
     """Writes messages that become visible when the transaction ``tx`` commits.
 
-    Made by ``driver.topic.tx_writer(tx, path, ...)``; ``tx`` is a transaction from
+    Made by ``driver.topic.tx_writer(tx, path, ...)`` (see ``TxWriter.settings`` for its
+    defaults); ``tx`` is a transaction from
     ``driver.query.transaction()`` or from the official ``ydb`` package's asyncio query client.
     Writing begins the transaction if it has not begun; the first write returns once it is
     acknowledged. The options are those of ``TopicWriter``, with other defaults: no producer id
@@ -45,19 +45,18 @@ class TxWriter:
     being held twice.
     """
 
-    def __init__(self, driver: Driver, tx: object, path: str, **options: Unpack[WriterOptions]) -> None:
+    def __init__(
+        self, context: ClientContext, admin: TopicAdmin, tx: object, path: str, settings: WriterSettings
+    ) -> None:
         binding = bind(tx)
         binding.check_accepting()
-        options.setdefault("producer_id", "")
-        options.setdefault("retry", RetryPolicy.no_retries())
-        retry = options["retry"]
-        if options["producer_id"] == "" and (retry is None or retry.max_attempts != 1):
+        if settings.producer_id == "" and (settings.retry is None or settings.retry.max_attempts != 1):
             raise InvalidArgumentError(
                 "a transactional writer retries only with a producer id: without one, a message resent"
                 " after a lost acknowledgement would be committed twice (pass producer_id=..., or no retry)"
             )
-        self._writer: TopicWriter | None = TopicWriter(driver, path, **options)
-        self._driver = driver
+        self._writer: TopicWriter | None = TopicWriter(context, admin, path, settings)
+        self._transport = context.transport
         self.path = self._writer.path
         self._binding = binding
         self._futures: list[asyncio.Future[WriteResult]] = []
@@ -204,7 +203,7 @@ class TxWriter:
             await self._await_acks()
         except BaseException as exc:
             # However the caller reacts, this transaction must never commit without these messages.
-            await self._binding.abort(self._driver.transport, exc)
+            await self._binding.abort(self._transport, exc)
             raise
 
     async def _await_acks(self) -> None:
@@ -248,6 +247,14 @@ class TxWriter:
             await writer._shutdown(TransactionEndedError(f"the transaction {how} before these were acknowledged"))
         futures, self._futures = self._futures, []
         suppress_future_errors(futures)
+
+    @staticmethod
+    def settings(**options: Unpack[WriterOptions]) -> WriterSettings:
+        """The settings of a transactional writer: ``options`` over its own defaults, no producer
+        id (``producer_id=""``) and no retries (``retry=RetryPolicy.no_retries()``)."""
+        options.setdefault("producer_id", "")
+        options.setdefault("retry", RetryPolicy.no_retries())
+        return WriterSettings(**options)
 
     def __repr__(self) -> str:
         state = f"transaction {self._ended}" if self._ended else "open"

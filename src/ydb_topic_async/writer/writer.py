@@ -10,25 +10,15 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import time
-import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, overload
 
-from .. import _codecs
 from .._closing import ClosesOnExit
 from .._errors import InvalidArgumentError, MessageTooLargeError, OperationTimeoutError, WriterClosedError
 from .._futures import wait_within
-from .._limits import (
-    MAX_PRODUCER_ID_LENGTH,
-    MAX_SEQ_NO,
-    MESSAGE_OVERHEAD,
-    MIN_MAX_MESSAGE_SIZE,
-    REQUEST_OVERHEAD,
-    REQUEST_SIZE_MARGIN,
-)
-from .._retry import RetryPolicy
+from .._limits import MAX_SEQ_NO, MESSAGE_OVERHEAD, REQUEST_OVERHEAD
 from .._stream import ConnectionState, ConnectionStatus
-from .._validate import check_seconds, check_timeout, check_utf8
+from .._validate import check_timeout
 from ..observability.logging import sdk_logger
 from ..observability.metrics import writer_report
 from .batching import entry_wire_size
@@ -46,17 +36,15 @@ from .messages import (
     payload_bytes,
 )
 from .sender import SenderSettings, WriterSender
+from .settings import WriterSettings
 
 if TYPE_CHECKING:
-    from typing_extensions import TypedDict
-
-    from .._driver import Driver
+    from .._context import ClientContext
+    from ..topic.admin import TopicAdmin
     from ..topic.types import PartitionLocation
 
 logger = sdk_logger("writer")
 
-DEFAULT_MAX_BUFFER_MESSAGES = 100_000
-DEFAULT_MAX_BUFFER_BYTES = 64 * 1024 * 1024
 YIELD_EVERY = 1000
 """A caller that writes in a tight loop never suspends on its own: ``write`` yields to the event
 loop once per this many accepted messages, so the sender ships them meanwhile. (Not on every call
@@ -66,54 +54,22 @@ _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _MICROSECOND = dt.timedelta(microseconds=1)
 
 
-if TYPE_CHECKING:
-
-    class WriterOptions(TypedDict, total=False):
-        """The keyword arguments of ``TopicWriter`` (and ``driver.topic.writer``)."""
-
-        producer_id: str | None
-        partition_id: int | None
-        direct_write: bool
-        session_metadata: Mapping[str, str] | None
-        codec: int | None
-        encoders: Mapping[int, _codecs.Transform] | None
-        auto_seqno: bool
-        auto_created_at: bool
-        max_buffer_messages: int | None
-        max_buffer_bytes: int | None
-        buffer_wait_timeout: float | None
-        retry: RetryPolicy | None
-        max_request_size: int | None
-        token_refresh_interval: float
-        init_timeout: float
-
-
 class TopicWriter(ConnectionStatus, ClosesOnExit):
     """Writes messages to one topic partition over a reconnecting stream.
 
-    Use it as ``async with driver.topic.writer(path, producer_id=...) as writer``. ``write``
-    buffers and returns; ``write_with_ack`` waits for the server; ``flush`` waits for everything
-    written so far; ``close`` (on exit) waits for every acknowledgement and stops the background
-    task. After a non-retriable failure every pending future and every later call raises it.
+    Use it as ``async with driver.topic.writer(path, producer_id=...) as writer`` (the options
+    are those of ``WriterSettings``). ``write`` buffers and returns; ``write_with_ack`` waits for
+    the server; ``flush`` waits for everything written so far; ``close`` (on exit) waits for
+    every acknowledgement and stops the background task. After a non-retriable failure every
+    pending future and every later call raises it.
 
-    Options: ``producer_id`` (deduplication identity; ``None`` makes a random one so resends
-    after a reconnect are still deduplicated, ``""`` sends none and disables deduplication),
-    ``partition_id`` (else the server picks one per producer), ``direct_write`` (connect with the
-    partition's generation, re-resolved when the partition moves; needs ``partition_id``),
-    ``session_metadata``, ``codec`` (default raw) with ``encoders`` for custom codec ids (an
-    encoder runs in one thread at a time unless wrapped in ``ThreadSafe``),
-    ``auto_seqno``/``auto_created_at``, buffer limits ``max_buffer_messages``/``max_buffer_bytes``
-    (``None``: unlimited) and ``buffer_wait_timeout`` (``None``: wait forever), ``max_request_size``
-    (bytes per WriteRequest), ``token_refresh_interval`` (seconds between credential checks; 0
-    disables in-band refresh) and ``init_timeout`` (seconds a handshake may take, the InitRequest
-    write and the InitResponse read together, before the attempt counts as failed).
-
-    ``retry``: by default the writer reconnects for as long as it is open (``driver.stream_retry``),
-    backing off up to a second between attempts (more for an overloaded server); a policy with a
-    budget (``RetryPolicy(max_elapsed=60)``) makes it fail instead once a streak of failures
-    outlasts it. A failure that retrying cannot fix (a missing topic, a refused codec, missing
-    rights, a request over the server's size limit) ends the writer at once either way.
-    ``connection_state``, ``reconnects`` and ``last_error`` show how the connection fares.
+    By default the writer reconnects for as long as it is open (``driver.stream_retry``),
+    backing off up to a second between attempts (more for an overloaded server); a ``retry``
+    policy with a budget (``RetryPolicy(max_elapsed=60)``) makes it fail instead once a streak
+    of failures outlasts it. A failure that retrying cannot fix (a missing topic, a refused
+    codec, missing rights, a request over the server's size limit) ends the writer at once
+    either way. ``connection_state``, ``reconnects`` and ``last_error`` show how the connection
+    fares.
 
     A message that cannot be sent on its own (its encoder fails, or it no longer fits a request
     once compressed) fails alone: its future gets ``MessageEncodeError`` or
@@ -121,105 +77,52 @@ class TopicWriter(ConnectionStatus, ClosesOnExit):
     writer goes on with the others.
     """
 
-    def __init__(
-        self,
-        driver: Driver,
-        path: str,
-        *,
-        producer_id: str | None = None,
-        partition_id: int | None = None,
-        direct_write: bool = False,
-        session_metadata: Mapping[str, str] | None = None,
-        codec: int | None = None,
-        encoders: Mapping[int, _codecs.Transform] | None = None,
-        auto_seqno: bool = True,
-        auto_created_at: bool = True,
-        max_buffer_messages: int | None = DEFAULT_MAX_BUFFER_MESSAGES,
-        max_buffer_bytes: int | None = DEFAULT_MAX_BUFFER_BYTES,
-        buffer_wait_timeout: float | None = None,
-        retry: RetryPolicy | None = None,
-        max_request_size: int | None = None,
-        token_refresh_interval: float = 5.0,
-        init_timeout: float = 30.0,
-    ) -> None:
-        full_path = driver.topic.full_path(path)
-        if producer_id is None:
-            producer_id = uuid.uuid4().hex
-        elif not isinstance(producer_id, str) or len(producer_id) > MAX_PRODUCER_ID_LENGTH:
-            raise InvalidArgumentError(f"producer_id must be a string of at most {MAX_PRODUCER_ID_LENGTH} characters")
-        check_utf8(producer_id, "producer_id")
-        if partition_id is not None and (
-            not isinstance(partition_id, int) or isinstance(partition_id, bool) or partition_id < 0
-        ):
-            raise InvalidArgumentError(f"partition_id must be a non-negative int, got {partition_id!r}")
-        if direct_write and partition_id is None:
+    def __init__(self, context: ClientContext, admin: TopicAdmin, path: str, settings: WriterSettings) -> None:
+        full_path = context.full_path(path)
+        max_request_size = settings.request_limit(context.max_message_size)
+        producer_id = settings.producer_id
+        partition_id = settings.partition_id
+        assert producer_id is not None  # WriterSettings makes one when none is given
+        if settings.direct_write and partition_id is None:
             raise InvalidArgumentError("direct_write needs partition_id: it connects to that partition's location")
-        metadata = dict(session_metadata or {})
-        for meta_key, meta_value in metadata.items():
-            if not isinstance(meta_key, str) or not isinstance(meta_value, str):
-                raise InvalidArgumentError("session_metadata must map str to str")
-            check_utf8(meta_key, "a session_metadata key")
-            check_utf8(meta_value, f"session_metadata[{meta_key!r}]")
-        for value, what in ((max_buffer_messages, "max_buffer_messages"), (max_buffer_bytes, "max_buffer_bytes")):
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
-                raise InvalidArgumentError(f"{what} must be a positive int or None, got {value!r}")
-        buffer_wait_timeout = check_timeout(buffer_wait_timeout, "buffer_wait_timeout")
-        token_refresh_interval = check_seconds(token_refresh_interval, "token_refresh_interval")
-        init_timeout = check_seconds(init_timeout, "init_timeout", positive=True)
-        if retry is not None and not isinstance(retry, RetryPolicy):
-            raise InvalidArgumentError(f"retry must be a RetryPolicy or None, got {retry!r}")
-        channel_limit = driver.max_message_size
-        if max_request_size is None:
-            max_request_size = channel_limit - REQUEST_SIZE_MARGIN
-        elif (
-            not isinstance(max_request_size, int)
-            or isinstance(max_request_size, bool)
-            or not MIN_MAX_MESSAGE_SIZE <= max_request_size <= channel_limit
-        ):
-            raise InvalidArgumentError(
-                f"max_request_size must be an int between {MIN_MAX_MESSAGE_SIZE} and the driver's"
-                f" max_message_size ({channel_limit})"
-            )
-        codec = int(_codecs.Codec.RAW) if codec is None else _codecs.check_codec_id(codec)
-        encoder = _codecs.lookup(_codecs.merge_codecs(_codecs.BUILTIN_ENCODERS, encoders), codec, "encoder")
-
-        self._driver = driver
+        self._admin = admin
         self.path = full_path
         self.producer_id = producer_id
-        self.codec = codec
-        self._auto_seqno = bool(auto_seqno)
-        self._auto_created_at = bool(auto_created_at)
-        self._buffer_wait_timeout = buffer_wait_timeout
+        self.codec = codec = settings.codec
+        assert codec is not None
+        self._auto_seqno = settings.auto_seqno
+        self._auto_created_at = settings.auto_created_at
+        self._buffer_wait_timeout = settings.buffer_wait_timeout
         self._request_room = max_request_size - REQUEST_OVERHEAD
         """The most a message's ``wire_size`` may be."""
         self._max_message_bytes = self._request_room - MESSAGE_OVERHEAD
         """The largest payload without metadata that fits (the same bound, for ``write``'s fast path)."""
         self._partition_id = partition_id
-        self._init_timeout = init_timeout
-        buffer = self._buffer = WriteBuffer(max_buffer_messages, max_buffer_bytes)
+        self._init_timeout = settings.init_timeout
+        buffer = self._buffer = WriteBuffer(settings.max_buffer_messages, settings.max_buffer_bytes)
         self._sender = WriterSender(
-            driver.transport,
+            context.transport,
             SenderSettings(
                 path=full_path,
                 producer_id=producer_id,
                 partition_id=partition_id,
-                direct_write=direct_write,
-                session_metadata=metadata,
+                direct_write=settings.direct_write,
+                session_metadata=settings.session_metadata or {},
                 codec=codec,
-                encoder=encoder,
-                retry=retry or driver.stream_retry,
+                encoder=settings.encoder,
+                retry=settings.retry or context.stream_retry,
                 max_request_size=max_request_size,
-                token_refresh_interval=token_refresh_interval,
-                init_timeout=init_timeout,
+                token_refresh_interval=settings.token_refresh_interval,
+                init_timeout=settings.init_timeout,
             ),
             buffer,
             self._on_init,
-            writer_report(driver.metrics, full_path, lambda: (buffer.messages, buffer.nbytes)),
-            self._locate if direct_write else None,
+            writer_report(context.metrics, full_path, lambda: (buffer.messages, buffer.nbytes)),
+            self._locate if settings.direct_write else None,
             self._hands_off,
         )
         self._keeper = self._sender.keeper
-        self._tracer = driver.tracing
+        self._tracer = context.tracing
         self._task: asyncio.Task[None] | None = None
         self._init_info: InitInfo | None = None
         self._init_done = asyncio.Event()
@@ -282,7 +185,7 @@ class TopicWriter(ConnectionStatus, ClosesOnExit):
 
     async def _locate(self) -> PartitionLocation | None:
         assert self._partition_id is not None
-        info = await self._driver.topic.describe_partition(
+        info = await self._admin.describe_partition(
             self.path, self._partition_id, include_stats=False, include_location=True, timeout=self._init_timeout
         )
         return info.location
@@ -333,21 +236,8 @@ class TopicWriter(ConnectionStatus, ClosesOnExit):
             self._buffer.fail(reason)
         self._init_done.set()
 
-    @property
-    def closed(self) -> bool:
-        """True once ``close`` was called."""
-        return self._closed
-
-    @property
-    def failure(self) -> BaseException | None:
-        """The error that ended this writer for good (every later call raises it), or None."""
-        return self._failure
-
-    def _check_usable(self) -> None:
-        if self._closed:
-            raise WriterClosedError(f"writer for {self.path} is closed") from self._failure
-        if self._failure is not None:
-            raise self._failure.with_traceback(None)  # the same error for every call; do not grow its traceback
+    def _closed_error(self) -> WriterClosedError:
+        return WriterClosedError(f"writer for {self.path} is closed")
 
     # --- handshake ------------------------------------------------------------------------
 
@@ -651,4 +541,4 @@ def _to_ns(value: dt.datetime) -> int:
     return ((value - _EPOCH) // _MICROSECOND) * 1000
 
 
-__all__ = ["DEFAULT_MAX_BUFFER_BYTES", "DEFAULT_MAX_BUFFER_MESSAGES", "TopicWriter"]
+__all__ = ["TopicWriter"]

@@ -1,0 +1,144 @@
+"""A writer's options, checked once: ``WriterSettings``.
+
+``driver.topic.writer(path, **options)``, the keyed writer, the transactional writer and the
+Spark sink all turn their keyword options into one ``WriterSettings``, which checks every value
+when it is made (``InvalidArgumentError`` naming the option). What depends on the driver (the
+default reconnect policy, the channel's message size limit) is filled in when a writer is built
+from the settings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypedDict, cast
+
+from .. import _codecs
+from .._errors import InvalidArgumentError
+from .._limits import MAX_PRODUCER_ID_LENGTH, MIN_MAX_MESSAGE_SIZE, REQUEST_SIZE_MARGIN
+from .._retry import RetryPolicy
+from .._validate import check_optional_int, check_seconds, check_timeout, check_utf8
+
+DEFAULT_MAX_BUFFER_MESSAGES = 100_000
+DEFAULT_MAX_BUFFER_BYTES = 64 * 1024 * 1024
+
+
+class KeyedWriterOptions(TypedDict, total=False):
+    """The keyword arguments of ``driver.topic.keyed_writer``: those of ``driver.topic.writer``
+    except ``partition_id`` and ``auto_seqno`` (the keyed writer picks partitions and numbers
+    messages itself)."""
+
+    producer_id: str | None
+    direct_write: bool
+    session_metadata: Mapping[str, str] | None
+    codec: int | None
+    encoders: Mapping[int, _codecs.Transform] | None
+    auto_created_at: bool
+    max_buffer_messages: int | None
+    max_buffer_bytes: int | None
+    buffer_wait_timeout: float | None
+    retry: RetryPolicy | None
+    max_request_size: int | None
+    token_refresh_interval: float
+    init_timeout: float
+
+
+class WriterOptions(KeyedWriterOptions, total=False):
+    """The keyword arguments of ``driver.topic.writer`` (the fields of ``WriterSettings``)."""
+
+    partition_id: int | None
+    auto_seqno: bool
+
+
+@dataclass(frozen=True)
+class WriterSettings:
+    """The options of one writer, each checked when the settings are made
+    (``InvalidArgumentError`` naming the option).
+
+    The fields are the keyword options of ``driver.topic.writer`` (``TopicClient.writer``
+    describes each); ``driver.topic.writer(path, **options)`` makes one from its options, and
+    ``settings.options()`` turns settings back into those keywords.
+    """
+
+    producer_id: str | None = None
+    partition_id: int | None = None
+    direct_write: bool = False
+    session_metadata: Mapping[str, str] | None = None
+    codec: int | None = None
+    encoders: Mapping[int, _codecs.Transform] | None = None
+    auto_seqno: bool = True
+    auto_created_at: bool = True
+    max_buffer_messages: int | None = DEFAULT_MAX_BUFFER_MESSAGES
+    max_buffer_bytes: int | None = DEFAULT_MAX_BUFFER_BYTES
+    buffer_wait_timeout: float | None = None
+    retry: RetryPolicy | None = None
+    max_request_size: int | None = None
+    token_refresh_interval: float = 5.0
+    init_timeout: float = 30.0
+    encoder: _codecs.Transform = field(init=False, repr=False, compare=False)
+    """The function of ``codec`` (from ``encoders`` or the built-in ones)."""
+
+    def __post_init__(self) -> None:
+        assign = object.__setattr__  # frozen: the checked (normalised) values replace the given ones
+        producer_id = self.producer_id
+        if producer_id is None:
+            assign(self, "producer_id", uuid.uuid4().hex)
+        elif not isinstance(producer_id, str) or len(producer_id) > MAX_PRODUCER_ID_LENGTH:
+            raise InvalidArgumentError(f"producer_id must be a string of at most {MAX_PRODUCER_ID_LENGTH} characters")
+        else:
+            check_utf8(producer_id, "producer_id")
+        check_optional_int(self.partition_id, "partition_id")
+        metadata = dict(self.session_metadata or {})
+        for meta_key, meta_value in metadata.items():
+            if not isinstance(meta_key, str) or not isinstance(meta_value, str):
+                raise InvalidArgumentError("session_metadata must map str to str")
+            check_utf8(meta_key, "a session_metadata key")
+            check_utf8(meta_value, f"session_metadata[{meta_key!r}]")
+        assign(self, "session_metadata", metadata)
+        check_optional_int(self.max_buffer_messages, "max_buffer_messages", minimum=1)
+        check_optional_int(self.max_buffer_bytes, "max_buffer_bytes", minimum=1)
+        assign(self, "buffer_wait_timeout", check_timeout(self.buffer_wait_timeout, "buffer_wait_timeout"))
+        assign(self, "token_refresh_interval", check_seconds(self.token_refresh_interval, "token_refresh_interval"))
+        assign(self, "init_timeout", check_seconds(self.init_timeout, "init_timeout", positive=True))
+        if self.retry is not None and not isinstance(self.retry, RetryPolicy):
+            raise InvalidArgumentError(f"retry must be a RetryPolicy or None, got {self.retry!r}")
+        check_optional_int(self.max_request_size, "max_request_size", minimum=MIN_MAX_MESSAGE_SIZE)
+        codec = int(_codecs.Codec.RAW) if self.codec is None else _codecs.check_codec_id(self.codec)
+        assign(self, "codec", codec)
+        encoders = _codecs.merge_codecs(_codecs.BUILTIN_ENCODERS, self.encoders)
+        assign(self, "encoder", _codecs.lookup(encoders, codec, "encoder"))
+        assign(self, "auto_seqno", bool(self.auto_seqno))
+        assign(self, "auto_created_at", bool(self.auto_created_at))
+        assign(self, "direct_write", bool(self.direct_write))
+
+    def replace(self, **changes: Any) -> WriterSettings:
+        """These settings with ``changes`` (checked again)."""
+        return dataclasses.replace(self, **changes)
+
+    def options(self) -> WriterOptions:
+        """The settings as keyword options for ``driver.topic.writer``."""
+        return cast(WriterOptions, {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init})
+
+    def request_limit(self, channel_limit: int) -> int:
+        """``max_request_size``, or its default under ``channel_limit`` (the driver's
+        ``max_message_size``); a given size above the channel's limit is refused."""
+        size = self.max_request_size
+        if size is None:
+            return channel_limit - REQUEST_SIZE_MARGIN
+        if size > channel_limit:
+            raise InvalidArgumentError(
+                f"max_request_size must be an int between {MIN_MAX_MESSAGE_SIZE} and the driver's"
+                f" max_message_size ({channel_limit})"
+            )
+        return size
+
+
+__all__ = [
+    "DEFAULT_MAX_BUFFER_BYTES",
+    "DEFAULT_MAX_BUFFER_MESSAGES",
+    "KeyedWriterOptions",
+    "WriterOptions",
+    "WriterSettings",
+]
