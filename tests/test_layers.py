@@ -1,15 +1,25 @@
-"""The package's import graph has layers: a lower module never imports a higher one at runtime.
+"""The package's import graph has layers and a top: a lower module never imports a higher one.
 
-Read from the source with ``ast``: every ``import`` a module runs (at the top or inside a
-function; not those under ``if TYPE_CHECKING:``) must name a module of its own layer or a lower
-one. Importing ``pkg.sub`` counts as importing ``pkg.sub`` only: a package's ``__init__`` is a
-re-export for users, placed at the layer of what it re-exports. A new module must be given a
-layer here, which is the point: where it sits is a decision.
+Read from the source with ``ast``: every import a module makes counts, at the top, inside a
+function, and under ``if TYPE_CHECKING:`` (a type-level dependency is a dependency: turn it into
+a plain import and the package must still import). The checks:
+
+- every module has a layer here (where a new module sits is a decision);
+- no module imports a module of a higher layer;
+- no import cycle anywhere in the package, within a layer too (strongly connected components);
+- the local server (``testing``) uses nothing of the SDK but the protos and the key ranges;
+- the adapters (integrations, Spark, the CLI, the demo) use only the public API: the package's
+  root, the public namespaces (``observability``, ``extras``, ``testing``, ``spark``,
+  ``integrations``: their modules without a leading underscore), and their own modules.
+
+Importing ``pkg.sub`` counts as importing ``pkg.sub`` only: a package's ``__init__`` is a
+re-export for users, placed at the layer of what it re-exports.
 """
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import pytest
@@ -24,37 +34,40 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "foundation: errors, protos, codecs, limits, helpers",
         (
             "_version", "_proto", "_errors", "_limits", "_futures", "_validate", "_codecs", "_key_ranges", "_closing",
-            "observability.logging",
+            "extras", "observability.logging",
         ),
     ),
+    ("the local topic server: protos and key ranges only", ("testing",)),
     (
         "policies: retry, credentials, observability hooks",
         ("_retry", "_credentials", "observability.metrics", "observability.tracing", "observability"),
     ),
     ("transport", ("_transport",)),
     ("stream wrapper", ("_stream",)),
+    ("client context", ("_context",)),
     (
         "machinery",
         (
-            "writer.messages", "writer.buffer", "writer.batching", "writer.sender",
+            "writer.messages", "writer.buffer", "writer.batching", "writer.sender", "writer.settings",
             "reader.messages", "reader.flow_control", "reader.commits", "reader.decoding", "reader.parsing",
             "reader.partitions", "reader.session",
             "query._rpc", "query.transaction", "query.session_pool", "query._binding",
-            "topic.types",
+            "topic.types", "topic.admin",
         ),
     ),
     (
-        "facades",
-        (
-            "writer.writer", "writer.tx_writer", "writer.keyed", "writer",
-            "reader.reader", "reader.tx", "reader",
-            "query.client", "query",
-            "topic.client", "topic",
-            "_driver", "",
-        ),
+        "writers and readers",
+        ("writer.writer", "writer.tx_writer", "writer.keyed", "writer", "reader.reader", "reader.tx", "reader"),
     ),
-    ("adapters", ("integrations", "spark", "cli", "demo", "testing")),
+    ("clients", ("topic.client", "topic", "query.client", "query")),
+    ("driver", ("_driver", "")),
+    ("adapters", ("integrations", "spark", "cli", "demo")),
 ]
+
+ADAPTERS = ("integrations", "spark", "cli", "demo")
+PUBLIC = ("", "observability", "extras", "testing", "spark", "integrations")
+"""What adapters may import: the root, and these public namespaces (their modules' public names)."""
+SERVER_MAY_USE = ("_proto", "_key_ranges")
 
 
 def _layer_of(module: str) -> int:
@@ -71,37 +84,24 @@ def _layer_of(module: str) -> int:
     return best[0]
 
 
-def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(PACKAGE).with_suffix("").parts)
+def _module_name(path: Path, root: Path = PACKAGE) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
 
 
-def _is_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
+def _all_imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
+    """Every import statement, wherever it is (``TYPE_CHECKING`` blocks and functions included)."""
+    return [node for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))]
 
 
-def _runtime_imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
-    found: list[ast.Import | ast.ImportFrom] = []
-
-    def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and _is_type_checking(node.test):
-            for child in node.orelse:
-                visit(child)
-            return
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            found.append(node)
-        for child in ast.iter_child_nodes(node):
-            visit(child)
-
-    visit(tree)
-    return found
+def _is_module(candidate: str, root: Path) -> bool:
+    path = root / Path(*candidate.split("."))
+    return path.with_suffix(".py").exists() or (path / "__init__.py").exists()
 
 
-def _targets(module: str, is_package: bool, node: ast.Import | ast.ImportFrom) -> list[str]:
+def _targets(module: str, is_package: bool, node: ast.Import | ast.ImportFrom, root: Path = PACKAGE) -> list[str]:
     """The package-relative names of the modules ``node`` imports (outside modules dropped)."""
     if isinstance(node, ast.Import):
         return [a.name[len(NAME) + 1 :] if a.name != NAME else "" for a in node.names if a.name.split(".")[0] == NAME]
@@ -120,42 +120,184 @@ def _targets(module: str, is_package: bool, node: ast.Import | ast.ImportFrom) -
     for alias in node.names:
         candidate = f"{base}.{alias.name}" if base else alias.name
         # ``from . import _rpc`` imports a module; ``from .x import Name`` imports from one.
-        if (PACKAGE / Path(*candidate.split("."))).with_suffix(".py").exists() or (
-            PACKAGE / Path(*candidate.split(".")) / "__init__.py"
-        ).exists():
-            targets.append(candidate)
-        else:
-            targets.append(base)
+        targets.append(candidate if _is_module(candidate, root) else base)
     return targets
 
 
-def _sources() -> list[Path]:
-    return sorted(p for p in PACKAGE.rglob("*.py") if "_proto" not in p.parts)
+def import_graph(root: Path = PACKAGE) -> dict[str, set[str]]:
+    """Module -> the package modules it imports (generated protobuf modules left out)."""
+    graph: dict[str, set[str]] = {}
+    for path in sorted(p for p in root.rglob("*.py") if "_proto" not in p.relative_to(root).parts):
+        module = _module_name(path, root)
+        tree = ast.parse(path.read_text(), str(path))
+        found = graph.setdefault(module, set())
+        for node in _all_imports(tree):
+            for target in _targets(module, path.name == "__init__.py", node, root):
+                if target.split(".")[0] != "_proto" and target != module:
+                    found.add(target)
+    return graph
+
+
+def strongly_connected(graph: Mapping[str, Iterable[str]]) -> list[list[str]]:
+    """The import cycles: strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in graph.get(node, ()):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return cycles
+
+
+def _within(module: str, prefix: str) -> bool:
+    return module == prefix or (prefix != "" and module.startswith(prefix + "."))
+
+
+def adapter_violations(graph: Mapping[str, Iterable[str]]) -> list[str]:
+    """Imports of adapters that reach past the public API."""
+    found = []
+    for module, targets in graph.items():
+        adapter = next((a for a in ADAPTERS if _within(module, a)), None)
+        if adapter is None:
+            continue
+        for target in targets:
+            public = target == "" or any(
+                _within(target, p) and not any(part.startswith("_") for part in target.split(".")) for p in PUBLIC[1:]
+            )
+            if not public and not _within(target, adapter):
+                found.append(f"{module} -> {target}")
+    return found
+
+
+def server_violations(graph: Mapping[str, Iterable[str]]) -> list[str]:
+    """Imports of the local server that reach into the SDK."""
+    return [
+        f"{module} -> {target}"
+        for module, targets in graph.items()
+        if _within(module, "testing")
+        for target in targets
+        if not _within(target, "testing") and not any(_within(target, allowed) for allowed in SERVER_MAY_USE)
+    ]
+
+
+GRAPH = import_graph()
 
 
 def test_every_module_has_a_layer() -> None:
-    for path in _sources():
-        _layer_of(_module_name(path))
+    for module in GRAPH:
+        _layer_of(module)
 
 
-@pytest.mark.parametrize("path", _sources(), ids=lambda p: str(p.relative_to(PACKAGE)))
-def test_no_module_imports_a_higher_layer(path: Path) -> None:
-    module = _module_name(path)
+@pytest.mark.parametrize("module", sorted(GRAPH), ids=lambda m: m or NAME)
+def test_no_module_imports_a_higher_layer(module: str) -> None:
     layer = _layer_of(module)
-    tree = ast.parse(path.read_text(), str(path))
-    upward = []
-    for node in _runtime_imports(tree):
-        for target in _targets(module, path.name == "__init__.py", node):
-            if target.split(".")[0] == "_proto":
-                continue
-            if _layer_of(target) > layer:
-                upward.append(f"line {node.lineno}: {target or NAME} ({LAYERS[_layer_of(target)][0]})")
+    upward = [
+        f"{target or NAME} ({LAYERS[_layer_of(target)][0]})"
+        for target in sorted(GRAPH[module])
+        if _layer_of(target) > layer
+    ]
     assert not upward, f"{module or NAME} ({LAYERS[layer][0]}) imports higher layers: " + "; ".join(upward)
 
 
-def test_the_check_sees_an_upward_import() -> None:
-    """The checker itself can fail: a transport that imported the writer would be caught."""
-    tree = ast.parse("from .writer.sender import WriterSender\nif TYPE_CHECKING:\n    from ._driver import Driver\n")
-    targets = [t for node in _runtime_imports(tree) for t in _targets("_transport", False, node)]
-    assert targets == ["writer.sender"]
-    assert _layer_of("writer.sender") > _layer_of("_transport")
+def test_no_import_cycle() -> None:
+    assert strongly_connected(GRAPH) == []
+
+
+def test_the_local_server_uses_only_protos_and_key_ranges() -> None:
+    assert server_violations(GRAPH) == []
+
+
+def test_adapters_use_only_the_public_api() -> None:
+    assert adapter_violations(GRAPH) == []
+
+
+def test_nothing_below_the_driver_imports_it() -> None:
+    driver = _layer_of("_driver")
+    below = sorted(m for m, targets in GRAPH.items() if "_driver" in targets and _layer_of(m) < driver)
+    assert below == []
+
+
+# --- the checks themselves can fail -------------------------------------------------------------
+
+
+def _tree(tmp_path: Path, files: Mapping[str, str]) -> Path:
+    root = tmp_path / NAME
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
+
+
+def test_the_check_sees_type_checking_and_function_local_imports(tmp_path: Path) -> None:
+    root = _tree(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "_driver.py": "",
+            "_transport.py": (
+                "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ._driver import Driver\n"
+                "def later():\n    from .writer import sender\n"
+            ),
+            "writer/__init__.py": "",
+            "writer/sender.py": "",
+        },
+    )
+    graph = import_graph(root)
+    assert graph["_transport"] == {"_driver", "writer.sender"}
+    assert _layer_of("_driver") > _layer_of("_transport")
+
+
+def test_the_check_sees_a_cycle(tmp_path: Path) -> None:
+    root = _tree(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "reader/__init__.py": "",
+            "reader/decoding.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .flow_control import X\n",
+            "reader/flow_control.py": "from .decoding import decode\n",
+        },
+    )
+    assert strongly_connected(import_graph(root)) == [["reader.decoding", "reader.flow_control"]]
+
+
+def test_the_check_sees_adapters_and_the_server_reaching_inside(tmp_path: Path) -> None:
+    root = _tree(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "_retry.py": "",
+            "_errors.py": "",
+            "_proto/__init__.py": "",
+            "observability/__init__.py": "",
+            "cli/__init__.py": "from .. import Driver\nfrom .._retry import RetryState\nfrom ..observability import x\n",
+            "testing/__init__.py": "from .._proto import ydb_topic_pb2\nfrom .._errors import SchemeError\n",
+        },
+    )
+    graph = import_graph(root)
+    assert adapter_violations(graph) == ["cli -> _retry"]
+    assert server_violations(graph) == ["testing -> _errors"]

@@ -62,36 +62,45 @@ __all__ = [
 class Driver:
     """Connection to one YDB database. Open it with ``async with Driver(...) as driver``.
 
-    ``endpoint`` is ``grpc://host:port`` or ``grpcs://host:port`` (TLS), optionally a whole
-    connection string with ``?database=``. ``root_certificates`` (PEM bytes) replaces the
-    system trust store for TLS. With ``discovery`` on, the driver asks the endpoint for the
-    cluster's nodes (``ListEndpoints``) in the background, every ``discovery_interval`` seconds,
-    and spreads new streams across them; until the first answer, and whenever discovery fails,
-    it uses the given endpoint. ``channel_options`` are extra gRPC channel arguments; they
-    override the driver's own. Every option is checked here (``InvalidArgumentError``, or
+    The driver owns the connections (one gRPC channel per endpoint), endpoint discovery, and
+    the writers, readers and transactions made through ``driver.topic`` and ``driver.query``;
+    closing it closes them all. Every option is checked here (``InvalidArgumentError``, or
     ``InvalidEndpointError`` for a malformed endpoint).
 
-    ``retry``: unary calls (topic administration, transactions) are retried by
-    ``RetryPolicy()`` by default (a 60-second budget, and never past a call's ``timeout``);
-    writers and readers reconnect for as long as they are open. A policy given here replaces
-    both defaults (``retry`` and ``stream_retry``).
-
-    ``keepalive_interval`` (seconds, ``None`` to switch it off) is how often each connection
-    sends an HTTP/2 ping while calls are open; a ping unanswered for ``keepalive_timeout``
-    seconds fails the connection, so a server that vanished without closing the socket (a
-    half-open TCP connection) breaks the streams with a retriable ``ConnectionLostError`` and
-    writers and readers reconnect, instead of waiting forever for acks or data. Keep the
-    interval at 10 seconds or more against a real cluster: gRPC servers may treat more frequent
-    pings as abuse and close the connection with GOAWAY "too_many_pings". A shorter interval is
-    accepted (tests against the local server use one) but logged as a WARNING.
-
-    Observability: ``metrics`` (a ``MetricsRecorder``) receives the counters and latencies of
-    every writer and reader made from this driver; ``tracing`` (``True`` or an
-    ``OpenTelemetryTracing``) traces their writes and reads with OpenTelemetry.
-
-    ``close_timeout`` (seconds, ``None`` for no bound) is how long ``close()``, and leaving
-    ``async with``, wait for the writers and readers to deliver what they accepted and to have
-    commits acknowledged, before failing what is left with ``OperationTimeoutError``.
+    Parameters:
+        endpoint: ``grpc://host:port`` or ``grpcs://host:port`` (TLS), optionally a whole
+            connection string with ``?database=``.
+        database: The database path (``/local``); may instead come with the endpoint.
+        credentials: ``AnonymousCredentials()`` (the default), ``AccessTokenCredentials``,
+            ``TokenProviderCredentials`` or ``StaticCredentials`` (user and password).
+        root_certificates: PEM bytes that replace the system trust store for TLS.
+        application_name: Sent to the server with every call (``x-ydb-application-name``).
+        discovery: Ask the endpoint for the cluster's nodes (``ListEndpoints``) in the
+            background and spread new streams across them (default ``True``); until the first
+            answer, and whenever discovery fails, the given endpoint is used.
+        discovery_interval: Seconds between discoveries (default 60).
+        retry: The retry policy of unary calls (topic administration, transactions), and of
+            writers' and readers' reconnects. By default unary calls use ``RetryPolicy()`` (a
+            60-second budget, never past a call's ``timeout``) and writers and readers
+            reconnect for as long as they are open; a policy given here replaces both
+            (``driver.retry``, ``driver.stream_retry``).
+        max_message_size: The largest gRPC message sent or received, in bytes.
+        channel_options: Extra gRPC channel arguments; they override the driver's own.
+        keepalive_interval: Seconds between HTTP/2 pings on a connection with open calls
+            (``None`` switches them off). A ping unanswered for ``keepalive_timeout`` seconds
+            fails the connection, so a server that vanished without closing the socket breaks
+            the streams with a retriable ``ConnectionLostError`` and writers and readers
+            reconnect, instead of waiting forever. Keep it at 10 seconds or more against a real
+            cluster: gRPC servers may answer more frequent pings with GOAWAY "too_many_pings"
+            (a shorter interval is accepted, with a WARNING).
+        keepalive_timeout: Seconds a keepalive ping may go unanswered (default 10).
+        metrics: A ``MetricsRecorder`` that receives the counters and latencies of every
+            writer and reader made from this driver.
+        tracing: ``True`` or an ``OpenTelemetryTracing`` to trace writes and reads with
+            OpenTelemetry.
+        close_timeout: Seconds ``close()``, and leaving ``async with``, wait for writers and
+            readers to deliver what they accepted and to have commits acknowledged, before
+            failing what is left with ``OperationTimeoutError`` (default 10; ``None``: no bound).
     """
 
     def __init__(

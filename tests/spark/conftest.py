@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 import pytest
 
 from ydb_topic_async import Driver, TopicMessage, TopicSelector
-from ydb_topic_async._errors import install_hint
+from ydb_topic_async.extras import install_hint
 from ydb_topic_async.testing import LocalTopicServer
 from ydb_topic_async.testing.proxy import FlakyProxy
 

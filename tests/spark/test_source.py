@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from ydb_topic_async._errors import install_hint
+from ydb_topic_async.extras import install_hint
 
 if not os.environ.get("CI"):  # in CI the Spark tests must run (see conftest.require_spark)
     pytest.importorskip("pyspark", reason=f"pyspark is not installed ({install_hint('spark')})")

@@ -33,13 +33,20 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any, BinaryIO, TextIO
 from urllib.parse import urlsplit
 
-from .._codecs import LZ4_CODEC, Codec, lz4_encode
-from .._credentials import AccessTokenCredentials, Credentials, StaticCredentials
-from .._driver import Driver
-from .._errors import InvalidArgumentError, YdbTopicError
-from .._version import __version__
-from ..reader import TopicSelector
-from ..topic.types import ConsumerSettings
+from .. import (
+    LZ4_CODEC,
+    AccessTokenCredentials,
+    Codec,
+    ConsumerSettings,
+    Credentials,
+    Driver,
+    InvalidArgumentError,
+    StaticCredentials,
+    TopicSelector,
+    YdbTopicError,
+    __version__,
+    lz4_encode,
+)
 
 CODECS = {"raw": Codec.RAW, "gzip": Codec.GZIP, "zstd": Codec.ZSTD, "lz4": LZ4_CODEC}
 PROG = "ydb-topic-async"

@@ -14,21 +14,26 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any, Unpack
 
-from .._credentials import Credentials
-from .._driver import Driver
-from .._errors import ClosedError, InvalidArgumentError, ReaderClosedError
-from .._retry import BackoffSchedule, RetryPolicy, RetryState, retry_call
-from ..observability.logging import sdk_logger
-from ..reader import TopicMessage, TopicReader
-from ..writer import TopicWriter
-
-if TYPE_CHECKING:
-    from typing_extensions import Unpack
-
-    from ..reader.reader import ReaderOptions, TopicsArg
-    from ..writer.settings import WriterOptions
+from .. import (
+    BackoffSchedule,
+    ClosedError,
+    Credentials,
+    Driver,
+    InvalidArgumentError,
+    ReaderClosedError,
+    ReaderOptions,
+    RetryPolicy,
+    RetryState,
+    TopicMessage,
+    TopicReader,
+    TopicsArg,
+    TopicWriter,
+    WriterOptions,
+    retry_call,
+)
+from ..observability import sdk_logger
 
 logger = sdk_logger("integrations")
 

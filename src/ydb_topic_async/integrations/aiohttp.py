@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Mapping
 
-from .._errors import raise_for_missing_extra
+from ..extras import raise_for_missing_extra
 
 try:
     from aiohttp import web
@@ -25,8 +25,7 @@ except ImportError as exc:
     raise_for_missing_extra(exc, __name__, "aiohttp", "aiohttp", ("aiohttp",))
     raise
 
-from .._driver import Driver
-from ..writer import TopicWriter
+from .. import Driver, TopicWriter
 from ._supervisor import Consumer, Handler, TopicRuntime, WriterSpec
 
 __all__ = ["DRIVER", "RUNTIME", "WRITERS", "Consumer", "Handler", "TopicRuntime", "WriterSpec", "topic_context"]

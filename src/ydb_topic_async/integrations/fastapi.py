@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Annotated
 
-from .._errors import raise_for_missing_extra
+from ..extras import raise_for_missing_extra
 
 try:
     from fastapi import Depends, FastAPI, Request
@@ -27,8 +27,7 @@ except ImportError as exc:
     raise_for_missing_extra(exc, __name__, "FastAPI", "fastapi", ("fastapi", "starlette", "pydantic"))
     raise
 
-from .._driver import Driver
-from ..writer import TopicWriter
+from .. import Driver, TopicWriter
 from ._supervisor import Consumer, Handler, TopicRuntime, WriterSpec
 
 __all__ = [

@@ -8,8 +8,8 @@
   credentials are masked in every SDK log record.
 """
 
-from .logging import REDACTED, register_secret
+from .logging import REDACTED, register_secret, sdk_logger
 from .metrics import MetricsRecorder, NoopMetrics
 from .tracing import OpenTelemetryTracing
 
-__all__ = ["REDACTED", "MetricsRecorder", "NoopMetrics", "OpenTelemetryTracing", "register_secret"]
+__all__ = ["REDACTED", "MetricsRecorder", "NoopMetrics", "OpenTelemetryTracing", "register_secret", "sdk_logger"]

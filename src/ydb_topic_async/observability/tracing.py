@@ -24,8 +24,9 @@ import functools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from .._errors import InvalidArgumentError, MissingDependencyError, install_hint
+from .._errors import InvalidArgumentError, MissingDependencyError
 from .._limits import MAX_METADATA_BYTES, MAX_METADATA_ITEMS, wire_size
+from ..extras import install_hint
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context

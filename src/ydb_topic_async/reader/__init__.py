@@ -10,7 +10,7 @@ from .messages import (
     TopicMessage,
     TopicSelector,
 )
-from .reader import TopicReader
+from .reader import ReaderOptions, TopicReader, TopicsArg
 
 __all__ = [
     "MessageBatch",
@@ -18,8 +18,10 @@ __all__ = [
     "PartitionSession",
     "PartitionSessionState",
     "PartitionStatus",
+    "ReaderOptions",
     "StartOffsets",
     "TopicMessage",
     "TopicReader",
     "TopicSelector",
+    "TopicsArg",
 ]

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._errors import raise_for_missing_extra
+from ..extras import raise_for_missing_extra
 
 try:
     from ._errors import DataLossError, ReplayMismatchError

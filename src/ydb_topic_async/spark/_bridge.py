@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from .. import AccessTokenCredentials, Credentials, Driver, InvalidArgumentError, RetryPolicy, StaticCredentials
-from ..observability.logging import register_secret, sdk_logger
+from ..observability import register_secret, sdk_logger
 from ._options import ConnectionOptions
 
 T = TypeVar("T")

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..observability.logging import sdk_logger
+from ..observability import sdk_logger
 from ._errors import DataLossError
 from ._options import EARLIEST, LATEST, OffsetSpec
 

@@ -18,7 +18,7 @@ from typing import Any
 import pyarrow as pa
 
 from .. import MessageBatch, MessageColumns, OperationTimeoutError, TopicReader, TopicSelector
-from ..observability.logging import sdk_logger
+from ..observability import sdk_logger
 from ._bridge import Runtime, retry_policy, runtime
 from ._offsets import LossReport, OffsetRange, loss_reporter
 from ._options import SourceOptions

@@ -38,7 +38,7 @@ from .. import (
     WriteResult,
     Written,
 )
-from ..observability.logging import sdk_logger
+from ..observability import sdk_logger
 from ._bridge import Runtime, retry_policy, runtime
 from ._errors import ReplayMismatchError
 from ._options import SourceOptions

@@ -38,7 +38,7 @@ from pyspark.sql.types import (
 )
 
 from .. import Driver
-from ..observability.logging import sdk_logger
+from ..observability import sdk_logger
 from . import _offsets
 from ._bridge import runtime
 from ._offsets import TopicOffsets, TopicState, loss_reporter

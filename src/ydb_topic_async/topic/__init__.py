@@ -1,7 +1,9 @@
 """Topic administration and the factories for writers and readers."""
 
+from .admin import TopicAdmin
 from .client import TopicClient
 from .types import (
+    AlterConsumerSettings,
     AutoPartitioningSettings,
     AutoPartitioningStrategy,
     ConsumerDescription,
@@ -9,11 +11,13 @@ from .types import (
     ConsumerSettings,
     MeteringMode,
     PartitionInfo,
+    PartitionLocation,
     PartitionStats,
     TopicDescription,
 )
 
 __all__ = [
+    "AlterConsumerSettings",
     "AutoPartitioningSettings",
     "AutoPartitioningStrategy",
     "ConsumerDescription",
@@ -21,7 +25,9 @@ __all__ = [
     "ConsumerSettings",
     "MeteringMode",
     "PartitionInfo",
+    "PartitionLocation",
     "PartitionStats",
+    "TopicAdmin",
     "TopicClient",
     "TopicDescription",
 ]
