@@ -72,35 +72,37 @@ class TopicClient(TopicAdmin):
 
         Parameters:
             path: The topic, absolute or relative to the driver's database.
-            producer_id: The deduplication identity. ``None`` (the default) makes a random one,
+
+        Keyword Args:
+            producer_id (str | None): The deduplication identity. ``None`` (the default) makes a random one,
                 so that resends after a reconnect are still deduplicated; ``""`` sends none and
                 switches deduplication off. At most 2048 characters.
-            partition_id: The partition to write to; ``None`` lets the server pick one per
+            partition_id (int | None): The partition to write to; ``None`` lets the server pick one per
                 producer id.
-            direct_write: Connect to the node that holds the partition, with its generation,
+            direct_write (bool): Connect to the node that holds the partition, with its generation,
                 and follow the partition when it moves. Needs ``partition_id``.
-            session_metadata: ``str`` to ``str`` pairs sent with the write session.
-            codec: The codec of written batches (``Codec.RAW`` by default); a custom codec id
+            session_metadata (Mapping[str, str] | None): ``str`` to ``str`` pairs sent with the write session.
+            codec (int | None): The codec of written batches (``Codec.RAW`` by default); a custom codec id
                 needs its function in ``encoders``.
-            encoders: Extra codec functions by codec id (``bytes -> bytes``), run off the event
-                loop. An encoder runs in one thread at a time unless wrapped in ``ThreadSafe``.
-            auto_seqno: Number messages automatically, after the producer's last stored seq_no
+            encoders (Mapping[int, Transform] | None): Extra codec functions by codec id
+                (``bytes -> bytes``), run off the event loop. An encoder runs in one thread at a time unless wrapped in ``ThreadSafe``.
+            auto_seqno (bool): Number messages automatically, after the producer's last stored seq_no
                 (default ``True``). With ``False`` every ``Message`` carries its own increasing
                 ``seq_no``.
-            auto_created_at: Stamp each message with the time it was written (default ``True``).
-            max_buffer_messages: The most messages accepted and not yet acknowledged (100,000 by
+            auto_created_at (bool): Stamp each message with the time it was written (default ``True``).
+            max_buffer_messages (int | None): The most messages accepted and not yet acknowledged (100,000 by
                 default; ``None``: no limit).
-            max_buffer_bytes: The most payload bytes accepted and not yet acknowledged (64 MiB by
+            max_buffer_bytes (int | None): The most payload bytes accepted and not yet acknowledged (64 MiB by
                 default; ``None``: no limit).
-            buffer_wait_timeout: Seconds ``write`` waits for room in a full buffer before raising
+            buffer_wait_timeout (float | None): Seconds ``write`` waits for room in a full buffer before raising
                 ``BufferFullTimeoutError`` (``None``, the default: as long as it takes).
-            retry: The reconnect policy; ``None``: the driver's ``stream_retry`` (reconnect for
+            retry (RetryPolicy | None): The reconnect policy; ``None``: the driver's ``stream_retry`` (reconnect for
                 as long as the writer is open).
-            max_request_size: The most bytes one WriteRequest may hold; ``None``: the driver's
+            max_request_size (int | None): The most bytes one WriteRequest may hold; ``None``: the driver's
                 ``max_message_size`` less a margin for the request's framing.
-            token_refresh_interval: Seconds between checks of the credentials' token for an
+            token_refresh_interval (float): Seconds between checks of the credentials' token for an
                 in-band refresh (default 5; 0 switches the refresh off).
-            init_timeout: Seconds one handshake may take, the InitRequest write and the
+            init_timeout (float): Seconds one handshake may take, the InitRequest write and the
                 InitResponse read together, before the attempt counts as failed (default 30).
         """
         writer = TopicWriter(self._context, self, path, WriterSettings(**options))
@@ -115,10 +117,12 @@ class TopicClient(TopicAdmin):
 
         Parameters:
             path: The topic, absolute or relative to the driver's database.
-            producer_id: The base of the partitions' producer ids (each partition's writer
+
+        Keyword Args:
+            producer_id (str | None): The base of the partitions' producer ids (each partition's writer
                 writes as ``{producer_id}_{partition_id}``); ``None`` makes a random one. Not
                 empty, at most 2037 characters.
-            **options: ``direct_write``, ``session_metadata``, ``codec``, ``encoders``,
+            options (KeyedWriterOptions): ``direct_write``, ``session_metadata``, ``codec``, ``encoders``,
                 ``auto_created_at``, ``buffer_wait_timeout``, ``retry``, ``max_request_size``,
                 ``token_refresh_interval`` and ``init_timeout`` as for ``writer``;
                 ``max_buffer_messages`` and ``max_buffer_bytes`` bound each partition's writer.
@@ -134,7 +138,9 @@ class TopicClient(TopicAdmin):
             tx: A transaction from ``driver.query.transaction()`` or from the official ``ydb``
                 package's asyncio query client.
             path: The topic, absolute or relative to the driver's database.
-            **options: As for ``writer``, with other defaults: no producer id
+
+        Keyword Args:
+            options (WriterOptions): As for ``writer``, with other defaults: no producer id
                 (``producer_id=""``) and no retries (``retry=RetryPolicy.no_retries()``), so
                 that any error fails the transaction. Retries need a producer id.
         """
@@ -152,26 +158,29 @@ class TopicClient(TopicAdmin):
             consumer: The consumer whose committed offsets the reader starts from and moves.
                 ``None`` reads the selectors' explicit partitions from their ``start_offsets``
                 (or offsets from ``on_partition_start``) and refuses commits.
-            buffer_size_bytes: The most bytes received and not yet handed out, counted decoded
+
+        Keyword Args:
+            buffer_size_bytes (int): The most bytes received and not yet handed out, counted decoded
                 (50 MiB by default, at least 1024); the server may send one response past it.
-            decoders: Extra codec functions by codec id (``bytes -> bytes``), e.g.
+            decoders (Mapping[int, Transform] | None): Extra codec functions by codec id (``bytes -> bytes``), e.g.
                 ``{LZ4_CODEC: lz4_decode}``; a decoder runs in one thread at a time unless
                 wrapped in ``ThreadSafe``.
-            on_partition_start: Called with each new ``PartitionSession``; may return a read
+            on_partition_start (OnPartitionStart | None): Called with each new ``PartitionSession``; may return a read
                 offset (int) or ``StartOffsets``. May be a coroutine function.
-            on_partition_stop: Called when a partition session ends. May be a coroutine function.
-            reader_name: The name the server shows for this reader (random by default).
-            retry: The reconnect policy; ``None``: the driver's ``stream_retry`` (reconnect for
+            on_partition_stop (OnPartitionStop | None): Called when a partition session ends. May be a
+                coroutine function.
+            reader_name (str | None): The name the server shows for this reader (random by default).
+            retry (RetryPolicy | None): The reconnect policy; ``None``: the driver's ``stream_retry`` (reconnect for
                 as long as the reader is open; uncommitted messages are delivered again).
-            auto_partitioning_support: Read auto-partitioned topics as their partitions split
+            auto_partitioning_support (bool): Read auto-partitioned topics as their partitions split
                 and merge (default ``True``).
-            graceful_stop_timeout: Seconds a partition the server takes away waits for commits
+            graceful_stop_timeout (float): Seconds a partition the server takes away waits for commits
                 of the messages already handed out (default 10).
-            credit_release_fraction: The share of ``buffer_size_bytes`` freed before credit is
+            credit_release_fraction (float): The share of ``buffer_size_bytes`` freed before credit is
                 returned to the server (default 0.25, in ``(0, 1]``).
-            token_refresh_interval: Seconds between checks of the credentials' token for an
+            token_refresh_interval (float): Seconds between checks of the credentials' token for an
                 in-band refresh (default 5; 0 switches the refresh off).
-            init_timeout: Seconds one handshake may take (default 30).
+            init_timeout (float): Seconds one handshake may take (default 30).
         """
         reader = TopicReader(self._context, topics, consumer=consumer, **options)
         self._own(reader)
