@@ -85,7 +85,8 @@ class TopicClient(TopicAdmin):
             codec (int | None): The codec of written batches (``Codec.RAW`` by default); a custom codec id
                 needs its function in ``encoders``.
             encoders (Mapping[int, Transform] | None): Extra codec functions by codec id
-                (``bytes -> bytes``), run off the event loop. An encoder runs in one thread at a time unless wrapped in ``ThreadSafe``.
+                (``bytes -> bytes``), run off the event loop. An encoder runs in one thread at a
+                time unless wrapped in ``ThreadSafe``.
             auto_seqno (bool): Number messages automatically, after the producer's last stored seq_no
                 (default ``True``). With ``False`` every ``Message`` carries its own increasing
                 ``seq_no``.
