@@ -48,10 +48,13 @@ from .topic import (
     TopicDescription,
 )
 from .writer import (
+    PARTITION_KEY_METADATA,
     InitInfo,
     KeyedWriter,
     KeyedWriterOptions,
     Message,
+    Partitioner,
+    PartitionFunction,
     Skipped,
     TopicWriter,
     TxWriter,
@@ -61,6 +64,7 @@ from .writer import (
     WriteStatistics,
     Written,
     WrittenInTx,
+    partition_for_key,
 )
 
 __all__ = [
@@ -94,6 +98,9 @@ __all__ = [
     "KeyedWriter",
     "KeyedWriterOptions",
     "Message",
+    "PARTITION_KEY_METADATA",
+    "PartitionFunction",
+    "Partitioner",
     "Skipped",
     "TopicWriter",
     "TxWriter",
@@ -103,6 +110,7 @@ __all__ = [
     "WriterSettings",
     "Written",
     "WrittenInTx",
+    "partition_for_key",
     # Reading.
     "MessageBatch",
     "MessageColumns",

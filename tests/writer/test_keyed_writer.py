@@ -1,24 +1,25 @@
-"""The keyed writer: partitions by key hash, order per key, exactly-once, autopartitioning splits.
+"""The keyed writer: partitions by key, order per key, exactly-once, autopartitioning splits.
 
-Routing follows YDB: a key's place is the MD5 digest of its bytes, compared with the partitions'
-key ranges ``[from_bound, to_bound)``; a topic's initial ranges split the 128-bit space evenly
-(ydb-platform/ydb: ydb/core/persqueue/writer/partition_chooser.cpp TMd5Converter,
+Routing follows YDB's own key-partitioned producers: a key's place is its partition key (the
+8-byte big-endian MurmurHash64A of its bytes, checked against reference vectors in
+``test_key_placement.py``), compared byte by byte with the partitions' ``from_bound``; a topic's
+initial ranges split the 128-bit space evenly (ydb-platform/ydb:
+ydb/public/sdk/cpp/src/client/topic/impl/producer.cpp TBoundPartitionChooser,
 ydb/core/tx/schemeshard/schemeshard__operation_create_pq.cpp with RangeFromShardNumber). One
 producer id per partition, ``{producer_id}_{partition_id}``, as the official SDKs' keyed writers
-do (ydb-platform/ydb-go-sdk: internal/topic/topicmultiwriter; ydb-platform/ydb: the C++ SDK's
-TKeyedWriteSession).
+do (ydb-platform/ydb-go-sdk: internal/topic/topicmultiwriter; the C++ SDK's TProducer).
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 from collections import defaultdict
 
 import pytest
 
 from ydb_topic_async import (
+    PARTITION_KEY_METADATA,
     AutoPartitioningSettings,
     AutoPartitioningStrategy,
     Codec,
@@ -34,6 +35,7 @@ from ydb_topic_async import (
 )
 from ydb_topic_async.testing import LocalTopicServer, StoredMessage
 from ydb_topic_async.testing.proxy import proxy_to
+from ydb_topic_async.writer.partitioning import partition_key
 
 from .._polling import eventually
 
@@ -43,11 +45,13 @@ AUTO = AutoPartitioningSettings(strategy=AutoPartitioningStrategy.SCALE_UP)
 
 
 def expected_partition(key: str, partitions: int) -> int:
-    """Independent of the SDK: the MD5 of the key as a 128-bit number, in n equal slices whose
-    upper bounds are ``(i + 1) * ((2**128 - 1) // n) - 1``, the last one open."""
-    value = int.from_bytes(hashlib.md5(key.encode()).digest(), "big")
+    """The partition whose range holds the key's partition key, independent of the SDK's router:
+    n ranges whose lower bounds are ``i * ((2**128 - 1) // n) - 1`` as 16 bytes (none for the
+    first), compared with the 8-byte partition key as raw bytes."""
+    position = partition_key(key.encode())
     slice_ = (2**128 - 1) // partitions
-    return next(i for i in range(partitions) if i == partitions - 1 or value < (i + 1) * slice_ - 1)
+    lower = [b""] + [(i * slice_ - 1).to_bytes(16, "big") for i in range(1, partitions)]
+    return max(i for i in range(partitions) if position >= lower[i])
 
 
 def stored(server: LocalTopicServer, topic: str) -> dict[int, list[StoredMessage]]:
@@ -103,7 +107,8 @@ async def test_write_with_ack_and_lists(server: LocalTopicServer, driver: Driver
     assert {r.partition_id for r in many} == {expected_partition("str-key", 2)}
     assert many[1].offset == many[0].offset + 1  # type: ignore[union-attr]
     second = stored(server, "acks")[expected_partition("str-key", 2)][-1]
-    assert second.metadata == (("m", b"1"),) and second.codec == Codec.ZSTD
+    assert second.metadata == (("m", b"1"), (PARTITION_KEY_METADATA, partition_key(b"str-key")))
+    assert second.codec == Codec.ZSTD
 
 
 async def test_resends_after_lost_acks_are_stored_once(server: LocalTopicServer, driver: Driver) -> None:
@@ -143,7 +148,7 @@ async def test_keys_follow_a_split_and_keep_their_order(
         texts = [text for _, text in placed[key]]
         assert texts == [f"{key}:0", f"{key}:1", f"{key}:2"], key
         if first == 0:
-            position = hashlib.md5(key.encode()).digest()
+            position = partition_key(key.encode())
             child = children[0] if position < (ranges[children[0]][1] or b"") else children[1]
             assert moved[key] == child
             assert [pid for pid, _ in placed[key]] == [0, child, child]

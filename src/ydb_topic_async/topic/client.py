@@ -14,6 +14,7 @@ from .._context import ClientContext
 from ..observability.logging import sdk_logger
 from ..reader.reader import ReaderOptions, TopicReader, TopicsArg
 from ..writer.keyed import KeyedWriter
+from ..writer.partitioning import Partitioner
 from ..writer.settings import KeyedWriterOptions, WriterOptions, WriterSettings
 from ..writer.tx_writer import TxWriter
 from ..writer.writer import TopicWriter
@@ -110,7 +111,9 @@ class TopicClient(TopicAdmin):
         self._own(writer)
         return writer
 
-    def keyed_writer(self, path: str, **options: Unpack[KeyedWriterOptions]) -> KeyedWriter:
+    def keyed_writer(
+        self, path: str, *, partitioner: Partitioner = "ydb", **options: Unpack[KeyedWriterOptions]
+    ) -> KeyedWriter:
         """A ``KeyedWriter`` for ``path``: ``write(message, key=...)`` spreads messages over the
         topic's partitions by key, in order per key.
 
@@ -118,6 +121,13 @@ class TopicClient(TopicAdmin):
 
         Parameters:
             path: The topic, absolute or relative to the driver's database.
+            partitioner: Where a key goes. ``"ydb"`` (the default): where YDB's own
+                key-partitioned producers (the C++ SDK's producer, the Go SDK's multi-partition
+                writer) put it, following the topic's key ranges through splits; the message
+                carries the 8-byte partition key as its ``__partition_key`` metadata item.
+                ``"kafka"``: Kafka's default partitioner (murmur2 of the key modulo the number of
+                partitions), for topics without auto-partitioning. Or a function
+                ``(key: bytes, partitions: Sequence[PartitionInfo]) -> partition_id``.
 
         Keyword Args:
             producer_id (str | None): The base of the partitions' producer ids (each partition's writer
@@ -128,7 +138,7 @@ class TopicClient(TopicAdmin):
                 ``token_refresh_interval`` and ``init_timeout`` as for ``writer``;
                 ``max_buffer_messages`` and ``max_buffer_bytes`` bound each partition's writer.
         """
-        writer = KeyedWriter(self._context, self, path, WriterSettings(**options))
+        writer = KeyedWriter(self._context, self, path, WriterSettings(**options), partitioner)
         self._own(writer)
         return writer
 

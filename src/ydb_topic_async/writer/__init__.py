@@ -4,6 +4,7 @@ when a transaction commits."""
 
 from .keyed import KeyedWriter
 from .messages import InitInfo, Message, Skipped, WriteResult, WriteStatistics, Written, WrittenInTx
+from .partitioning import PARTITION_KEY_METADATA, Partitioner, PartitionFunction, partition_for_key
 from .settings import (
     DEFAULT_MAX_BUFFER_BYTES,
     DEFAULT_MAX_BUFFER_MESSAGES,
@@ -17,10 +18,13 @@ from .writer import TopicWriter
 __all__ = [
     "DEFAULT_MAX_BUFFER_BYTES",
     "DEFAULT_MAX_BUFFER_MESSAGES",
+    "PARTITION_KEY_METADATA",
     "InitInfo",
     "KeyedWriter",
     "KeyedWriterOptions",
     "Message",
+    "PartitionFunction",
+    "Partitioner",
     "Skipped",
     "TopicWriter",
     "TxWriter",
@@ -30,4 +34,5 @@ __all__ = [
     "WriterSettings",
     "Written",
     "WrittenInTx",
+    "partition_for_key",
 ]

@@ -3,9 +3,10 @@
 One ``TopicWriter`` per partition ("lane"), made on first use and connecting in the
 background, writes with producer id ``{producer_id}_{partition_id}`` and seq_nos the keyed
 writer assigns, counted from the last seq_no that producer id stored (which the lane's first
-handshake tells), so every partition keeps YDB's exactly-once deduplication. A key goes to the
-partition whose key range holds the key's MD5 hash: the ranges the server reports for an
-auto-partitioned topic, or else an even split of the active partitions (``_key_ranges``).
+handshake tells), so every partition keeps YDB's exactly-once deduplication. A key goes where the
+partitioner puts it (``partitioning``): by default where YDB's own key-partitioned producers put
+it, in the partition whose key range holds the key's partition key, which travels with the
+message as its ``__partition_key`` metadata item.
 
 When a partition splits, its lane fails with OVERLOADED (the partition is inactive). The keyed
 writer then holds new writes back, reads the new partitions and their ranges, asks the server
@@ -18,11 +19,10 @@ resends its messages with their seq_nos, which the server deduplicates.
 from __future__ import annotations
 
 import asyncio
-import bisect
 import contextlib
 import datetime as dt
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
 from typing import TYPE_CHECKING, overload
 
@@ -33,11 +33,9 @@ from .._errors import (
     OverloadedError,
     WriterClosedError,
 )
-from .._key_ranges import even_bounds, key_hash
 from .._limits import MAX_PRODUCER_ID_LENGTH
 from .._retry import RetryState
 from ..observability.logging import sdk_logger
-from ..topic.types import AutoPartitioningStrategy, TopicDescription
 from .messages import (
     InitInfo,
     ManyMessages,
@@ -49,6 +47,7 @@ from .messages import (
     is_many,
     payload_bytes,
 )
+from .partitioning import PARTITION_KEY_METADATA, KeyRouter, Partitioner, check_partitioner, key_bytes, partition_key
 from .settings import WriterSettings
 from .writer import TopicWriter
 
@@ -102,16 +101,14 @@ class _LaneWriter(TopicWriter):
 class _Entry:
     """One accepted message, until the partition it finally lands in acknowledges it."""
 
-    __slots__ = ("created_at", "data", "done", "index", "metadata", "partition_id", "position", "result", "seq_no")
+    __slots__ = ("created_at", "data", "done", "index", "key", "metadata", "partition_id", "result", "seq_no")
 
-    def __init__(
-        self, data: bytes, metadata: MetadataInput | None, created_at: dt.datetime | None, position: bytes
-    ) -> None:
+    def __init__(self, data: bytes, metadata: MetadataInput | None, created_at: dt.datetime | None, key: bytes) -> None:
         self.data = data
         self.metadata = metadata
         self.created_at = created_at
-        self.position = position
-        """The key's hash: where the message belongs in the key space."""
+        self.key = key
+        """The key's bytes: where the message belongs."""
         self.partition_id = -1
         """The partition whose lane took it last, and ``seq_no`` its number there, relative to the
         lane's ``seq_no_base`` (-1: none yet)."""
@@ -135,29 +132,6 @@ class _Lane:
         self.lock = asyncio.Lock()
         """Held while numbering and handing over a call's messages: seq_nos must grow."""
         self.failed = False
-
-
-class _Routes:
-    """Active partitions by the lower bound of their key range."""
-
-    def __init__(self, description: TopicDescription) -> None:
-        active = sorted((p for p in description.partitions if p.active), key=lambda p: p.partition_id)
-        if not active:
-            raise InvalidArgumentError(f"topic {description.path} has no active partition")
-        ranged = description.auto_partitioning.strategy not in (
-            AutoPartitioningStrategy.UNSPECIFIED,
-            AutoPartitioningStrategy.DISABLED,
-        ) or any(p.from_bound is not None or p.to_bound is not None for p in active)
-        if ranged:
-            pairs = sorted((p.from_bound or b"", p.partition_id) for p in active)
-        else:
-            # No ranges from the server: the split YDB gives a topic with this many partitions.
-            pairs = [(low or b"", p.partition_id) for p, (low, _) in zip(active, even_bounds(len(active)), strict=True)]
-        self.lower_bounds = [low for low, _ in pairs]
-        self.partition_ids = [pid for _, pid in pairs]
-
-    def partition_for(self, position: bytes) -> int:
-        return self.partition_ids[max(bisect.bisect_right(self.lower_bounds, position) - 1, 0)]
 
 
 class KeyedWriter(ClosesOnExit):
@@ -184,7 +158,15 @@ class KeyedWriter(ClosesOnExit):
     a split partition's messages again reads the topic's partitions, retried under ``retry``.
     """
 
-    def __init__(self, context: ClientContext, admin: TopicAdmin, path: str, settings: WriterSettings) -> None:
+    def __init__(
+        self,
+        context: ClientContext,
+        admin: TopicAdmin,
+        path: str,
+        settings: WriterSettings,
+        partitioner: Partitioner = "ydb",
+    ) -> None:
+        self._partitioner = check_partitioner(partitioner)
         if settings.partition_id is not None or not settings.auto_seqno:
             raise InvalidArgumentError(
                 "a keyed writer picks partitions and numbers messages itself:"
@@ -205,7 +187,7 @@ class KeyedWriter(ClosesOnExit):
         # The lanes number messages (the keyed writer stamps each message once, resends included).
         self._lane_settings = settings.replace(auto_seqno=False, auto_created_at=False, retry=self._retry)
         settings.request_limit(context.max_message_size)  # checked now, as TopicWriter does, not at the first write
-        self._routes: _Routes | None = None
+        self._routes: KeyRouter | None = None
         self._lanes: dict[int, _Lane] = {}
         self._numbering: dict[int, tuple[int | None, int]] = {}
         """Partition id -> (seq_no base, next seq_no) of a lane being replaced, for its successor."""
@@ -240,7 +222,7 @@ class KeyedWriter(ClosesOnExit):
         async with self._open_lock:
             if self._routes is None:
                 description = await self._admin.describe_topic(self.path)
-                self._routes = _Routes(description)
+                self._routes = KeyRouter(description, self._partitioner)
                 self._supervisor = asyncio.get_running_loop().create_task(
                     self._supervise(), name=f"keyed writer {self.path}"
                 )
@@ -297,7 +279,7 @@ class KeyedWriter(ClosesOnExit):
         """The partition ``key`` goes to now (after ``open``)."""
         if self._routes is None:
             raise WriterClosedError("the keyed writer is not open yet: call open() or enter it first")
-        return self._routes.partition_for(key_hash(_key_bytes(key)))
+        return self._routes.partition_for(key_bytes(key))
 
     def _lane_producer_id(self, partition_id: int) -> str:
         return f"{self.producer_id}_{partition_id}"
@@ -337,12 +319,13 @@ class KeyedWriter(ClosesOnExit):
 
     async def _accept(self, messages: OneMessage | ManyMessages, key: Key, with_results: bool) -> list[_Entry]:
         self._check_usable()
-        position = key_hash(_key_bytes(key))
+        key = key_bytes(key)
+        tag = (PARTITION_KEY_METADATA, partition_key(key)) if self._partitioner == "ydb" else None
         created_at = dt.datetime.now(dt.UTC) if self._auto_created_at else None
         if isinstance(messages, (bytes, str, Message)):
-            entries = [_entry(messages, position, created_at)]
+            entries = [_entry(messages, key, tag, created_at)]
         elif is_many(messages):
-            entries = [_entry(m, position, created_at) for m in messages]
+            entries = [_entry(m, key, tag, created_at) for m in messages]
         else:
             raise InvalidArgumentError(
                 f"write takes bytes, str, Message or a list of them, not {type(messages).__name__}"
@@ -358,7 +341,7 @@ class KeyedWriter(ClosesOnExit):
             await self._steady.wait()
             self._check_usable()
             assert self._routes is not None
-            lane = self._lane(self._routes.partition_for(position))
+            lane = self._lane(self._routes.partition_for(key))
             if lane.failed:
                 continue  # being replaced: wait for that
             try:
@@ -492,7 +475,7 @@ class KeyedWriter(ClosesOnExit):
             if entries:
                 await self._distribute(entries, lambda _: pid)
             return
-        self._routes = _Routes(description)
+        self._routes = KeyRouter(description, self._partitioner)
         # A lane that never connected sent nothing: none of its messages can be stored.
         stored = await self._last_stored_seq_no(pid) - base if base is not None else 0
         logger.info(
@@ -509,7 +492,7 @@ class KeyedWriter(ClosesOnExit):
 
     def _route(self, entry: _Entry) -> int:
         assert self._routes is not None
-        return self._routes.partition_for(entry.position)
+        return self._routes.partition_for(entry.key)
 
     async def _distribute(self, entries: list[_Entry], target: Callable[[_Entry], int]) -> None:
         """Hand ``entries`` over, in order, to the lanes ``target`` picks; a lane that breaks
@@ -573,21 +556,18 @@ class KeyedWriter(ClosesOnExit):
         return f"KeyedWriter({self.path!r}, producer_id={self.producer_id!r}, {state})"
 
 
-def _key_bytes(key: Key) -> bytes:
-    if isinstance(key, str):
-        return key.encode()
-    if isinstance(key, (bytes, bytearray, memoryview)):
-        return bytes(key)
-    raise InvalidArgumentError(f"key must be str or bytes, not {type(key).__name__}")
-
-
-def _entry(message: OneMessage, position: bytes, now: dt.datetime | None) -> _Entry:
+def _entry(message: OneMessage, key: bytes, tag: tuple[str, bytes] | None, now: dt.datetime | None) -> _Entry:
+    """An accepted message; ``tag`` (the partition key's metadata item) is added to its metadata."""
     if isinstance(message, (bytes, str)):
-        return _Entry(payload_bytes(message, "a message"), None, now, position)
+        return _Entry(payload_bytes(message, "a message"), None if tag is None else (tag,), now, key)
     if isinstance(message, Message):
         if message.seq_no is not None:
             raise InvalidArgumentError("a keyed writer numbers messages itself: do not set Message.seq_no")
-        return _Entry(payload_bytes(message.data), message.metadata, message.created_at or now, position)
+        metadata = message.metadata
+        if tag is not None:
+            items = list(metadata.items() if isinstance(metadata, Mapping) else metadata or ())
+            metadata = items if any(name == tag[0] for name, _ in items) else [*items, tag]
+        return _Entry(payload_bytes(message.data), metadata, message.created_at or now, key)
     raise InvalidArgumentError(f"a message must be bytes, str or Message, not {type(message).__name__}")
 
 
