@@ -22,7 +22,8 @@ from .._errors import MessageDecodeError
 
 if TYPE_CHECKING:
     from .flow_control import BufferedPart
-    from .messages import PartitionSession, TopicMessage, _ServerBatchInfo
+    from .messages import PartitionSession, TopicMessage
+    from .wire import _ServerBatchInfo
 
 RAW_CODECS = (0, _codecs.Codec.RAW)
 

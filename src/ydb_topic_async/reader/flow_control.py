@@ -31,7 +31,8 @@ from itertools import islice
 from typing import Any
 
 from .decoding import RAW_CODECS, decode_ahead, decode_error, planned_count
-from .messages import DETACH_SIZE, MessageBatch, PartitionSession, Run, TopicMessage, _DetachedInfo, _ServerBatchInfo
+from .messages import MessageBatch, PartitionSession, Run, TopicMessage
+from .wire import DETACH_SIZE, _DetachedInfo, _ServerBatchInfo
 
 
 class BufferedPart:

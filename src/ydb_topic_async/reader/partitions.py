@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 from .._errors import PartitionSessionClosedError
 from .._proto import ydb_topic_pb2 as pb
 from ..observability.logging import sdk_logger
-from .messages import PartitionSession, PartitionSessionState, PartitionStatus, StartOffsets, timestamp_to_datetime
+from .messages import PartitionSession, PartitionSessionState, PartitionStatus, StartOffsets
+from .wire import timestamp_to_datetime
 
 if TYPE_CHECKING:
     from .commits import CommitTracker

@@ -30,9 +30,10 @@ from ..observability.metrics import reader_report
 from .commits import GAP_ADVICE, CommitTracker
 from .decoding import RAW_CODECS
 from .flow_control import BufferedPart, ReadBuffer
-from .messages import PartitionSession, PartitionSessionState, PartitionStatus, TopicSelector, _ServerBatchInfo
+from .messages import PartitionSession, PartitionSessionState, PartitionStatus, TopicSelector
 from .parsing import ExternalPayloads, ReadResponseParser, external_of
 from .partitions import OnPartitionStart, OnPartitionStop, PartitionSessions, waits_for_drain_or_commits
+from .wire import _ServerBatchInfo
 
 if TYPE_CHECKING:
     from .._transport import Transport
