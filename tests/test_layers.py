@@ -38,7 +38,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         (
             "writer.messages", "writer.buffer", "writer.batching", "writer.sender",
             "reader.messages", "reader.flow_control", "reader.commits", "reader.decoding", "reader.parsing",
-            "reader.partitions", "reader.session", "reader.wire",
+            "reader.partitions", "reader.session", "reader.wire", "reader.parts",
             "query._rpc", "query.transaction", "query.session_pool", "query._binding",
             "topic.types",
         ),

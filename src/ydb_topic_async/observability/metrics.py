@@ -19,8 +19,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from ..reader.flow_control import BufferedPart
     from ..reader.messages import PartitionSession
+    from ..reader.parts import BufferedPart
 
 
 @runtime_checkable

@@ -29,10 +29,11 @@ from ..observability.logging import reader_fields, sdk_logger
 from ..observability.metrics import reader_report
 from .commits import GAP_ADVICE, CommitTracker
 from .decoding import RAW_CODECS
-from .flow_control import BufferedPart, ReadBuffer
+from .flow_control import ReadBuffer
 from .messages import PartitionSession, PartitionSessionState, PartitionStatus, TopicSelector
 from .parsing import ExternalPayloads, ReadResponseParser, external_of
 from .partitions import OnPartitionStart, OnPartitionStop, PartitionSessions, waits_for_drain_or_commits
+from .parts import BufferedPart
 from .wire import _ServerBatchInfo
 
 if TYPE_CHECKING:
@@ -290,7 +291,7 @@ class ReaderConnection:
 
     def _on_read_response(self, response: Any, external: ExternalPayloads | None) -> None:
         # Nothing per message here: a part's messages stay as received until a receive takes
-        # them (see ``flow_control``); only compressed batches are looked into, for the size
+        # them (see ``parts``); only compressed batches are looked into, for the size
         # their payloads decode to. ``external``: the large payloads the parser left in the
         # received bytes (see ``parsing``).
         buffer = self.buffer
