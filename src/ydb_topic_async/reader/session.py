@@ -268,7 +268,10 @@ class ReaderConnection:
                     session = sessions.get(item.partition_session_id)
                     if session is not None:
                         commits.on_ack(session, item.committed_offset)
-                        report.commit_acked(session)
+                        if report.recording:
+                            committed = session.committed_offset
+                            received_past = max(0, session._next_commit_start - committed)
+                            report.commit_acked(session.topic_path, session.partition_id, committed, received_past)
                         if waits_for_drain_or_commits(session):
                             self.wake.set()
             elif kind == "start_partition_session_request":
@@ -335,7 +338,8 @@ class ReaderConnection:
             session._next_commit_start = batches[-1].records[-1].offset + 1
             buffered = BufferedPart(session, batches, messages, nbytes, start, compressed)
             buffer.push(buffered)
-            report.received(session, buffered)
+            if report.recording:  # only then: the payload sizes are summed over the part's messages
+                report.received(session.topic_path, session.partition_id, messages, buffered.payload_bytes())
         buffer.release(0)  # the bytes of parts nobody reads may be granted again
         report.buffer_changed()
 
