@@ -50,7 +50,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         (
             "writer.messages", "writer.buffer", "writer.batching", "writer.sender", "writer.settings",
             "reader.messages", "reader.flow_control", "reader.commits", "reader.decoding", "reader.parsing",
-            "reader.partitions", "reader.session",
+            "reader.partitions", "reader.session", "reader.wire", "reader.parts",
             "query._rpc", "query.transaction", "query.session_pool", "query._binding",
             "topic.types", "topic.admin",
         ),

@@ -13,8 +13,10 @@ import pytest
 import ydb_topic_async as yta
 from ydb_topic_async._proto import ydb_topic_pb2 as pb
 from ydb_topic_async.reader.commits import merge_ranges
-from ydb_topic_async.reader.flow_control import BufferedPart, ReadBuffer
-from ydb_topic_async.reader.messages import PartitionSession, PartitionSessionState, _ServerBatchInfo
+from ydb_topic_async.reader.flow_control import ReadBuffer
+from ydb_topic_async.reader.messages import PartitionSession, PartitionSessionState
+from ydb_topic_async.reader.parts import BufferedPart
+from ydb_topic_async.reader.wire import _ServerBatchInfo
 from ydb_topic_async.testing import LocalTopicServer
 from ydb_topic_async.testing.partition_log import NewMessage
 

@@ -16,7 +16,7 @@ import ydb_topic_async as yta
 from ydb_topic_async import _codecs
 from ydb_topic_async._credentials import AccessTokenCredentials, AnonymousCredentials, StaticCredentials
 from ydb_topic_async._stream import tokens_may_change
-from ydb_topic_async.reader.messages import DETACH_SIZE
+from ydb_topic_async.reader.wire import DETACH_SIZE
 
 from .._polling import eventually
 from .conftest import fill

@@ -16,11 +16,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
-
-if TYPE_CHECKING:
-    from ..reader.flow_control import BufferedPart
-    from ..reader.messages import PartitionSession
+from typing import Protocol, runtime_checkable
 
 
 @runtime_checkable
@@ -150,8 +146,10 @@ class GaugeShare:
 # --- what writers and readers report -------------------------------------------------------------
 #
 # The stream code calls one report object per writer or reader at fixed points (a request sent,
-# acknowledgements received, a response received, a reconnect). Without a recorder that object
-# is a shared no-op, so the protocol code never asks whether metrics are on.
+# acknowledgements received, a response received, a reconnect), with plain values: topics,
+# partition ids, counts, bytes, offsets. Without a recorder that object is a shared no-op, so the
+# protocol code never asks whether metrics are on, except where a value costs work to compute
+# (``WriterReport.wants_statuses``, ``ReaderReport.recording``).
 
 
 class WriterReport:
@@ -234,14 +232,20 @@ class ReaderReport:
 
     __slots__ = ()
 
-    def received(self, session: PartitionSession, part: BufferedPart) -> None:
-        """The messages of ``part``, of one partition, arrived in one response."""
+    recording = False
+    """Whether ``received`` and ``commit_acked`` record anything: the reader computes their values
+    (summing a response's payload sizes costs a pass over its messages) only when they do."""
+
+    def received(self, topic: str, partition_id: int, messages: int, nbytes: int) -> None:
+        """``messages`` of one partition arrived in one response, ``nbytes`` of decoded payload
+        as their writers declared it."""
 
     def buffer_changed(self) -> None:
         """The reader's buffer changed (a response arrived, credit was granted back)."""
 
-    def commit_acked(self, session: PartitionSession) -> None:
-        """The server confirmed a new committed offset for ``session``."""
+    def commit_acked(self, topic: str, partition_id: int, committed_offset: int, lag: int) -> None:
+        """The server confirmed ``committed_offset`` for a partition; ``lag``: the offsets
+        received past it."""
 
     def reconnect(self, error: BaseException) -> None:
         """The stream broke with ``error`` and the reader opens a new one."""
@@ -253,23 +257,23 @@ class ReaderReport:
 class _RecordingReaderReport(ReaderReport):
     __slots__ = ("_buffer", "_consumer", "_recorder", "_share")
 
+    recording = True
+
     def __init__(self, recorder: MetricsRecorder, consumer: str, buffer: Callable[[], tuple[int, int]]) -> None:
         self._recorder = recorder
         self._consumer = consumer
         self._buffer = buffer
         self._share = GaugeShare()
 
-    def received(self, session: PartitionSession, part: BufferedPart) -> None:
-        self._recorder.reader_messages(session.topic_path, session.partition_id, part.left, part.payload_bytes())
+    def received(self, topic: str, partition_id: int, messages: int, nbytes: int) -> None:
+        self._recorder.reader_messages(topic, partition_id, messages, nbytes)
 
     def buffer_changed(self) -> None:
         messages, nbytes = self._buffer()
         self._share.report(self._recorder.reader_buffer_change, self._consumer, messages, nbytes)
 
-    def commit_acked(self, session: PartitionSession) -> None:
-        committed = session.committed_offset
-        lag = max(0, session._next_commit_start - committed)
-        self._recorder.reader_commit_ack(session.topic_path, session.partition_id, committed, lag)
+    def commit_acked(self, topic: str, partition_id: int, committed_offset: int, lag: int) -> None:
+        self._recorder.reader_commit_ack(topic, partition_id, committed_offset, lag)
 
     def reconnect(self, error: BaseException) -> None:
         self._recorder.reader_reconnect(self._consumer, error)

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from .._errors import InvalidArgumentError, MissingDependencyError
 from .._limits import MAX_METADATA_BYTES, MAX_METADATA_ITEMS, wire_size
@@ -33,10 +33,6 @@ if TYPE_CHECKING:
     from opentelemetry.propagators.textmap import TextMapPropagator
     from opentelemetry.trace import Span, TracerProvider
 
-    from ..reader.messages import TopicMessage
-    from ..writer.buffer import PendingMessage
-    from ..writer.messages import WriteResult
-
 INSTALL_HINT = install_hint("otel")
 MESSAGING_SYSTEM = "ydb"
 _TRACER_NAME = "ydb_topic_async"
@@ -44,6 +40,56 @@ _WRITE_STATUS = {"Skipped": "skipped", "WrittenInTx": "written_in_tx"}
 """The span attribute for acknowledgements other than a plain ``Written``."""
 CONTEXT_SKIPPED_EVENT = "ydb.trace_context_skipped"
 """The producer span's event when the message had no room left in its metadata for the context."""
+
+
+class OutgoingMessage(Protocol):
+    """What tracing needs of a message a writer accepted (a writer's pending message is one)."""
+
+    data_len: int
+    """The payload's size."""
+    metadata: list[tuple[str, bytes]] | None
+    """The message's metadata items; tracing appends the trace context to them."""
+    size: int
+    """The bytes the message counts against the writer's buffer; they grow with the context."""
+
+
+class WriteAck(Protocol):
+    """What tracing reads of a write's acknowledgement (``Written``, ``Skipped``, ``WrittenInTx``;
+    the offset only where there is one)."""
+
+    @property
+    def partition_id(self) -> int: ...
+
+    @property
+    def seq_no(self) -> int: ...
+
+
+class ReceivedMessage(Protocol):
+    """What tracing reads of a message a reader handed out (a ``TopicMessage`` is one)."""
+
+    @property
+    def data(self) -> bytes: ...
+
+    @property
+    def offset(self) -> int: ...
+
+    @property
+    def seq_no(self) -> int: ...
+
+    @property
+    def producer_id(self) -> str: ...
+
+    @property
+    def topic_path(self) -> str: ...
+
+    @property
+    def partition_id(self) -> int: ...
+
+    @property
+    def metadata_items(self) -> Mapping[str, bytes]: ...
+
+
+_Ack = TypeVar("_Ack", bound=WriteAck)
 
 
 class OpenTelemetryTracing:
@@ -75,7 +121,7 @@ class OpenTelemetryTracing:
     # join its buffer: spans start, the context goes into each message's metadata, and each span
     # ends with its message's acknowledgement.
 
-    def start_writes(self, topic: str, producer_id: str, entries: Sequence[PendingMessage], room: int) -> list[Span]:
+    def start_writes(self, topic: str, producer_id: str, entries: Sequence[OutgoingMessage], room: int) -> list[Span]:
         """Start a producer span per message and put its context in the message's metadata,
         unless the message carries a context of its own or has no room left for one (metadata
         limits, or ``room``: the most a message may take in a request)."""
@@ -97,7 +143,7 @@ class OpenTelemetryTracing:
             self._inject(entry, span, room)
         return spans
 
-    def _inject(self, entry: PendingMessage, span: Span, room: int) -> None:
+    def _inject(self, entry: OutgoingMessage, span: Span, room: int) -> None:
         pairs = entry.metadata or []
         if any(key in self._fields for key, _ in pairs):
             return  # the caller propagates a context of its own: keep it
@@ -125,7 +171,7 @@ class OpenTelemetryTracing:
         entry.metadata = [*pairs, *added]
         entry.size += extra_bytes
 
-    def end_writes_on_ack(self, spans: Sequence[Span], futures: Sequence[asyncio.Future[WriteResult]]) -> None:
+    def end_writes_on_ack(self, spans: Sequence[Span], futures: Sequence[asyncio.Future[_Ack]]) -> None:
         """End each span when its message's acknowledgement (or failure) arrives."""
         for future, span in zip(futures, spans, strict=True):
             future.add_done_callback(functools.partial(self._on_ack, span))
@@ -136,7 +182,7 @@ class OpenTelemetryTracing:
         for span in spans:
             _fail_span(self._trace, span, error)
 
-    def _on_ack(self, span: Span, future: asyncio.Future[WriteResult]) -> None:
+    def _on_ack(self, span: Span, future: asyncio.Future[_Ack]) -> None:
         if future.cancelled():
             _fail_span(self._trace, span, asyncio.CancelledError())
             return
@@ -158,7 +204,7 @@ class OpenTelemetryTracing:
 
     # --- reading -------------------------------------------------------------------------------
 
-    def extract_context(self, message: TopicMessage) -> Context:
+    def extract_context(self, message: ReceivedMessage) -> Context:
         """The trace context a message carries (an empty context when it carries none).
 
         Use it to parent or link the spans of your own processing of the message.
@@ -166,7 +212,7 @@ class OpenTelemetryTracing:
         carrier = {key: value.decode("latin-1") for key, value in message.metadata_items.items() if key in self._fields}
         return self._propagator.extract(carrier)
 
-    def on_receive(self, consumer: str | None, messages: Sequence[TopicMessage]) -> None:
+    def on_receive(self, consumer: str | None, messages: Sequence[ReceivedMessage]) -> None:
         """Record a consumer span for messages handed out together (one partition session)."""
         if not messages:
             return

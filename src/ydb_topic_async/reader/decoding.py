@@ -13,16 +13,13 @@ call that reaches the message raises; the other messages are unaffected.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from itertools import islice
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
 from .. import _codecs
 from .._errors import MessageDecodeError
-
-if TYPE_CHECKING:
-    from .flow_control import BufferedPart
-    from .messages import PartitionSession, TopicMessage, _ServerBatchInfo
+from .messages import PartitionSession, TopicMessage
+from .wire import _ServerBatchInfo
 
 RAW_CODECS = (0, _codecs.Codec.RAW)
 
@@ -37,38 +34,13 @@ def declared_size(info: _ServerBatchInfo, record: Any) -> int:
     return size
 
 
-def planned_count(part: BufferedPart, max_messages: int | None, max_bytes: int | None) -> int:
-    """How many of the next messages of ``part`` a take within these limits hands out, judged
-    by the payload sizes the writers declared. For a single message, the following ones that
-    decode cheaply along with it (within ``_codecs.fits_inline``) count too."""
-    left = part.left
-    count = left if max_messages is None or max_messages > left else max_messages
-    if max_bytes is None:
-        if count > 1:
-            return count
-        limit_bytes, limit_count = _codecs.OFF_LOOP_THRESHOLD - 1, min(left, _codecs.INLINE_MAX_PAYLOADS - 1)
-    else:
-        limit_bytes, limit_count = max_bytes, count
-    planned = 0
-    total = 0
-    for info, record in part.upcoming(0):
-        total += declared_size(info, record)
-        if planned and (total > limit_bytes or planned >= limit_count):
-            break
-        planned += 1
-    return planned
-
-
-async def decode_ahead(part: BufferedPart, upto: int) -> None:
-    """Decode the compressed payloads among the next ``upto`` messages of ``part`` that are not
-    at hand yet, into ``part.decoded``. Does nothing when another receive got there first."""
-    start = part.ready
-    if start >= upto:
-        return
+async def decode_payloads(messages: Iterable[tuple[_ServerBatchInfo, Any]]) -> list[bytes | BaseException]:
+    """The decoded payloads of the compressed ones among ``messages`` ((server batch, record)
+    pairs, in order; raw ones are skipped), each a payload or the error that its decoder raised."""
     records: list[Any] = []  # each a record, or its payload left in the received bytes
     sizes: list[int] = []
     runs: list[tuple[int, int, _codecs.Transform]] = []  # per server batch: its range of records, its decoder
-    for info, record in islice(part.upcoming(start), upto - start):
+    for info, record in messages:
         fn = info.decoder
         if fn is None:
             continue
@@ -80,24 +52,18 @@ async def decode_ahead(part: BufferedPart, upto: int) -> None:
         # The work is in producing the output: judge by the size the writer declared, as a
         # highly compressible payload is small on the wire.
         sizes.append(declared_size(info, record))
-    results: list[bytes | BaseException]
     if not records:
-        results = []
-    else:
-        try:
-            results = list(
-                await _codecs.transform_batch(
-                    sizes,
-                    lambda first, end: _decode_span(runs, records, first, end),
-                    serial=any(isinstance(fn, _codecs.SerialTransform) for _, _, fn in runs),
-                )
+        return []
+    try:
+        return list(
+            await _codecs.transform_batch(
+                sizes,
+                lambda first, end: _decode_span(runs, records, first, end),
+                serial=any(isinstance(fn, _codecs.SerialTransform) for _, _, fn in runs),
             )
-        except _codecs.PartialTransformError as exc:
-            results = [exc.failures[i] if data is None else data for i, data in enumerate(exc.results)]
-    if part.ready != start:
-        return  # another receive decoded (and maybe took) these meanwhile
-    part.decoded.extend(results)
-    part.ready = upto
+        )
+    except _codecs.PartialTransformError as exc:
+        return [exc.failures[i] if data is None else data for i, data in enumerate(exc.results)]
 
 
 def _decode_span(

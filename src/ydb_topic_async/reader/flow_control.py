@@ -1,4 +1,4 @@
-"""The reader's flow control: byte credit, the buffer of received messages, and its bound.
+"""The reader's flow control: byte credit, the buffer of received parts, and its bound.
 
 The protocol works in credit: the client sends ``ReadRequest(bytes_size=N)`` to allow N more
 bytes of ``ReadResponse`` (sizes as the server counts them, on the wire). The reader bounds what
@@ -9,11 +9,11 @@ response that decodes to ten times its wire size makes the reader wait until the
 much before it asks for more. The server may send one response past the credit (its first
 message may exceed what is left); that overshoot is charged like any other bytes.
 
-Messages stay as the server sent them until a receive takes them: only then is a
-``TopicMessage`` built for each, and a compressed payload decoded (see ``decoding``; a
-single-message receive decodes a few more along with its own). So the buffer holds each payload
-once (in its response), costs no Python object per message (nothing for the garbage collector to
-walk), and a decoded payload exists only once it is about to be handed out.
+Messages stay as the server sent them, in ``BufferedPart``s (see ``parts``), until a receive
+takes them: only then is a ``TopicMessage`` built for each, and a compressed payload decoded
+(see ``decoding``; a single-message receive decodes a few more along with its own). So the buffer
+holds each payload once (in its response), costs no Python object per message (nothing for the
+garbage collector to walk), and a decoded payload exists only once it is about to be handed out.
 
 Credit returns in chunks of at least ``release_threshold`` bytes to keep ReadRequests few. A
 part's charge is split over its messages, so taking a single message returns its share.
@@ -26,213 +26,13 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable, Iterator
-from itertools import islice
+from collections.abc import Callable
 from typing import Any
 
-from .decoding import RAW_CODECS, decode_ahead, decode_error, planned_count
-from .messages import DETACH_SIZE, MessageBatch, PartitionSession, Run, TopicMessage, _DetachedInfo, _ServerBatchInfo
-
-
-class BufferedPart:
-    """What one response brought for one partition session that is not handed out yet: its
-    server batches, as received, and where the next message to take is."""
-
-    __slots__ = (
-        "batch_index",
-        "batches",
-        "charge",
-        "commit_start",
-        "compressed",
-        "count",
-        "decoded",
-        "left",
-        "message_index",
-        "ready",
-        "run",
-        "run_end",
-        "session",
-        "share",
-    )
-
-    def __init__(
-        self,
-        session: PartitionSession,
-        batches: list[_ServerBatchInfo],
-        count: int,
-        nbytes: int,
-        commit_start: int,
-        compressed: bool,
-    ) -> None:
-        """``nbytes``: the part's share of its response's bytes on the wire; compressed payloads
-        are charged what they decode to as well, as their writers declared it: the response
-        stays in memory until its last message is taken, so until then both are held. (Not
-        the decoded size minus the wire size: measuring a batch on the wire means serializing
-        it again, a copy of megabytes on the event loop for large messages.)"""
-        if compressed:
-            for info in batches:
-                if info.decoder is not None and info.codec not in RAW_CODECS:
-                    nbytes += sum(record.uncompressed_size for record in info.records)
-        self.session = session
-        self.batches = batches
-        """The server batches that hold messages, in offset order."""
-        self.batch_index = 0
-        self.message_index = 0
-        """Where the next message to take is: its server batch, its index there."""
-        self.run = batches[0]
-        self.run_end = len(batches[0].records)
-        """The server batch of the next message (``batches[batch_index]``), and its size."""
-        self.count = count
-        self.left = count
-        """Messages not taken yet."""
-        self.charge = nbytes
-        """What the part counts against the buffer (its decoded bytes)."""
-        self.share = nbytes // count
-        """The charge each message releases when taken (the last one also the remainder)."""
-        self.commit_start = commit_start
-        """The commit range start of the next message (the end of the one before it)."""
-        self.compressed = compressed
-        """Whether some payloads need decoding before they are handed out."""
-        self.ready = 0
-        """How many of the next messages have their payload at hand (compressed parts only)."""
-        self.decoded: deque[bytes | BaseException] = deque()
-        """The decoded payloads (or decoding errors) of the compressed messages among those."""
-
-    @property
-    def bytes_left(self) -> int:
-        """The part's charge not released yet."""
-        left = self.left
-        return self.charge - self.share * (self.count - left) if left else 0
-
-    def upcoming(self, skip: int) -> Iterator[tuple[_ServerBatchInfo, Any]]:
-        """The part's messages after the next ``skip`` ones, as (server batch, record) pairs."""
-        index = self.message_index + skip
-        for info in self.batches[self.batch_index :]:
-            records = info.records
-            if index < len(records):
-                for record in islice(records, index, None):
-                    yield info, record
-                index = 0
-            else:
-                index -= len(records)
-
-    def payload_bytes(self) -> int:
-        """The decoded payload bytes of the messages not taken, as their writers declared them."""
-        return sum(record.uncompressed_size or info.payload_size(record) for info, record in self.upcoming(0))
-
-    def take(self, count: int, max_bytes: int | None) -> tuple[MessageBatch, BaseException | None]:
-        """Hand out up to ``count`` messages (at least one; at most ``max_bytes`` payload bytes
-        after the first) as a batch.
-
-        Only payloads at hand are taken (``ready``, for a compressed part). When the first one
-        could not be decoded, it is taken alone, as received, with its error."""
-        if count > self.left:
-            count = self.left
-        if self.compressed and count > self.ready:
-            count = self.ready
-        if max_bytes is not None:
-            return self._take_each(count, max_bytes)
-        # The batch's messages are built as it is iterated: here only the runs of records.
-        runs: list[Run] = []
-        batches = self.batches
-        batch_index = self.batch_index
-        index = self.message_index
-        taken = 0
-        last = -1
-        while taken < count:
-            info = batches[batch_index]
-            records = info.records
-            end = min(len(records), index + count - taken)
-            payloads: list[bytes] | None = None
-            if info.decoder is not None:
-                decoded = self.decoded
-                payloads = []
-                for _ in range(end - index):
-                    payload = decoded.popleft()
-                    if isinstance(payload, BaseException):
-                        decoded.appendleft(payload)
-                        end = index + len(payloads)
-                        count = taken + len(payloads)  # the failed one goes alone, next
-                        break
-                    payloads.append(payload)
-                if not taken and not payloads:
-                    return self._take_each(1, None)  # the failed one, alone
-            if end > index:
-                runs.append((info, index, end, payloads))
-                last = records[end - 1].offset
-            taken += end - index
-            index = end
-            if index == len(records):
-                batch_index += 1
-                index = 0
-        batch = MessageBatch.of_runs(runs, taken, self.session, self.commit_start, last + 1, self._large())
-        self._advance(batch_index, index, taken, last + 1)
-        return batch, None
-
-    def _take_each(self, count: int, max_bytes: int | None) -> tuple[MessageBatch, BaseException | None]:
-        """``take``, building each message now (to count its bytes, or to fail it alone)."""
-        messages: list[TopicMessage] = []
-        append = messages.append
-        session = self.session
-        start = self.commit_start
-        batches = self.batches
-        batch_index = self.batch_index
-        index = self.message_index
-        budget = -1 if max_bytes is None else max_bytes
-        large = self._large()
-        decoded = self.decoded
-        error: BaseException | None = None
-        taken = 0
-        stopped = False
-        while taken < count and not stopped:
-            info = batches[batch_index]
-            records = info.records
-            for record in islice(records, index, min(len(records), index + count - taken)):
-                data = record.data if info.decoder is None else decoded.popleft()
-                if isinstance(data, BaseException):
-                    stopped = True
-                    if taken:
-                        decoded.appendleft(data)  # the next receive raises it
-                        break
-                    error = data
-                    data = info.payload(record)  # handed out as received, with its error
-                elif budget >= 0:
-                    if taken and len(data) > budget:
-                        if info.decoder is not None:
-                            decoded.appendleft(data)
-                        stopped = True
-                        break
-                    budget -= len(data)
-                offset = record.offset
-                message = TopicMessage(data, offset, info, index, session, start)
-                if large and len(data) >= DETACH_SIZE:
-                    message._info = _DetachedInfo(info, index)
-                append(message)
-                start = offset + 1
-                taken += 1
-                index += 1
-                if stopped:
-                    break
-            if index == len(records):
-                batch_index += 1
-                index = 0
-        self._advance(batch_index, index, taken, start)
-        return MessageBatch(messages, session), error
-
-    def _large(self) -> bool:
-        """Whether some payloads may be large enough to detach (judged by the average charge)."""
-        return self.share >= DETACH_SIZE // 2
-
-    def _advance(self, batch_index: int, index: int, taken: int, commit_start: int) -> None:
-        if batch_index != self.batch_index and batch_index < len(self.batches):
-            self.run = self.batches[batch_index]
-            self.run_end = len(self.run.records)
-        self.batch_index = batch_index
-        self.message_index = index
-        self.left -= taken
-        if self.compressed:
-            self.ready -= taken
-        self.commit_start = commit_start
+from .decoding import decode_error
+from .messages import MessageBatch, PartitionSession, TopicMessage
+from .parts import BufferedPart
+from .wire import DETACH_SIZE, _DetachedInfo
 
 
 class ReadBuffer:
@@ -377,13 +177,13 @@ class ReadBuffer:
         """Whether the next take (``pop`` with these limits) finds its payloads at hand."""
         self._sync()
         part = self._queue[0]
-        return not part.compressed or part.ready >= planned_count(part, max_messages, max_bytes)
+        return not part.compressed or part.ready >= part.planned_count(max_messages, max_bytes)
 
     async def decode_front(self, max_messages: int | None, max_bytes: int | None) -> None:
         """Decode what the next take needs (the state may have moved on meanwhile: check again)."""
         self._sync()
         part = self._queue[0]
-        await decode_ahead(part, planned_count(part, max_messages, max_bytes))
+        await part.decode_ahead(part.planned_count(max_messages, max_bytes))
 
     def pop(self, max_messages: int | None, max_bytes: int | None) -> MessageBatch:
         """Take the front messages of one partition session (``front_ready`` must hold).
@@ -450,7 +250,7 @@ class ReadBuffer:
             if index == part.run_end:
                 batch_index += 1
                 index = 0
-            part._advance(batch_index, index, taken, self._cursor_start)
+            part.advance(batch_index, index, taken, self._cursor_start)
             self._finish(part, taken)
 
     def _finish(self, part: BufferedPart, count: int) -> None:

@@ -10,26 +10,16 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import islice, repeat
 from operator import attrgetter
 from typing import Any
 
 from .._errors import InvalidArgumentError
+from .wire import DETACH_SIZE, EPOCH, _DetachedInfo, _ServerBatchInfo, timestamp_to_datetime, timestamp_us
 
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _MICROSECOND = dt.timedelta(microseconds=1)
-
-
-def timestamp_to_datetime(ts: Any) -> dt.datetime:
-    """A protobuf ``Timestamp`` as an aware UTC datetime (microsecond precision)."""
-    return _EPOCH + dt.timedelta(seconds=ts.seconds, microseconds=ts.nanos // 1000)
-
-
-def _timestamp_us(ts: Any) -> int:
-    """A protobuf ``Timestamp`` in whole microseconds since the epoch."""
-    return int(ts.seconds * 1_000_000 + ts.nanos // 1000)
 
 
 @dataclass(frozen=True)
@@ -112,6 +102,9 @@ class PartitionSession:
     name its successors).
     """
 
+    # The reader's bookkeeping lives in private slots of the session itself, read and written
+    # directly by the machinery below the facade: a commit on the hot path extends ``_commit_run``
+    # with no lookup (see ``TopicReader.commit``).
     __slots__ = (
         "_ack_waiters",
         "_buffered",
@@ -178,96 +171,11 @@ class PartitionSession:
         )
 
 
-DETACH_SIZE = 64 * 1024
-"""A message with at least this many payload bytes keeps its own copy of its rarely used fields
-instead of the response they came in (see ``TopicMessage``)."""
-
-
-class _ServerBatchInfo:
-    """One server batch (one producer's run of messages in one response): the fields its messages
-    share, its records (each message's rarely used fields are read from there), and the decoder of
-    its codec (None for raw payloads)."""
-
-    __slots__ = ("_session_metadata", "_written_at", "codec", "decoder", "external", "producer_id", "proto", "records")
-
-    def __init__(
-        self,
-        proto: Any,
-        decoder: Callable[[bytes], bytes] | None = None,
-        external: dict[int, memoryview] | None = None,
-    ) -> None:
-        self.proto = proto
-        self.records = proto.message_data
-        self.producer_id: str = proto.producer_id
-        self.codec: int = proto.codec
-        self.decoder = decoder
-        self.external = external
-        """Payloads left in the received bytes (see ``parsing``), by offset; their records' ``data``
-        is empty. Only batches with a decoder have them."""
-        self._session_metadata: dict[str, str] | None = None
-        self._written_at: dt.datetime | None = None
-
-    def view(self, record: Any) -> memoryview | None:
-        """``record``'s payload where it was left in the received bytes (None: in the record)."""
-        external = self.external
-        return None if external is None else external.get(record.offset)
-
-    def payload(self, record: Any) -> bytes:
-        """``record``'s payload as received (not decoded)."""
-        view = self.view(record)
-        data: bytes = record.data if view is None else bytes(view)
-        return data
-
-    def payload_size(self, record: Any) -> int:
-        """The size of ``record``'s payload as received."""
-        view = self.view(record)
-        return len(record.data if view is None else view)
-
-    @property
-    def session_metadata(self) -> dict[str, str]:
-        if self._session_metadata is None:
-            self._session_metadata = dict(self.proto.write_session_meta)
-        return self._session_metadata
-
-    @property
-    def written_at(self) -> dt.datetime:
-        if self._written_at is None:
-            self._written_at = timestamp_to_datetime(self.proto.written_at)
-        return self._written_at
-
-    def record(self, index: int) -> Any:
-        """The record of the batch's message at ``index``."""
-        return self.records[index]
-
-
-class _DetachedInfo:
-    """What a large message keeps of its server batch and its own record: the same fields as
-    ``_ServerBatchInfo`` offers, copied, so that nothing refers to the response any more."""
-
-    __slots__ = ("_record", "codec", "producer_id", "session_metadata", "written_at")
-
-    def __init__(self, info: _ServerBatchInfo, index: int) -> None:
-        self.producer_id = info.producer_id
-        self.codec = info.codec
-        self.session_metadata = info.session_metadata
-        self.written_at = info.written_at
-        source = info.record(index)
-        record = type(source)()
-        record.seq_no = source.seq_no
-        if source.HasField("created_at"):
-            record.created_at.CopyFrom(source.created_at)
-        record.message_group_id = source.message_group_id
-        record.metadata_items.extend(source.metadata_items)
-        self._record = record
-
-    def record(self, index: int) -> Any:
-        del index
-        return self._record
-
-
 class TopicMessage:
     """One message read from a topic. ``data`` is decoded; other fields are as written."""
 
+    # Slots: one is built per message handed out. The takes that build them swap ``_info`` for a
+    # ``_DetachedInfo`` directly when a payload is large, so ``__init__`` stays the cheapest call it can be.
     __slots__ = ("_commit_start", "_index", "_info", "data", "offset", "partition_session")
 
     def __init__(
@@ -306,7 +214,7 @@ class TopicMessage:
     @property
     def created_at_us(self) -> int:
         """``created_at`` in microseconds since the epoch, without building a datetime (bulk conversion)."""
-        return _timestamp_us(self._info.record(self._index).created_at)
+        return timestamp_us(self._info.record(self._index).created_at)
 
     @property
     def producer_id(self) -> str:
@@ -390,7 +298,7 @@ def _columns_of(messages: list[TopicMessage]) -> MessageColumns:
         producer_id=[m.producer_id for m in messages],
         message_group_id=[m.message_group_id for m in messages],
         created_at_us=[m.created_at_us for m in messages],
-        written_at_us=[(m.written_at - _EPOCH) // _MICROSECOND for m in messages],
+        written_at_us=[(m.written_at - EPOCH) // _MICROSECOND for m in messages],
         metadata=metadata if any(metadata) else None,
         data=[m.data for m in messages],
     )
@@ -482,7 +390,7 @@ class MessageBatch:
             items += map(_ITEMS, records)
             created_at += [ts.seconds * 1_000_000 + ts.nanos // 1000 for ts in map(_CREATED_AT, records)]
             producer_id += [info.producer_id] * len(records)
-            written_at += [_timestamp_us(info.proto.written_at)] * len(records)
+            written_at += [timestamp_us(info.proto.written_at)] * len(records)
         metadata = [{i.key: i.value for i in each} if each else {} for each in items] if any(items) else None
         return MessageColumns(offset, seq_no, producer_id, group, created_at, written_at, metadata, data)
 

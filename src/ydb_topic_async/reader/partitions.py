@@ -15,17 +15,15 @@ import asyncio
 import inspect
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .._errors import PartitionSessionClosedError
 from .._proto import ydb_topic_pb2 as pb
 from ..observability.logging import sdk_logger
-from .messages import PartitionSession, PartitionSessionState, PartitionStatus, StartOffsets, timestamp_to_datetime
-
-if TYPE_CHECKING:
-    from .commits import CommitTracker
-    from .flow_control import ReadBuffer
-    from .messages import TopicSelector
+from .commits import CommitTracker
+from .flow_control import ReadBuffer
+from .messages import PartitionSession, PartitionSessionState, PartitionStatus, StartOffsets, TopicSelector
+from .wire import timestamp_to_datetime
 
 logger = sdk_logger("reader")
 

@@ -29,10 +29,12 @@ from ..observability.logging import reader_fields, sdk_logger
 from ..observability.metrics import reader_report
 from .commits import GAP_ADVICE, CommitTracker
 from .decoding import RAW_CODECS
-from .flow_control import BufferedPart, ReadBuffer
-from .messages import PartitionSession, PartitionSessionState, PartitionStatus, TopicSelector, _ServerBatchInfo
+from .flow_control import ReadBuffer
+from .messages import PartitionSession, PartitionSessionState, PartitionStatus, TopicSelector
 from .parsing import ExternalPayloads, ReadResponseParser, external_of
 from .partitions import OnPartitionStart, OnPartitionStop, PartitionSessions, waits_for_drain_or_commits
+from .parts import BufferedPart
+from .wire import _ServerBatchInfo
 
 if TYPE_CHECKING:
     from .._transport import Transport
@@ -266,7 +268,10 @@ class ReaderConnection:
                     session = sessions.get(item.partition_session_id)
                     if session is not None:
                         commits.on_ack(session, item.committed_offset)
-                        report.commit_acked(session)
+                        if report.recording:
+                            committed = session.committed_offset
+                            received_past = max(0, session._next_commit_start - committed)
+                            report.commit_acked(session.topic_path, session.partition_id, committed, received_past)
                         if waits_for_drain_or_commits(session):
                             self.wake.set()
             elif kind == "start_partition_session_request":
@@ -289,7 +294,7 @@ class ReaderConnection:
 
     def _on_read_response(self, response: Any, external: ExternalPayloads | None) -> None:
         # Nothing per message here: a part's messages stay as received until a receive takes
-        # them (see ``flow_control``); only compressed batches are looked into, for the size
+        # them (see ``parts``); only compressed batches are looked into, for the size
         # their payloads decode to. ``external``: the large payloads the parser left in the
         # received bytes (see ``parsing``).
         buffer = self.buffer
@@ -333,7 +338,8 @@ class ReaderConnection:
             session._next_commit_start = batches[-1].records[-1].offset + 1
             buffered = BufferedPart(session, batches, messages, nbytes, start, compressed)
             buffer.push(buffered)
-            report.received(session, buffered)
+            if report.recording:  # only then: the payload sizes are summed over the part's messages
+                report.received(session.topic_path, session.partition_id, messages, buffered.payload_bytes())
         buffer.release(0)  # the bytes of parts nobody reads may be granted again
         report.buffer_changed()
 
