@@ -49,8 +49,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "machinery",
         (
             "writer.messages", "writer.buffer", "writer.batching", "writer.sender", "writer.settings",
-            "reader.messages", "reader.flow_control", "reader.commits", "reader.decoding", "reader.parsing",
-            "reader.partitions", "reader.session", "reader.wire", "reader.parts",
+            "reader.parsing", "reader.wire", "reader.messages", "reader.decoding", "reader.commits", "reader.parts",
+            "reader.flow_control", "reader.partitions", "reader.session",
             "query._rpc", "query.transaction", "query.session_pool", "query._binding",
             "topic.types", "topic.admin",
         ),
@@ -278,7 +278,9 @@ def test_the_check_sees_a_cycle(tmp_path: Path) -> None:
         {
             "__init__.py": "",
             "reader/__init__.py": "",
-            "reader/decoding.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .flow_control import X\n",
+            "reader/decoding.py": (
+                "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .flow_control import X\n"
+            ),
             "reader/flow_control.py": "from .decoding import decode\n",
         },
     )
@@ -294,7 +296,9 @@ def test_the_check_sees_adapters_and_the_server_reaching_inside(tmp_path: Path) 
             "_errors.py": "",
             "_proto/__init__.py": "",
             "observability/__init__.py": "",
-            "cli/__init__.py": "from .. import Driver\nfrom .._retry import RetryState\nfrom ..observability import x\n",
+            "cli/__init__.py": (
+                "from .. import Driver\nfrom .._retry import RetryState\nfrom ..observability import x\n"
+            ),
             "testing/__init__.py": "from .._proto import ydb_topic_pb2\nfrom .._errors import SchemeError\n",
         },
     )
