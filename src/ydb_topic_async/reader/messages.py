@@ -12,7 +12,7 @@ import datetime as dt
 import enum
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import islice, repeat
+from itertools import repeat
 from operator import attrgetter
 from typing import Any
 
@@ -356,7 +356,7 @@ class MessageBatch:
         start = self._start
         large = self._large
         for info, first, end, payloads in self._runs:
-            records = islice(info.records, first, end)
+            records = info.records[first:end]  # a slice, not islice: islice walks from the batch's first record
             for index, (record, decoded) in enumerate(zip(records, payloads or _RAW, strict=False), first):
                 offset = record.offset
                 data = record.data if decoded is None else decoded
@@ -382,7 +382,7 @@ class MessageBatch:
         data: list[bytes] = []
         # map() over attribute getters runs each per-record loop in C.
         for info, first, end, payloads in self._runs:
-            records = list(islice(info.records, first, end))
+            records = info.records[first:end]
             offset += map(_OFFSET, records)
             seq_no += map(_SEQ_NO, records)
             group += map(_GROUP, records)

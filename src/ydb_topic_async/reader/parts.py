@@ -101,7 +101,7 @@ class BufferedPart:
         for info in self.batches[self.batch_index :]:
             records = info.records
             if index < len(records):
-                for record in islice(records, index, None):
+                for record in records[index:]:
                     yield info, record
                 index = 0
             else:
@@ -211,7 +211,7 @@ class BufferedPart:
         while taken < count and not stopped:
             info = batches[batch_index]
             records = info.records
-            for record in islice(records, index, min(len(records), index + count - taken)):
+            for record in records[index : index + count - taken]:
                 data = record.data if info.decoder is None else decoded.popleft()
                 if isinstance(data, BaseException):
                     stopped = True
