@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .._proto import ydb_auth_pb2, ydb_discovery_pb2
-from .partition_log import StorageError
+from .stored import StorageError
 
 if TYPE_CHECKING:
     from .server import LocalTopicServer

@@ -32,7 +32,8 @@ import grpc
 
 from .._proto import ydb_query_pb2 as qpb
 from ._replies import SUCCESS, issues, metadata, rpc_handler, status_code
-from .partition_log import PendingOffsets, PendingWrites, StorageError
+from .partition_log import PendingOffsets, PendingWrites
+from .stored import StorageError
 
 if TYPE_CHECKING:
     from .server import LocalTopicServer

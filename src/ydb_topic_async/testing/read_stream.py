@@ -42,8 +42,9 @@ from google.protobuf import timestamp_pb2
 from .._proto import ydb_topic_pb2 as pb
 from ._inbox import Inbox, receive_handshake
 from ._replies import SUCCESS, failure, timestamp
-from .partition_log import Consumer, Partition, StorageError, StoredRow, Topic, read_size
+from .partition_log import Consumer, Partition, Topic
 from .read_balancer import ConsumerGroup, ReaderInfo
+from .stored import StorageError, StoredRow, read_size
 
 if TYPE_CHECKING:
     from .server import LocalTopicServer

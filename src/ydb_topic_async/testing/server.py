@@ -21,12 +21,13 @@ from .control_plane import ControlPlane
 from .discovery import Auth, DiscoveryHandlers, Gate
 from .faults import Faults
 from .journal import close_journal, open_journal
-from .partition_log import StorageError, TopicStorage
+from .partition_log import TopicStorage
 from .query_service import QueryService
 from .quotas import WriteQuotas
 from .read_stream import ReadService
 from .retention import Retention, expire_all
 from .stats import ServerStats
+from .stored import StorageError
 from .write_stream import WriteService
 
 logger = logging.getLogger("ydb_topic_async.testing")

@@ -43,17 +43,9 @@ import grpc
 from .._proto import ydb_topic_pb2 as pb
 from ._inbox import Inbox, receive_handshake
 from ._replies import SUCCESS, failure
-from .partition_log import (
-    READ_ITEM_OVERHEAD,
-    READ_MESSAGE_OVERHEAD,
-    NewMessage,
-    Partition,
-    StorageError,
-    StoredRow,
-    Topic,
-    source_key,
-)
+from .partition_log import NewMessage, Partition, Topic, source_key
 from .retention import check_not_full
+from .stored import READ_ITEM_OVERHEAD, READ_MESSAGE_OVERHEAD, StorageError, StoredRow
 
 if TYPE_CHECKING:
     from .query_service import Transaction
