@@ -47,7 +47,7 @@ from .read_balancer import ConsumerGroup, ReaderInfo
 from .stored import StorageError, StoredRow, read_size
 
 if TYPE_CHECKING:
-    from .server import LocalTopicServer
+    from .state import ServerState
 
 FromServer = pb.StreamReadMessage.FromServer
 MAX_RESPONSE_BYTES = 4 * 1024 * 1024
@@ -163,8 +163,8 @@ class ReadSession:
 class ReadService:
     """Handles every StreamRead call of one server, and the consumer groups they form."""
 
-    def __init__(self, server: LocalTopicServer, graceful_stop_timeout: float = 10.0) -> None:
-        self.server = server
+    def __init__(self, state: ServerState, graceful_stop_timeout: float = 10.0) -> None:
+        self.state = state
         self.graceful_stop_timeout = graceful_stop_timeout
         self.groups: dict[tuple[str, str], ConsumerGroup] = {}
         self._partition_session_ids = itertools.count(1)
@@ -178,7 +178,7 @@ class ReadService:
             partition=partition,
             consumer=consumer,
             selector=session.selectors[topic.path],
-            created_ns=self.server.clock.now_ns(),
+            created_ns=self.state.clock.now_ns(),
         )
 
     def read_sessions(self) -> dict[tuple[str, str, int], ReaderInfo]:
@@ -205,14 +205,14 @@ class ReadService:
     async def stream_read(
         self, requests: AsyncIterator[Any], context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[Any]:
-        server = self.server
+        state = self.state
         wakeup = asyncio.Event()
         inbox = Inbox(requests, wakeup)
-        handle = server.faults.register("read", wakeup)
+        handle = state.faults.register("read", wakeup)
         session: ReadSession | None = None
-        server.storage.listen(wakeup)
+        state.storage.listen(wakeup)
         try:
-            init, refused = await receive_handshake(server, inbox, context, "StreamRead", FromServer)
+            init, refused = await receive_handshake(state, inbox, context, "StreamRead", FromServer)
             if refused is not None:
                 yield refused
                 return
@@ -251,7 +251,7 @@ class ReadService:
                         break
                     yield response
                 if handle.broken:
-                    await context.abort(grpc.StatusCode.UNAVAILABLE, server.faults.details)
+                    await context.abort(grpc.StatusCode.UNAVAILABLE, state.faults.details)
                 if inbox.unparsable:
                     await context.abort(grpc.StatusCode.INTERNAL, inbox.unparsable)
                 if inbox.closed and not inbox.messages:
@@ -268,14 +268,14 @@ class ReadService:
                         await asyncio.wait_for(wakeup.wait(), max(timeout, 0.001))
                 wakeup.clear()
         finally:
-            server.storage.unlisten(wakeup)
-            server.faults.unregister(handle)
+            state.storage.unlisten(wakeup)
+            state.faults.unregister(handle)
             if session is not None:
                 self._leave(session)
             await inbox.close()
 
     def _handshake(self, init: Any) -> ReadSession:
-        storage = self.server.storage
+        storage = self.state.storage
         if not init.topics_read_settings:
             raise _bad("no topics in init request")
         selectors: dict[str, Selector] = {}
@@ -348,7 +348,7 @@ class ReadService:
         elif kind == "partition_session_status_request":
             self._status(session, request.partition_session_status_request.partition_session_id)
         elif kind == "update_token_request":
-            refusal = self.server.auth.check_token(request.update_token_request.token)
+            refusal = self.state.auth.check_token(request.update_token_request.token)
             if refusal:
                 raise StorageError("UNAUTHORIZED", refusal)
             reply = FromServer(status=SUCCESS)
@@ -393,7 +393,7 @@ class ReadService:
                 raise _bad(f"trying to commit to future: commit {commit} endOffset {partition.end_offset}")
             consumer.commit(partition, commit)
             state.committed = commit
-            self.server.storage.notify()
+            self.state.storage.notify()
         read_from = max(state.selector.read_from_ns, consumer.read_from_ns if consumer else 0)
         if read_from:
             position = max(position, partition.first_offset_written_since(read_from))
@@ -474,7 +474,7 @@ class ReadService:
             )
         if reply.commit_offset_response.partitions_committed_offsets:
             session.send(reply)
-            self.server.storage.notify()
+            self.state.storage.notify()
 
     # --- server messages --------------------------------------------------------------------
 
@@ -503,7 +503,7 @@ class ReadService:
     def _read_response(self, session: ReadSession) -> bytes | None:
         """One ReadResponse of one partition within the session's credit, or None when there is nothing to send."""
         budget = min(session.credit, MAX_RESPONSE_BYTES)
-        now = self.server.clock.now_ns()
+        now = self.state.clock.now_ns()
         for state in session.next_turn():
             if not state.started or state.stopping:
                 continue
@@ -518,7 +518,7 @@ class ReadService:
             state.read_offset = chunk[-1][0] + 1  # the last row's offset
             if state.consumer is not None:
                 state.consumer.record_read(partition, state.read_offset, now)
-            stats = self.server.stats
+            stats = self.state.stats
             stats.read_responses += 1
             stats.messages_sent += len(chunk)
             return self._response(session, state, chunk)
