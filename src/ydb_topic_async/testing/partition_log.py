@@ -7,9 +7,11 @@ Everything the server knows lives here, in plain Python objects owned by one eve
   the ``journal`` in durable mode).
 - ``Topic``: settings, ``Consumer``s, partitions, and which partition each source id (producer
   id or message group id) is bound to.
-- ``Partition``: the append-only log of ``StoredMessage``s (``stored``) (offset = index + start offset; the
+- ``Partition``: the append-only log of ``StoredMessage``s (offset = index + start offset; the
   start moves when retention deletes old messages), deduplication state (source id -> max
   seq_no), the active flag, the parent/child links and the hash-key range that splits create.
+
+The value types they hold (``StoredMessage``, ``TopicSettings``, ``StorageError``) are ``stored``'s.
 
 Partition choice follows YDB: a new source id is placed by the MD5 of its name, over the active
 partitions of a plain topic or by key range on a topic that was split (auto-partitioning).
