@@ -14,7 +14,7 @@ from ydb_topic_async._proto import ydb_auth_pb2, ydb_discovery_pb2
 from ydb_topic_async._proto import ydb_topic_pb2 as pb
 from ydb_topic_async._proto.ydb_status_codes_pb2 import StatusIds
 from ydb_topic_async.testing import LocalTopicServer
-from ydb_topic_async.testing.partition_log import TopicSettings
+from ydb_topic_async.testing.stored import TopicSettings
 
 from .conftest import LOCAL_POOL, RawReader, RawWriter, address, call, unpack
 

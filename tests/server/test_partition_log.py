@@ -7,7 +7,8 @@ import asyncio
 import pytest
 
 from ydb_topic_async.testing import StorageError, TopicStorage
-from ydb_topic_async.testing.partition_log import NewMessage, PendingWrites, TopicSettings
+from ydb_topic_async.testing.partition_log import NewMessage, PendingWrites
+from ydb_topic_async.testing.stored import TopicSettings
 
 
 def message(seq_no: int, producer_id: str = "p") -> NewMessage:

@@ -10,8 +10,9 @@ injects statuses. Run it standalone with ``python -m ydb_topic_async.testing --p
 """
 
 from .faults import Faults
-from .partition_log import Partition, StorageError, StoredMessage, Topic, TopicStorage
+from .partition_log import Partition, Topic, TopicStorage
 from .server import LocalTopicServer
+from .stored import StorageError, StoredMessage
 
 FaultInjector = Faults
 """Alias: the type of ``LocalTopicServer.faults``."""

@@ -19,7 +19,7 @@ from google.protobuf.message import DecodeError
 from ._replies import failure, issues, metadata
 
 if TYPE_CHECKING:
-    from .server import LocalTopicServer
+    from .state import ServerState
 
 HANDSHAKE_TIMEOUT = 30.0
 
@@ -66,7 +66,7 @@ class Inbox:
 
 
 async def receive_handshake(
-    server: LocalTopicServer,
+    state: ServerState,
     inbox: Inbox,
     context: grpc.aio.ServicerContext[Any, Any],
     method: str,
@@ -78,12 +78,10 @@ async def receive_handshake(
     stream that was already closed. Then the gate (auth, database) and injected faults are checked, in that order.
     """
     first = await inbox.first(HANDSHAKE_TIMEOUT)
-    refusal = server.gate.admit(metadata(context))
+    refusal = state.admit(method, metadata(context))
     if refusal is not None:
-        return None, failure(reply_cls, *refusal)
-    injected = server.faults.take_status(method)
-    if injected is not None:
-        return None, reply_cls(status=injected, issues=issues("injected failure"))
+        status, message = refusal
+        return None, reply_cls(status=status, issues=issues(message))
     if inbox.unparsable:
         await context.abort(grpc.StatusCode.INTERNAL, inbox.unparsable)
     if first is None or first.WhichOneof("client_message") != "init_request":

@@ -26,11 +26,13 @@ import marshal
 import os
 import struct
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from .partition_log import Consumer, Partition, StoredMessage, StoredRow, Topic, TopicSettings, TopicStorage
+from .change_log import NO_CHANGE_LOG, ConsumerRecord, OffsetCommit, PartitionRecord, PlacedRow
+from .partition_log import Consumer, Partition, Topic, TopicStorage
+from .stored import StoredMessage, StoredRow, TopicSettings
 
 try:
     import fcntl
@@ -76,7 +78,8 @@ class JournalLockedError(RuntimeError):
 
 
 class Journal:
-    """Records changes of one ``TopicStorage`` in ``<data_dir>/journal.log`` and replays them."""
+    """Records changes of one ``TopicStorage`` in ``<data_dir>/journal.log`` and replays them: the
+    storage's ``ChangeLog`` in durable mode."""
 
     def __init__(self, data_dir: str | os.PathLike[str]) -> None:
         self.directory = Path(data_dir)
@@ -113,7 +116,7 @@ class Journal:
             os.close(fd)
             raise
         self._fd = fd
-        storage.journal = self
+        storage.changes = self
         return count
 
     def close(self) -> None:
@@ -146,27 +149,23 @@ class Journal:
 
     # --- what the storage records ---------------------------------------------------------
 
-    def topic_changed(self, topic: Topic) -> None:
-        s = topic.settings
-        settings = tuple(getattr(s, name) for name in _SETTINGS_FIELDS)
-        consumers = tuple(
-            (c.name, c.important, c.read_from_ns, tuple(c.supported_codecs), tuple(c.attributes.items()),
-             c.availability_period_s)
-            for c in topic.consumers.values()
-        )
-        partitions = tuple(
-            (p.partition_id, p.active, tuple(p.parent_ids), tuple(p.child_ids), p.key_from, p.key_to, p.generation)
-            for p in topic.partitions
-        )
-        self._write(("topic", topic.path, topic.created_ns, settings, s.retention.total_seconds(), consumers,
-                     partitions))
+    def topic_changed(
+        self,
+        path: str,
+        created_ns: int,
+        settings: TopicSettings,
+        consumers: Sequence[ConsumerRecord],
+        partitions: Sequence[PartitionRecord],
+    ) -> None:
+        values = tuple(getattr(settings, name) for name in _SETTINGS_FIELDS)
+        self._write(("topic", path, created_ns, values, settings.retention.total_seconds(), tuple(consumers),
+                     tuple(partitions)))
 
     def dropped(self, path: str) -> None:
         self._write(("drop", path))
 
-    def appended(self, partition: Partition, messages: Iterable[StoredMessage | StoredRow]) -> None:
-        self._write(("append", partition.topic.path, partition.partition_id,
-                     tuple(_message_record(m) for m in messages)))
+    def appended(self, path: str, partition_id: int, rows: Sequence[StoredRow]) -> None:
+        self._write(("append", path, partition_id, tuple(_message_record(m) for m in rows)))
 
     def bound(self, path: str, source_id: str, partition_id: int) -> None:
         self._write(("bind", path, source_id, partition_id))
@@ -180,12 +179,9 @@ class Journal:
     def truncated(self, path: str, partition_id: int, start_offset: int) -> None:
         self._write(("truncate", path, partition_id, start_offset))
 
-    def transaction(
-        self, offsets: Iterable[tuple[Consumer, Partition, int]], stored: Iterable[tuple[Partition, StoredMessage]]
-    ) -> None:
-        commits = tuple((p.topic.path, c.name, p.partition_id, offset) for c, p, offset in offsets)
-        messages = tuple((p.topic.path, p.partition_id, _message_record(m)) for p, m in stored)
-        self._write(("tx", commits, messages))
+    def transaction(self, commits: Sequence[OffsetCommit], messages: Sequence[PlacedRow]) -> None:
+        placed = tuple((path, partition_id, _message_record(row)) for path, partition_id, row in messages)
+        self._write(("tx", tuple(commits), placed))
 
 
 class _Replay:
@@ -279,7 +275,7 @@ def open_journal(storage: TopicStorage, data_dir: str | os.PathLike[str] | None,
 
 
 def close_journal(storage: TopicStorage) -> None:
-    journal, storage.journal = storage.journal, None
-    if journal is not None:
-        with contextlib.suppress(OSError):
-            journal.close()
+    """Stop recording ``storage`` (closing its journal, if it has one): it keeps its data in memory from now on."""
+    changes, storage.changes = storage.changes, NO_CHANGE_LOG
+    with contextlib.suppress(OSError):
+        changes.close()

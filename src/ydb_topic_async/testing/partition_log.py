@@ -3,12 +3,15 @@
 Everything the server knows lives here, in plain Python objects owned by one event loop:
 
 - ``TopicStorage``: path -> ``Topic``; creation, lookup, drop, change notification, and the
-  optional ``Journal`` that makes acknowledged state durable.
+  ``ChangeLog`` every acknowledged change is reported to (``change_log``: nothing in memory,
+  the ``journal`` in durable mode).
 - ``Topic``: settings, ``Consumer``s, partitions, and which partition each source id (producer
   id or message group id) is bound to.
 - ``Partition``: the append-only log of ``StoredMessage``s (offset = index + start offset; the
   start moves when retention deletes old messages), deduplication state (source id -> max
   seq_no), the active flag, the parent/child links and the hash-key range that splits create.
+
+The value types they hold (``StoredMessage``, ``TopicSettings``, ``StorageError``) are ``stored``'s.
 
 Partition choice follows YDB: a new source id is placed by the MD5 of its name, over the active
 partitions of a plain topic or by key range on a topic that was split (auto-partitioning).
@@ -26,40 +29,30 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-import datetime as dt
 import itertools
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate, islice
-from typing import TYPE_CHECKING, Any, Final, NamedTuple, overload
+from typing import Any
 
 from .._key_ranges import KEY_SPACE, even_ranges, key_number, split_point
+from .change_log import NO_CHANGE_LOG, ChangeLog, ConsumerRecord, PartitionRecord
 from .clock import ServerClock
+from .stored import (
+    ROW_DATA,
+    ROW_OFFSET,
+    ROW_WRITTEN_AT,
+    StorageError,
+    StoredMessage,
+    StoredMessages,
+    StoredRow,
+    TopicSettings,
+    message_of,
+    read_size,
+)
 
-if TYPE_CHECKING:
-    from .journal import Journal
-
-DEFAULT_RETENTION = dt.timedelta(hours=24)
-DEFAULT_WRITE_SPEED = 1_048_576
-"""Bytes per second a partition accepts by default (and its default burst)."""
 SERVICE_TYPE = "data-streams"
 """The consumer service type a YDB database uses by default."""
-
-READ_MESSAGE_OVERHEAD = 32
-READ_ITEM_OVERHEAD = 6
-"""About what a message and a metadata item add to a ReadResponse besides their bytes: a read
-fills the client's credit by serialized size, as YDB's partition reads count stored blob sizes."""
-
-_AUTOPARTITIONING_OFF = (0, 1)  # AUTO_PARTITIONING_STRATEGY_UNSPECIFIED, _DISABLED
-
-
-class StorageError(Exception):
-    """A request the storage refuses; ``status`` is the YDB status name to answer with."""
-
-    def __init__(self, status: str, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
 
 
 def source_key(source_id: str) -> int:
@@ -70,77 +63,6 @@ def source_key(source_id: str) -> int:
 def shard_of(key: int, count: int) -> int:
     """Which of ``count`` equal slices of the key space holds ``key``."""
     return min(key // ((KEY_SPACE - 1) // count), count - 1)
-
-
-def read_size(message: StoredMessage) -> int:
-    """What ``message`` adds to a ReadResponse, about: its bytes plus field framing."""
-    size = len(message.data) + len(message.message_group_id) + READ_MESSAGE_OVERHEAD
-    for key, value in message.metadata:
-        size += len(key) + len(value) + READ_ITEM_OVERHEAD
-    return size
-
-
-class StoredMessage(NamedTuple):
-    """One message in a partition, as the writer sent it (data possibly compressed).
-
-    Partitions keep their messages as plain tuples of these fields, in this order (``StoredRow``), and
-    hand out ``StoredMessage``s when asked (``Partition.messages``, ``Partition.read``).
-    """
-
-    offset: int
-    seq_no: int
-    created_at_ns: int
-    written_at_ns: int
-    producer_id: str
-    message_group_id: str
-    codec: int
-    data: bytes
-    uncompressed_size: int
-    metadata: tuple[tuple[str, bytes], ...] = ()
-    write_session_meta: tuple[tuple[str, str], ...] = ()
-
-
-StoredRow = tuple[
-    int, int, int, int, str, str, int, bytes, int, tuple[tuple[str, bytes], ...], tuple[tuple[str, str], ...]
-]
-"""A stored message as the partition keeps it: ``StoredMessage``'s fields in a plain tuple.
-
-Plain tuples of immutable values are what the garbage collector stops tracking after their
-first collection; NamedTuple instances (like any subclass) stay tracked, and a server holding a
-million messages would have every full collection walk all of them."""
-_to_stored = StoredMessage._make
-_OFFSET: Final = 0
-_WRITTEN_AT: Final = 3
-_DATA: Final = 7
-assert StoredMessage._fields[_OFFSET] == "offset" and StoredMessage._fields[_WRITTEN_AT] == "written_at_ns"
-assert StoredMessage._fields[_DATA] == "data"
-
-
-class StoredMessages(Sequence[StoredMessage]):
-    """A read-only view of a partition's log: its rows as ``StoredMessage``s, made on access."""
-
-    __slots__ = ("_rows",)
-
-    def __init__(self, rows: list[StoredRow]) -> None:
-        self._rows = rows
-
-    def __len__(self) -> int:
-        return len(self._rows)
-
-    @overload
-    def __getitem__(self, index: int) -> StoredMessage: ...
-    @overload
-    def __getitem__(self, index: slice) -> list[StoredMessage]: ...
-    def __getitem__(self, index: int | slice) -> StoredMessage | list[StoredMessage]:
-        if isinstance(index, slice):
-            return [_to_stored(row) for row in self._rows[index]]
-        return _to_stored(self._rows[index])
-
-    def __iter__(self) -> Iterator[StoredMessage]:
-        return map(_to_stored, self._rows)
-
-    def __reversed__(self) -> Iterator[StoredMessage]:
-        return map(_to_stored, reversed(self._rows))
 
 
 @dataclass(slots=True)
@@ -230,7 +152,7 @@ class Partition:
         )
         self.restore([row])
         self._wake()
-        return _to_stored(row)
+        return message_of(row)
 
     def extend(self, rows: Sequence[StoredRow], data_bytes: int, read_sizes: Iterable[int]) -> None:
         """Append the rows of one write request (checked and deduplicated by the caller, offsets
@@ -240,7 +162,7 @@ class Partition:
         if not rows:
             return
         self.rows.extend(rows)
-        last = _to_stored(rows[-1])
+        last = message_of(rows[-1])
         source = last.producer_id
         if source and last.seq_no > self.max_seq_no.get(source, 0):
             self.max_seq_no[source] = last.seq_no  # seq_nos increase within a request: the last is the largest
@@ -257,10 +179,10 @@ class Partition:
             )
 
     def restore(self, messages: Iterable[StoredMessage | StoredRow]) -> None:
-        """Put already stored messages back at the end of the log (a journal replay)."""
+        """Put already stored messages back at the end of the log (replaying a journal)."""
         rows, max_seq_no, sizes = self.rows, self.max_seq_no, self.read_sizes
         for message in messages:
-            stored = _to_stored(message)
+            stored = message_of(message)
             rows.append(tuple(message))  # type: ignore[arg-type]
             source = stored.producer_id
             if source and stored.seq_no > max_seq_no.get(source, 0):
@@ -274,7 +196,7 @@ class Partition:
         count = min(offset, self.end_offset) - self.start_offset
         if count <= 0:
             return 0
-        self.bytes_stored -= sum(len(row[_DATA]) for row in self.rows[:count])
+        self.bytes_stored -= sum(len(row[ROW_DATA]) for row in self.rows[:count])
         del self.rows[:count]
         del self.read_sizes[:count]
         self.start_offset += count
@@ -305,7 +227,7 @@ class Partition:
         """Messages from ``offset`` on (at most ``limit``)."""
         first = max(offset, self.start_offset) - self.start_offset
         last = len(self.rows) if limit is None else min(len(self.rows), first + limit)
-        return [_to_stored(row) for row in self.rows[first:last]]
+        return [message_of(row) for row in self.rows[first:last]]
 
     def read_rows(self, offset: int, budget: int, limit: int) -> list[StoredRow]:
         """Rows from ``offset`` on until their ``read_size``s reach ``budget`` (the last one may
@@ -322,22 +244,22 @@ class Partition:
 
     def message_at(self, offset: int) -> StoredMessage | None:
         index = offset - self.start_offset
-        return _to_stored(self.rows[index]) if 0 <= index < len(self.rows) else None
+        return message_of(self.rows[index]) if 0 <= index < len(self.rows) else None
 
     def first_offset_written_since(self, since_ns: int) -> int:
         """The first offset whose write time is at or after ``since_ns`` (end offset if none)."""
         for row in self.rows:
-            if row[_WRITTEN_AT] >= since_ns:
-                return row[_OFFSET]
+            if row[ROW_WRITTEN_AT] >= since_ns:
+                return row[ROW_OFFSET]
         return self.end_offset
 
     def bytes_written_since(self, since_ns: int) -> int:
         """Bytes of the stored messages written at or after ``since_ns``."""
         total = 0
         for row in reversed(self.rows):
-            if row[_WRITTEN_AT] < since_ns:
+            if row[ROW_WRITTEN_AT] < since_ns:
                 break
-            total += len(row[_DATA])
+            total += len(row[ROW_DATA])
         return total
 
 
@@ -365,41 +287,15 @@ class Consumer:
         return max(self.committed.get(partition.partition_id, 0), partition.start_offset)
 
     def commit(self, partition: Partition, offset: int) -> None:
-        """Set (and journal) the committed offset of ``partition``, validated by the caller."""
+        """Set (and log) the committed offset of ``partition``, validated by the caller."""
         self.committed[partition.partition_id] = offset
-        journal = partition.topic.owner.journal
-        if journal is not None:
-            journal.committed(partition.topic.path, self.name, partition.partition_id, offset)
+        partition.topic.owner.changes.committed(partition.topic.path, self.name, partition.partition_id, offset)
 
     def record_read(self, partition: Partition, next_offset: int, now_ns: int) -> None:
         """A reader of this consumer was sent ``partition``'s messages up to ``next_offset``."""
         pid = partition.partition_id
         self.read_up_to[pid] = max(self.read_up_to.get(pid, 0), next_offset)
         self.last_read_ns[pid] = now_ns
-
-
-@dataclass
-class TopicSettings:
-    """The settings a topic was created (or altered) with, defaults resolved as YDB resolves them."""
-
-    min_active_partitions: int = 1
-    max_active_partitions: int = 0
-    partition_count_limit: int = 0
-    auto_partitioning_strategy: int = 0
-    stabilization_window_s: float | None = None
-    up_utilization_percent: int = 0
-    down_utilization_percent: int = 0
-    retention: dt.timedelta = DEFAULT_RETENTION
-    retention_storage_mb: int = 0
-    supported_codecs: list[int] = field(default_factory=list)
-    partition_write_speed_bytes_per_second: int = DEFAULT_WRITE_SPEED
-    partition_write_burst_bytes: int = DEFAULT_WRITE_SPEED
-    attributes: dict[str, str] = field(default_factory=dict)
-    metering_mode: int = 0
-
-    @property
-    def autopartitioned(self) -> bool:
-        return self.auto_partitioning_strategy not in _AUTOPARTITIONING_OFF
 
 
 class Topic:
@@ -474,22 +370,18 @@ class Topic:
         return partition
 
     def inherit_seq_no(self, source_id: str, parent: Partition, child: Partition) -> None:
-        """A source moving from ``parent`` to its descendant ``child`` keeps its seq_no there (journaled)."""
+        """A source moving from ``parent`` to its descendant ``child`` keeps its seq_no there (logged)."""
         last = parent.last_seq_no(source_id)
         if last > child.last_seq_no(source_id):
             child.max_seq_no[source_id] = last
-            journal = self.owner.journal
-            if journal is not None:
-                journal.seq_no_inherited(self.path, child.partition_id, source_id, last)
+            self.owner.changes.seq_no_inherited(self.path, child.partition_id, source_id, last)
 
     def bind(self, source_id: str, partition: Partition) -> None:
-        """Bind ``source_id`` to ``partition`` (journaled: the binding outlives a restart)."""
+        """Bind ``source_id`` to ``partition`` (logged: in durable mode the binding outlives a restart)."""
         if self.source_partition.get(source_id) == partition.partition_id:
             return
         self.source_partition[source_id] = partition.partition_id
-        journal = self.owner.journal
-        if journal is not None:
-            journal.bound(self.path, source_id, partition.partition_id)
+        self.owner.changes.bound(self.path, source_id, partition.partition_id)
 
     def descends_from(self, partition: Partition, ancestor_id: int) -> bool:
         """Whether ``partition`` is ``ancestor_id`` or was split off it."""
@@ -522,6 +414,15 @@ class Topic:
         parent._wake()
         self.owner.changed(self)
         return children[0], children[1]
+
+
+def _consumer_record(c: Consumer) -> ConsumerRecord:
+    return (c.name, c.important, c.read_from_ns, tuple(c.supported_codecs), tuple(c.attributes.items()),
+            c.availability_period_s)
+
+
+def _partition_record(p: Partition) -> PartitionRecord:
+    return (p.partition_id, p.active, tuple(p.parent_ids), tuple(p.child_ids), p.key_from, p.key_to, p.generation)
 
 
 class PendingWrites:
@@ -628,9 +529,14 @@ class TopicStorage:
         self.database = database
         self.clock = clock or ServerClock()
         self.topics: dict[str, Topic] = {}
-        self.journal: Journal | None = None
-        """Where acknowledged changes are recorded before they are acknowledged (durable mode)."""
+        self.changes: ChangeLog = NO_CHANGE_LOG
+        """Where every change is reported before it is acknowledged (the journal in durable mode)."""
         self._listeners: set[asyncio.Event] = set()
+
+    @property
+    def journal(self) -> ChangeLog | None:
+        """The durable change log (the journal of ``data_dir``) recording this storage; None in memory."""
+        return None if self.changes is NO_CHANGE_LOG else self.changes
 
     # --- paths ----------------------------------------------------------------------------
 
@@ -686,32 +592,37 @@ class TopicStorage:
         topic.dropped = True
         for wakeup in topic.watchers:
             wakeup.set()
-        if self.journal is not None:
-            self.journal.dropped(topic.path)
+        self.changes.dropped(topic.path)
         self.notify()
 
     def changed(self, topic: Topic) -> None:
-        """``topic``'s settings, consumers or partitions changed: journal them and wake the streams."""
-        if self.journal is not None:
-            self.journal.topic_changed(topic)
+        """``topic``'s settings, consumers or partitions changed: log them and wake the streams."""
+        self.changes.topic_changed(
+            topic.path,
+            topic.created_ns,
+            topic.settings,
+            [_consumer_record(c) for c in topic.consumers.values()],
+            [_partition_record(p) for p in topic.partitions],
+        )
         self.notify()
 
     # --- writes outside streams -------------------------------------------------------------
 
     def appended(self, partition: Partition, count: int) -> None:
-        """The last ``count`` messages of ``partition`` were just appended: journal them."""
-        if self.journal is not None:
-            self.journal.appended(partition, partition.rows[-count:])
+        """The last ``count`` messages of ``partition`` were just appended: log them."""
+        self.changes.appended(partition.topic.path, partition.partition_id, partition.rows[-count:])
 
     def apply_transaction(
         self, offsets: list[tuple[Consumer, Partition, int]], writes: PendingWrites
     ) -> None:
-        """Commit a checked transaction's offsets and held writes together (one journal record)."""
+        """Commit a checked transaction's offsets and held writes together (one logged change)."""
         for consumer, partition, offset in offsets:
             consumer.committed[partition.partition_id] = offset
         stored = writes.apply(self.clock.now_ns() // 1_000_000 * 1_000_000)
-        if self.journal is not None:
-            self.journal.transaction(offsets, stored)
+        self.changes.transaction(
+            [(p.topic.path, c.name, p.partition_id, offset) for c, p, offset in offsets],
+            [(p.topic.path, p.partition_id, m) for p, m in stored],
+        )
         self.notify()
 
     # --- inspection for tests ---------------------------------------------------------------

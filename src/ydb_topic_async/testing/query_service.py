@@ -26,16 +26,15 @@ import itertools
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import grpc
 
 from .._proto import ydb_query_pb2 as qpb
 from ._replies import SUCCESS, issues, metadata, rpc_handler, status_code
-from .partition_log import PendingOffsets, PendingWrites, StorageError
-
-if TYPE_CHECKING:
-    from .server import LocalTopicServer
+from .partition_log import PendingOffsets, PendingWrites
+from .state import ServerState
+from .stored import StorageError
 
 NODE_ID = 1
 """The node every session lives on: the one node discovery names."""
@@ -95,14 +94,15 @@ class QueryService:
 
     _tx_counter = itertools.count(1)
 
-    def __init__(self, server: LocalTopicServer) -> None:
-        self.server = server
+    def __init__(self, state: ServerState) -> None:
+        self.state = state
+        """Used for: the storage (commits, offsets in transactions), admission, the fault injector."""
         self.sessions: dict[str, QuerySession] = {}
         """Live sessions by id (for inspection in tests)."""
         self.committed_transactions = 0
         self.aborted_transactions = 0
         """Transactions aborted by a conflict, a failed operation or the end of their session."""
-        server.faults.serve_sessions(self)
+        state.faults.serve_sessions(self)
 
     # --- registry ---------------------------------------------------------------------------
 
@@ -139,7 +139,7 @@ class QueryService:
         """Apply the transaction's offsets and writes atomically, or abort it (ABORTED) with nothing applied."""
         tx = self.transaction(session_id, tx_id)
         del tx.session.transactions[tx_id]
-        storage = self.server.storage
+        storage = self.state.storage
         try:
             offsets = tx.offsets.check(storage)
             tx.writes.check()
@@ -207,13 +207,7 @@ class QueryService:
 
     def _admit(self, method: str, context: grpc.aio.ServicerContext[Any, Any]) -> tuple[int, str] | None:
         """The gate's refusal or an injected failure, as ``(status, message)``; None to proceed."""
-        refusal = self.server.gate.admit(metadata(context))
-        if refusal is not None:
-            return status_code(refusal[0]), refusal[1]
-        injected = self.server.faults.take_status(method)
-        if injected is not None:
-            return injected, "injected failure"
-        return None
+        return self.state.admit(method, metadata(context))
 
     def unary(self, name: str, handler: Callable[[Any], Any], response_cls: Any) -> Callable[..., Awaitable[Any]]:
         """A gRPC handler for a QueryService unary method: its responses carry status and issues directly."""
@@ -305,7 +299,7 @@ class QueryService:
             tx.require_read_write("UpdateOffsetsInTransaction")
             if not request.consumer:
                 raise StorageError("BAD_REQUEST", "consumer must not be empty")
-            storage = self.server.storage
+            storage = self.state.storage
             recorded: list[tuple[str, int, int, int]] = []
             for topic_offsets in request.topics:
                 topic = storage.topic(topic_offsets.path)

@@ -15,7 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .clock import ServerClock
-from .partition_log import Partition, StorageError
+from .partition_log import Partition
+from .stored import StorageError
 
 MAX_WRITE_INFLIGHT_BYTES = 30_000_000
 """Bytes that may wait for quota on one partition before writes are refused (YDB's default)."""

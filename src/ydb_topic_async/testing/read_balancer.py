@@ -21,12 +21,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from .partition_log import Consumer, Partition, Topic
-
-if TYPE_CHECKING:
-    from .read_stream import PartitionSessionState, ReadSession
+from .read_session import PartitionSessionState, ReadSession
 
 
 class SessionFactory(Protocol):

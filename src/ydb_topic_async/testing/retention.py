@@ -16,7 +16,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from .partition_log import Partition, StorageError, TopicStorage
+from .partition_log import Partition, TopicStorage
+from .stored import StorageError
 
 MIB = 1024 * 1024
 
@@ -45,9 +46,7 @@ def expire(partition: Partition, now_ns: int) -> int:
     new_start = min(new_start, protected_from(partition))
     deleted = partition.truncate(new_start)
     if deleted:
-        storage = partition.topic.owner
-        if storage.journal is not None:
-            storage.journal.truncated(partition.topic.path, partition.partition_id, partition.start_offset)
+        partition.topic.owner.changes.truncated(partition.topic.path, partition.partition_id, partition.start_offset)
     return deleted
 
 

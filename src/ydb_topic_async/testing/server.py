@@ -16,17 +16,15 @@ from google.protobuf.message import Message
 from .._proto import ydb_auth_pb2, ydb_discovery_pb2
 from .._proto import ydb_topic_pb2 as pb
 from ._replies import metadata, operation, rpc_handler, status_code
-from .clock import ServerClock
 from .control_plane import ControlPlane
-from .discovery import Auth, DiscoveryHandlers, Gate
-from .faults import Faults
+from .discovery import DiscoveryHandlers
 from .journal import close_journal, open_journal
-from .partition_log import StorageError, TopicStorage
 from .query_service import QueryService
 from .quotas import WriteQuotas
 from .read_stream import ReadService
 from .retention import Retention, expire_all
-from .stats import ServerStats
+from .state import ServerState
+from .stored import StorageError
 from .write_stream import WriteService
 
 logger = logging.getLogger("ydb_topic_async.testing")
@@ -74,33 +72,76 @@ class LocalTopicServer:
             raise ValueError("database must be an absolute path like '/local'")
         if not retention_interval > 0:
             raise ValueError("retention_interval must be positive")
-        self.host = host
-        self.database = database.rstrip("/") or "/"
-        self.clock = ServerClock()
-        self.storage = TopicStorage(self.database, self.clock)
+        self.state = state = ServerState(
+            database.rstrip("/") or "/",
+            host,
+            tls=tls is not None,
+            users=users,
+            token_ttl=token_ttl,
+            write_quotas=write_quotas,
+        )
+        """What the services share: storage, clock, faults, stats, auth, address (the attributes below)."""
+        self.clock = state.clock
+        self.storage = state.storage
         self.data_dir = data_dir
-        self.quotas = WriteQuotas(self.clock) if write_quotas else None
-        """The partition write quotas, or None when writes are not throttled."""
         self.retention = Retention(self.storage, retention_interval)
         self._journal_replayed = False
-        self.closing = False
-        """True while ``stop`` runs: stream handlers stop waiting (for write quota) and end."""
-        self.faults = Faults()
-        self.stats = ServerStats()
+        self.faults = state.faults
+        self.stats = state.stats
         """Requests and messages served so far (see ``ServerStats``)."""
-        self.auth = Auth(users, token_ttl)
-        self.gate = Gate(self.auth, self.database)
-        self.discovery = DiscoveryHandlers(self)
+        self.auth = state.auth
+        self.gate = state.gate
+        self.discovery = DiscoveryHandlers(state)
         self.control = ControlPlane(self.storage)
-        self.query = QueryService(self)
-        self.writes = WriteService(self)
-        self.reads = ReadService(self, graceful_stop_timeout=graceful_stop_timeout)
+        self.query = QueryService(state)
+        self.writes = WriteService(state, self.query)
+        self.reads = ReadService(state, graceful_stop_timeout=graceful_stop_timeout)
         self._requested_port = port
         self._tls = tls
-        self.port = 0
         self._server: grpc.aio.Server | None = None
         self._stopped: asyncio.Event | None = None
         """Set once a started server has stopped: what ``wait_closed`` waits on."""
+
+    @property
+    def host(self) -> str:
+        """The address the server listens on (``127.0.0.1`` by default)."""
+        return self.state.host
+
+    @host.setter
+    def host(self, host: str) -> None:
+        self.state.host = host
+
+    @property
+    def port(self) -> int:
+        """The port the server listens on (0 until it started)."""
+        return self.state.port
+
+    @port.setter
+    def port(self, port: int) -> None:
+        self.state.port = port
+
+    @property
+    def database(self) -> str:
+        """The database the server serves (``/local`` by default)."""
+        return self.state.database
+
+    @property
+    def quotas(self) -> WriteQuotas | None:
+        """The partition write quotas, or None when writes are not throttled."""
+        return self.state.quotas
+
+    @quotas.setter
+    def quotas(self, quotas: WriteQuotas | None) -> None:
+        self.state.quotas = quotas
+
+    @property
+    def closing(self) -> bool:
+        """True while ``stop`` runs: stream handlers stop waiting (for write quota) and end."""
+        return self.state.closing
+
+    @closing.setter
+    def closing(self, closing: bool) -> None:
+        self.state.closing = closing
 
     @property
     def endpoint(self) -> str:
@@ -200,13 +241,10 @@ class LocalTopicServer:
     def _unary(self, name: str, handler: HeaderHandler, response_cls: Any) -> Callable[[Any, Any], Awaitable[Any]]:
         async def call(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
             headers = metadata(context)
-            refusal = self.gate.admit(headers) if name != "Login" else None
+            refusal = self.state.admit(name, headers)
             if refusal is not None:
                 status, message = refusal
-                return response_cls(operation=operation(status=status_code(status), message=message))
-            injected = self.faults.take_status(name)
-            if injected is not None:
-                return response_cls(operation=operation(status=injected, message="injected failure"))
+                return response_cls(operation=operation(status=status, message=message))
             try:
                 result = handler(request, headers)
             except StorageError as exc:

@@ -43,21 +43,13 @@ import grpc
 from .._proto import ydb_topic_pb2 as pb
 from ._inbox import Inbox, receive_handshake
 from ._replies import SUCCESS, failure
-from .partition_log import (
-    READ_ITEM_OVERHEAD,
-    READ_MESSAGE_OVERHEAD,
-    NewMessage,
-    Partition,
-    StorageError,
-    StoredRow,
-    Topic,
-    source_key,
-)
+from .partition_log import NewMessage, Partition, Topic, source_key
 from .retention import check_not_full
+from .stored import READ_ITEM_OVERHEAD, READ_MESSAGE_OVERHEAD, StorageError, StoredRow
 
 if TYPE_CHECKING:
-    from .query_service import Transaction
-    from .server import LocalTopicServer
+    from .query_service import QueryService, Transaction
+    from .state import ServerState
 
 FromServer = pb.StreamWriteMessage.FromServer
 MAX_PRODUCER_ID_LENGTH = 2048
@@ -107,19 +99,21 @@ class WriteService:
 
     _session_ids = itertools.count(1)
 
-    def __init__(self, server: LocalTopicServer) -> None:
-        self.server = server
+    def __init__(self, state: ServerState, transactions: QueryService) -> None:
+        self.state = state
+        self.transactions = transactions
+        """Where a write naming a transaction finds it."""
 
     async def stream_write(
         self, requests: AsyncIterator[Any], context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[Any]:
-        server = self.server
+        state = self.state
         wakeup = asyncio.Event()
         inbox = Inbox(requests, wakeup)
-        handle = server.faults.register("write", wakeup)
+        handle = state.faults.register("write", wakeup)
         session: _Session | None = None
         try:
-            init, refused = await receive_handshake(server, inbox, context, "StreamWrite", FromServer)
+            init, refused = await receive_handshake(state, inbox, context, "StreamWrite", FromServer)
             if refused is not None:
                 yield refused
                 return
@@ -141,7 +135,7 @@ class WriteService:
                     request = inbox.messages.popleft()
                     kind = request.WhichOneof("client_message")
                     if kind == "write_request":
-                        server.stats.write_requests += 1
+                        state.stats.write_requests += 1
                         try:
                             batch = self._check(session, request.write_request)
                             waited = await self._wait_for_quota(session.partition, batch, wakeup, handle, inbox)
@@ -149,12 +143,12 @@ class WriteService:
                         except StorageError as exc:
                             yield _failure(exc.status, exc.message)
                             return
-                        server.stats.messages_received += len(batch.rows)
+                        state.stats.messages_received += len(batch.rows)
                         if handle.is_broken():
                             break  # stored, but the ack is lost with the stream: the client must resend
                         yield response
                     elif kind == "update_token_request":
-                        refusal = server.auth.check_token(request.update_token_request.token)
+                        refusal = state.auth.check_token(request.update_token_request.token)
                         if refusal:
                             yield _failure("UNAUTHORIZED", refusal)
                             return
@@ -168,7 +162,7 @@ class WriteService:
                         yield _failure("BAD_REQUEST", "'client_message' is not set")
                         return
                 if handle.broken:
-                    await context.abort(grpc.StatusCode.UNAVAILABLE, server.faults.details)
+                    await context.abort(grpc.StatusCode.UNAVAILABLE, state.faults.details)
                 if not session.topic.alive:
                     yield _failure("SCHEME_ERROR", f"topic {session.topic.path} was dropped")
                     return
@@ -181,13 +175,13 @@ class WriteService:
         finally:
             if session is not None:
                 session.topic.watchers.discard(wakeup)
-            server.faults.unregister(handle)
+            state.faults.unregister(handle)
             await inbox.close()
 
     # --- the handshake ----------------------------------------------------------------------
 
     def _handshake(self, init: Any) -> _Session:
-        topic = self.server.storage.topic(init.path)
+        topic = self.state.storage.topic(init.path)
         producer_id = init.producer_id
         if len(producer_id) > MAX_PRODUCER_ID_LENGTH:
             raise StorageError("BAD_REQUEST", f"producer_id is longer than {MAX_PRODUCER_ID_LENGTH} characters")
@@ -249,7 +243,7 @@ class WriteService:
             raise _bad(f"codec is invalid: codec {codec} is not configured for topic {topic.path}: {allowed}")
         tx = None
         if request.HasField("tx"):
-            tx = self.server.query.transaction(request.tx.session, request.tx.id)
+            tx = self.transactions.transaction(request.tx.session, request.tx.id)
             tx.require_read_write("a topic write")
             if not partition.active:
                 raise StorageError(
@@ -301,14 +295,14 @@ class WriteService:
                 read_size,
             ))
         if tx is None and topic.settings.retention_storage_mb:
-            check_not_full(partition, size, self.server.clock.now_ns())
+            check_not_full(partition, size, self.state.clock.now_ns())
         return _Batch(rows, size, codec, tx)
 
     async def _wait_for_quota(
         self, partition: Partition, batch: _Batch, wakeup: asyncio.Event, handle: Any, inbox: Inbox
     ) -> float:
         """Throttle a request to its partition's write quota (with quotas on); returns the seconds waited."""
-        quotas = self.server.quotas
+        quotas = self.state.quotas
         if quotas is None or batch.tx is not None:
             return 0.0
         wait = quotas.reserve(partition, batch.size)
@@ -316,7 +310,7 @@ class WriteService:
             return 0.0
         try:
             deadline = time.monotonic() + wait  # the client leaving, a fault or the server stopping cut it short
-            while not (handle.broken or inbox.error or self.server.closing) and (
+            while not (handle.broken or inbox.error or self.state.closing) and (
                 left := deadline - time.monotonic()
             ) > 0:
                 # Short slices: a server stopping mid-wait must not wait for the whole quota.
@@ -332,7 +326,7 @@ class WriteService:
         if not session.topic.alive:  # dropped while the request waited for its quota
             raise StorageError("SCHEME_ERROR", f"topic {session.topic.path} was dropped")
         partition, source_id, tx = session.partition, session.source_id, batch.tx
-        storage = self.server.storage
+        storage = self.state.storage
         written_at = storage.clock.now_ns() // 1_000_000 * 1_000_000
         reply = FromServer(status=SUCCESS)
         response = reply.write_response
@@ -368,7 +362,7 @@ class WriteService:
                 storage.notify()
         if stored or held:
             # Held messages count too: a lost ack inside a transaction must be injectable.
-            self.server.faults.messages_stored(handle, stored + held)
+            self.state.faults.messages_stored(handle, stored + held)
         stats = response.write_statistics
         _set_milliseconds(stats.persisting_time, time.perf_counter() - started)
         stats.min_queue_wait_time.SetInParent()  # zero, present

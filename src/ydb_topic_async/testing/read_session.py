@@ -1,0 +1,306 @@
+"""One StreamRead session on the local server: its partition sessions and YDB's rules for them.
+
+As in YDB (``ydb/services/persqueue_v1/actors/read_session_actor`` and ``partition_actor``):
+
+- StartPartitionSessionRequest carries the committed offset, also as ``partition_offsets.start``
+  (as the PartitionSessionStatusResponse does). The client's StartPartitionSessionResponse may
+  set ``read_offset`` (below the committed offset: BAD_REQUEST) and ``commit_offset`` (moving
+  the committed offset forward up to the read position; a lower one is ignored). Data below the
+  committed offset is never served; below the partition's start (retention), reading starts at
+  the first message still stored.
+- Data goes out within the client's byte credit, one partition per ReadResponse, the partition
+  sessions taking turns.
+- Commits: a range that is empty, overlaps a pending one or starts below the committed offset is
+  BAD_REQUEST (the session ends), as is a CommitOffsetRequest without ranges. A range after a
+  gap waits, unanswered, until the gap is filled; the CommitOffsetResponse then carries the new
+  committed offset.
+- A StopPartitionSessionResponse the server did not ask for (no graceful stop pending) is
+  BAD_REQUEST; for a partition session the server already forgot, it is ignored.
+- A session with ``auto_partitioning_support`` that read a split partition to its end gets an
+  EndPartitionSession naming the children and their other parents.
+
+A ``ReadSession`` holds the state and applies these rules; it queues the messages it answers with
+(built by ``read_wire``) in its ``outbox``. The stream handler (``read_stream``) feeds it client
+messages and sends what it queued; the read balancer (``read_balancer``) starts and stops its
+partition sessions. A rule broken raises ``StorageError``, which ends the stream with its status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import read_wire
+from .partition_log import Consumer, Partition, Topic
+from .stored import StorageError, StoredRow, read_size
+
+MAX_RESPONSE_BYTES = 4 * 1024 * 1024
+"""A ReadResponse is cut at about this size even when the client's credit allows more."""
+MAX_RESPONSE_MESSAGES = 10_000
+
+
+def bad_request(message: str) -> StorageError:
+    return StorageError("BAD_REQUEST", message)
+
+
+@dataclass
+class Selector:
+    """What a read session reads of one topic (the client's TopicReadSettings)."""
+
+    topic: Topic
+    partition_ids: frozenset[int] | None
+    read_from_ns: int
+    max_lag_ns: int
+
+
+@dataclass(eq=False)
+class PartitionSessionState:
+    """One partition as read by one read session."""
+
+    session_id: int
+    topic: Topic
+    partition: Partition
+    consumer: Consumer | None
+    selector: Selector
+    committed: int = 0
+    """The committed offset as this session knows it (the start of the next commit range)."""
+    started: bool = False
+    read_offset: int = 0
+    stopping: bool = False
+    end_sent: bool = False
+    pending_commits: list[tuple[int, int]] = field(default_factory=list)
+    created_ns: int = 0
+
+
+class ReadSession:
+    """Server side of one StreamRead call."""
+
+    _ids = itertools.count(1)
+
+    def __init__(
+        self, consumer: str | None, reader_name: str, auto_partitioning: bool, selectors: dict[str, Selector]
+    ) -> None:
+        self.id = f"local-read-{next(self._ids)}-{uuid.uuid4().hex[:8]}"
+        self.consumer_name = consumer
+        self.reader_name = reader_name
+        self.auto_partitioning = auto_partitioning
+        self.selectors = selectors
+        self.credit = 0
+        self.sessions: dict[int, PartitionSessionState] = {}
+        self.outbox: deque[Any] = deque()
+        self.wakeup = asyncio.Event()
+        self._turn = 0
+
+    def send(self, message: Any) -> None:
+        self.outbox.append(message)
+        self.wakeup.set()
+
+    def accepts(self, topic: Topic, partition_id: int) -> bool:
+        selector = self.selectors.get(topic.path)
+        return (
+            selector is not None
+            and selector.topic is topic
+            and (selector.partition_ids is None or partition_id in selector.partition_ids)
+        )
+
+    # --- partition sessions, as the balancer hands them out and takes them back ---------------
+
+    def start(self, state: PartitionSessionState) -> None:
+        partition = state.partition
+        committed = state.consumer.committed_offset(partition) if state.consumer else partition.start_offset
+        state.committed = committed
+        self.sessions[state.session_id] = state
+        self.send(read_wire.start_partition_session(state.session_id, state.topic.path, partition, committed))
+
+    def stop(self, state: PartitionSessionState, graceful: bool) -> None:
+        committed = state.consumer.committed_offset(state.partition) if state.consumer is not None else None
+        if graceful:
+            state.stopping = True
+        else:
+            self.sessions.pop(state.session_id, None)
+        self.send(read_wire.stop_partition_session(state.session_id, graceful, committed))
+
+    def next_turn(self) -> list[PartitionSessionState]:
+        """The partition sessions, starting after the one served last (each gets its turn)."""
+        states = list(self.sessions.values())
+        if not states:
+            return states
+        self._turn = (self._turn + 1) % len(states)
+        return states[self._turn :] + states[: self._turn]
+
+    # --- client messages ------------------------------------------------------------------------
+
+    def confirm_start(self, response: Any) -> bool:
+        """StartPartitionSessionResponse: where to read from and what to mark committed (YDB's rules).
+
+        True when it moved a committed offset (the storage's listeners are to be woken)."""
+        state = self.sessions.get(response.partition_session_id)
+        if state is None or state.started or state.stopping:
+            return False  # a partition session already released: the answer is irrelevant
+        partition, consumer = state.partition, state.consumer
+        has_read, has_commit = response.HasField("read_offset"), response.HasField("commit_offset")
+        read, commit = response.read_offset, response.commit_offset
+        if consumer is None and has_commit:
+            raise bad_request("can't commit when reading without a consumer")
+        committed = state.committed
+        if has_read:
+            if has_commit and read < commit:
+                raise bad_request(
+                    f"trying to read from position that is less than position provided to commit: "
+                    f"read {read} commit {commit}"
+                )
+            if has_commit and commit < committed:
+                raise bad_request(f"trying to commit to position that is less than committed: commit {commit} "
+                                  f"committed {committed}")
+            stored = consumer.stored_offset(partition) if consumer is not None else 0
+            if read < stored:
+                raise bad_request(
+                    f"trying to read from position that is less than committed: read {read} committed {stored}"
+                )
+        position = max(committed, read if has_read else 0)
+        moved = False
+        if consumer is not None and has_commit and commit > committed:
+            if commit > position:
+                raise bad_request(f"trying to read from position that is less than provided to commit: "
+                                  f"read {position} commit {commit}")
+            if commit > partition.end_offset:
+                raise bad_request(f"trying to commit to future: commit {commit} endOffset {partition.end_offset}")
+            consumer.commit(partition, commit)
+            state.committed = commit
+            moved = True
+        read_from = max(state.selector.read_from_ns, consumer.read_from_ns if consumer else 0)
+        if read_from:
+            position = max(position, partition.first_offset_written_since(read_from))
+        state.read_offset = max(position, partition.start_offset)
+        state.started = True
+        return moved
+
+    def confirm_stop(self, response: Any) -> PartitionSessionState | None:
+        """StopPartitionSessionResponse: the partition session released (None when it was already gone)."""
+        if self.consumer_name is None:
+            raise bad_request("it is forbidden to send StopPartitionSessionResponse when reading without a consumer")
+        state = self.sessions.get(response.partition_session_id)
+        if state is None:
+            return None  # already taken away: nothing to confirm
+        if not state.stopping:
+            raise bad_request(
+                f"graceful release of partition that is not requested for release is forbidden for partition "
+                f"{state.partition.partition_id} of {state.topic.path}"
+            )
+        del self.sessions[state.session_id]
+        return state
+
+    def report_status(self, partition_session_id: int) -> None:
+        """PartitionSessionStatusRequest: answer with the partition session's offsets."""
+        state = self.sessions.get(partition_session_id)
+        if state is None or state.stopping:
+            return  # asked about a partition session being released: YDB ignores it
+        partition = state.partition
+        committed = state.consumer.committed_offset(partition) if state.consumer else partition.start_offset
+        self.send(read_wire.partition_session_status(
+            state.session_id, committed, partition.end_offset, state.read_offset, partition.last_write_ns
+        ))
+
+    def commit(self, request: Any) -> bool:
+        """CommitOffsetRequest: commit what follows the committed offsets without a gap.
+
+        True when it moved a committed offset (answered; the storage's listeners are to be woken)."""
+        if self.consumer_name is None:
+            raise bad_request("can't commit when reading without a consumer")
+        if not request.commit_offsets:
+            raise bad_request("can't commit without offsets")
+        moved: list[tuple[int, int]] = []
+        for part in request.commit_offsets:
+            state = self.sessions.get(part.partition_session_id)
+            if state is None or state.consumer is None:
+                continue  # a stale commit for a partition session that ended: ignored
+            partition = state.partition
+            for r in part.offsets:
+                start, end = r.start, r.end
+                if (
+                    start >= end
+                    or start < state.committed
+                    or any(s < end and start < e for s, e in state.pending_commits)
+                ):
+                    raise bad_request(
+                        f"offsets range [{start}, {end}) has already committed offsets, double committing is "
+                        f"forbidden or incorrect"
+                    )
+                if end > partition.end_offset:
+                    raise bad_request(
+                        f"commit range [{start}, {end}) is invalid for partition {partition.partition_id}"
+                        f" with end offset {partition.end_offset}"
+                    )
+                state.pending_commits.append((start, end))
+            committed = state.committed
+            state.pending_commits.sort()
+            while state.pending_commits and state.pending_commits[0][0] == committed:
+                committed = state.pending_commits.pop(0)[1]
+            if committed == state.committed:
+                continue  # behind a gap: answered once the gap is filled
+            state.committed = committed
+            state.consumer.commit(partition, committed)
+            moved.append((state.session_id, committed))
+        if moved:
+            self.send(read_wire.commit_response(moved))
+        return bool(moved)
+
+    # --- what the session sends on its own --------------------------------------------------------
+
+    def end_partitions(self) -> None:
+        """EndPartitionSession for each split partition this session read to its end (with auto-partitioning)."""
+        for state in list(self.sessions.values()):
+            partition = state.partition
+            if (
+                state.started
+                and not state.end_sent
+                and not partition.active
+                and self.auto_partitioning
+                and max(state.read_offset, partition.start_offset) >= partition.end_offset  # read, or expired
+            ):
+                state.end_sent = True
+                topic = state.topic
+                adjacent = {
+                    p for c in partition.child_ids for p in topic.partitions[c].parent_ids
+                } - {partition.partition_id}
+                self.send(read_wire.end_partition_session(state.session_id, partition.child_ids, sorted(adjacent)))
+
+    def next_read(self, now_ns: int) -> tuple[PartitionSessionState, list[StoredRow]] | None:
+        """The next messages to send, of one partition session, within the session's credit; None when
+        there is nothing to send. The read position moves past them."""
+        budget = min(self.credit, MAX_RESPONSE_BYTES)
+        for state in self.next_turn():
+            if not state.started or state.stopping:
+                continue
+            partition = state.partition
+            max_lag = state.selector.max_lag_ns
+            if max_lag:
+                chunk = self._within_lag(state, budget, now_ns - max_lag)
+            else:
+                chunk = partition.read_rows(state.read_offset, budget, MAX_RESPONSE_MESSAGES)
+            if not chunk:
+                continue
+            state.read_offset = chunk[-1][0] + 1  # the last row's offset
+            if state.consumer is not None:
+                state.consumer.record_read(partition, state.read_offset, now_ns)
+            return state, chunk
+        return None
+
+    @staticmethod
+    def _within_lag(state: PartitionSessionState, budget: int, oldest_ns: int) -> list[StoredRow]:
+        """Like ``Partition.read_rows``, skipping (for good) messages written before ``oldest_ns`` (max_lag)."""
+        chunk: list[StoredRow] = []
+        total = 0
+        for message in state.partition.read(state.read_offset, limit=MAX_RESPONSE_MESSAGES):
+            if message.written_at_ns < oldest_ns:
+                state.read_offset = message.offset + 1
+                continue
+            chunk.append(message)
+            total += read_size(message)
+            if total >= budget:
+                break
+        return chunk
