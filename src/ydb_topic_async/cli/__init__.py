@@ -480,7 +480,7 @@ async def _read(args: argparse.Namespace, out: TextIO) -> None:
 
 
 async def _serve(args: argparse.Namespace, out: TextIO) -> None:
-    from ..testing._serve import CannotServeError, serve_until_signalled, start_serving
+    from ..testing import CannotServeError, serve_until_signalled, start_serving
 
     try:
         server = await start_serving(args.host, args.port, database=args.serve_database)

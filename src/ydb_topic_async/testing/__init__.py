@@ -9,6 +9,7 @@ against it too. ``server.storage`` exposes what it stores; ``server.faults`` bre
 injects statuses. Run it standalone with ``python -m ydb_topic_async.testing --port 2136``.
 """
 
+from ._serve import CannotServeError, serve_until_signalled, start_serving
 from .faults import Faults
 from .partition_log import Partition, Topic, TopicStorage
 from .server import LocalTopicServer
@@ -18,6 +19,7 @@ FaultInjector = Faults
 """Alias: the type of ``LocalTopicServer.faults``."""
 
 __all__ = [
+    "CannotServeError",
     "FaultInjector",
     "Faults",
     "LocalTopicServer",
@@ -26,4 +28,6 @@ __all__ = [
     "StoredMessage",
     "Topic",
     "TopicStorage",
+    "serve_until_signalled",
+    "start_serving",
 ]
