@@ -52,14 +52,14 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "reader.parsing", "reader.wire", "reader.messages", "reader.decoding", "reader.commits", "reader.parts",
             "reader.flow_control", "reader.partitions", "reader.session",
             "query._rpc", "query.transaction", "query.session_pool", "query._binding",
-            "topic.types", "topic.admin",
+            "topic.types", "topic.admin", "topic",
         ),
     ),
     (
         "writers and readers",
         ("writer.writer", "writer.tx_writer", "writer.keyed", "writer", "reader.reader", "reader.tx", "reader"),
     ),
-    ("clients", ("topic.client", "topic", "query.client", "query")),
+    ("clients", ("_topic_client", "query.client", "query")),
     ("driver", ("_driver", "")),
     ("adapters", ("integrations", "spark", "cli", "demo")),
 ]

@@ -17,6 +17,7 @@ from ._errors import *  # noqa: F403 - the exception tree is public as a whole
 from ._errors import __all__ as _error_names
 from ._retry import BackoffSchedule, RetryPolicy, RetryState, retry_call
 from ._stream import ConnectionState
+from ._topic_client import TopicClient
 from ._version import __version__
 from .observability import MetricsRecorder, NoopMetrics, OpenTelemetryTracing
 from .query import QueryClient, Transaction, TransactionState
@@ -44,7 +45,6 @@ from .topic import (
     PartitionInfo,
     PartitionLocation,
     PartitionStats,
-    TopicClient,
     TopicDescription,
 )
 from .writer import (

@@ -14,6 +14,7 @@ from ._credentials import AnonymousCredentials, Credentials
 from ._errors import ClosedError, InvalidArgumentError
 from ._limits import DEFAULT_MAX_MESSAGE_SIZE
 from ._retry import DEFAULT_RETRY, RECONNECT_FOREVER, RetryPolicy
+from ._topic_client import TopicClient
 from ._transport import (
     DEFAULT_KEEPALIVE_INTERVAL,
     DEFAULT_KEEPALIVE_TIMEOUT,
@@ -27,7 +28,6 @@ from .observability.logging import sdk_logger
 from .observability.metrics import MetricsRecorder, NoopMetrics, active_recorder
 from .observability.tracing import OpenTelemetryTracing, resolve_tracing
 from .query import QueryClient
-from .topic import TopicClient
 
 logger = sdk_logger("driver")
 

@@ -1,7 +1,7 @@
-"""Topic administration and the factories for writers and readers."""
+"""Topic administration (``TopicAdmin``) and the types it describes topics with; ``driver.topic``
+(``TopicClient``) adds the writer and reader factories on top."""
 
 from .admin import TopicAdmin
-from .client import TopicClient
 from .types import (
     AlterConsumerSettings,
     AutoPartitioningSettings,
@@ -28,6 +28,5 @@ __all__ = [
     "PartitionLocation",
     "PartitionStats",
     "TopicAdmin",
-    "TopicClient",
     "TopicDescription",
 ]

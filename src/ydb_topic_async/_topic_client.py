@@ -2,6 +2,8 @@
 
 ``TopicClient`` is a ``TopicAdmin`` (``topic/admin.py``) that also makes writers and readers
 from the driver's ``ClientContext`` and remembers them, so that closing the driver closes them.
+It sits above the writers and readers it makes, so it lives apart from the ``topic`` package,
+whose administration and types the writers and readers use.
 """
 
 from __future__ import annotations
@@ -10,15 +12,15 @@ import asyncio
 import weakref
 from typing import Any, Protocol, Unpack
 
-from .._context import ClientContext
-from ..observability.logging import sdk_logger
-from ..reader.reader import ReaderOptions, TopicReader, TopicsArg
-from ..writer.keyed import KeyedWriter
-from ..writer.partitioning import Partitioner
-from ..writer.settings import KeyedWriterOptions, WriterOptions, WriterSettings
-from ..writer.tx_writer import TxWriter
-from ..writer.writer import TopicWriter
-from .admin import TopicAdmin
+from ._context import ClientContext
+from .observability.logging import sdk_logger
+from .reader.reader import ReaderOptions, TopicReader, TopicsArg
+from .topic.admin import TopicAdmin
+from .writer.keyed import KeyedWriter
+from .writer.partitioning import Partitioner
+from .writer.settings import KeyedWriterOptions, WriterOptions, WriterSettings
+from .writer.tx_writer import TxWriter
+from .writer.writer import TopicWriter
 
 logger = sdk_logger("topic")
 
