@@ -23,6 +23,8 @@ from ydb_topic_async._driver import Endpoint, parse_connection_string
 from ydb_topic_async._proto import ydb_discovery_pb2, ydb_operation_pb2, ydb_status_codes_pb2
 from ydb_topic_async.testing import LocalTopicServer
 
+from ._helpers import stored_data
+
 
 @pytest.mark.parametrize(
     ("text", "endpoint", "database"),
@@ -225,7 +227,7 @@ async def test_closing_the_driver_flushes_its_writers_first(server: LocalTopicSe
     await writer.write([b"a", b"b"])  # accepted; possibly not even sent yet
     await driver.close()
     assert writer.closed
-    assert [m.data for m in server.storage.read("flushed", 0)] == [b"a", b"b"]
+    assert stored_data(server, "flushed") == [b"a", b"b"]
     with pytest.raises(yta.ClosedError):
         await writer.write(b"late")
 

@@ -13,8 +13,8 @@ import pytest
 import ydb_topic_async as yta
 from ydb_topic_async.testing import LocalTopicServer
 
+from .._helpers import load_example, stored_data
 from .._polling import eventually
-from ._helpers import load_example
 
 fastapi = pytest.importorskip("fastapi")
 httpx = pytest.importorskip("httpx")
@@ -63,7 +63,7 @@ async def test_publish_confirm_and_consume(server: LocalTopicServer, driver: yta
         await eventually(consumed)
         assert stats == {"seen": {"click": 1, "buy": 1}, "handled": 2, "restarts": 0}
     # Shutdown flushed the writer and waited for the consumer's commits.
-    assert [m.data for m in server.storage.read(example.TOPIC, 0)] == [b"click", b"buy"]
+    assert stored_data(server, example.TOPIC) == [b"click", b"buy"]
     assert server.storage.committed_offsets(example.TOPIC, example.CONSUMER) == {0: 2}
 
 
@@ -73,7 +73,7 @@ async def test_fire_and_forget_messages_are_flushed_at_shutdown(server: LocalTop
     async with serving(example.create_app(server.endpoint, server.database)) as client:
         for i in range(50):
             assert (await client.post("/events", content=f"e{i}".encode())).status_code == 202
-    assert [m.data for m in server.storage.read(example.TOPIC, 0)] == [f"e{i}".encode() for i in range(50)]
+    assert stored_data(server, example.TOPIC) == [f"e{i}".encode() for i in range(50)]
 
 
 async def test_topic_errors_become_http_errors(server: LocalTopicServer) -> None:
@@ -123,7 +123,7 @@ async def test_dependencies_and_inner_lifespan(server: LocalTopicServer, driver:
         with pytest.raises(KeyError, match="no writer named 'missing'"):
             await client.post("/missing")
     assert order == ["inner start, driver open: True", "inner end, writer open: True"]
-    assert [m.data for m in server.storage.read("deps", 0)] == [b"via dependency"]
+    assert stored_data(server, "deps") == [b"via dependency"]
 
 
 async def test_requests_get_a_new_writer_after_the_old_one_failed(

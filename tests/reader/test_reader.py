@@ -18,8 +18,8 @@ from ydb_topic_async.reader.messages import PartitionSession, PartitionSessionSt
 from ydb_topic_async.testing import LocalTopicServer
 from ydb_topic_async.testing.partition_log import NewMessage
 
+from .._helpers import fill
 from .._polling import eventually
-from .conftest import fill
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -18,8 +18,8 @@ from ydb_topic_async._credentials import AccessTokenCredentials, AnonymousCreden
 from ydb_topic_async._stream import tokens_may_change
 from ydb_topic_async.reader.messages import DETACH_SIZE
 
+from .._helpers import fill
 from .._polling import eventually
-from .conftest import fill
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -20,6 +20,7 @@ from ydb_topic_async.reader import parsing
 from ydb_topic_async.testing import LocalTopicServer
 from ydb_topic_async.testing.partition_log import NewMessage
 
+from .._helpers import stored_data
 from .._polling import eventually
 
 pytestmark = pytest.mark.timeout(60)
@@ -193,7 +194,7 @@ async def test_large_messages_by_bytes_and_in_a_transaction(
             await driver.topic.tx_writer(tx, target).write([m.data for m in batch])
     assert _seen(list(batch)) == _expected(stored)[1 : 1 + len(batch)]
     assert server.storage.committed_offsets(topic, "consumer") == {0: 1 + len(batch)}
-    assert [m.data for m in server.storage.read(target, 0)] == [data for _, data in stored[1 : 1 + len(batch)]]
+    assert stored_data(server, target) == [data for _, data in stored[1 : 1 + len(batch)]]
     assert sum(external_payloads) >= 2
 
 

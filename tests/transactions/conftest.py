@@ -1,9 +1,6 @@
-"""Fixtures for transactions: topics with a consumer, and the official SDK's query session pool."""
+"""Fixtures for transactions: topics with a consumer."""
 
 from __future__ import annotations
-
-from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
 
@@ -24,18 +21,6 @@ async def target(driver: Driver, topic_name: str) -> str:
     name = f"{topic_name}-target"
     await driver.topic.create_topic(name, consumers=["consumer"])
     return name
-
-
-@pytest.fixture
-async def official_pool(official: Any) -> AsyncIterator[Any]:
-    """The official ``ydb`` SDK's asyncio query session pool, on the local server."""
-    import ydb.aio
-
-    pool = ydb.aio.QuerySessionPool(official, size=2)
-    try:
-        yield pool
-    finally:
-        await pool.stop()
 
 
 @pytest.fixture

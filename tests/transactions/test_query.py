@@ -24,6 +24,7 @@ from ydb_topic_async import (
 from ydb_topic_async.testing import LocalTopicServer
 from ydb_topic_async.testing.proxy import FlakyProxy, proxy_to
 
+from .._helpers import proxied_driver, stored_data
 from .._polling import eventually
 
 pytestmark = pytest.mark.timeout(60)
@@ -199,7 +200,7 @@ async def test_driver_close_rolls_back_and_deletes_sessions(server: LocalTopicSe
 async def _held_begin(server: LocalTopicServer) -> AsyncIterator[tuple[Driver, FlakyProxy]]:
     """A driver whose pool holds an idle session, behind a proxy that is then stalled: a begin
     takes that session (``pool.idle`` drops to 0) and waits for the server until ``resume``."""
-    async with proxy_to(server) as proxy, Driver(proxy.endpoint, server.database, discovery=False) as driver:
+    async with proxy_to(server) as proxy, proxied_driver(server, proxy) as driver:
         await driver.topic.create_topic("racing")
         async with driver.query.transaction() as warm_up:
             await warm_up.begin()
@@ -220,7 +221,7 @@ async def test_a_commit_waits_for_a_begin_under_way(server: LocalTopicServer) ->
         proxy.resume()
         await asyncio.wait_for(asyncio.gather(write, commit), 10)
         assert tx.state is TransactionState.COMMITTED
-        assert [m.data for m in server.storage.read("racing", 0)] == [b"x"]
+        assert stored_data(server, "racing") == [b"x"]
         assert tx.session_id is not None and server.query.sessions[tx.session_id].transactions == {}
         assert driver.query.pool.idle == 1  # the session went back, with no transaction left open
 

@@ -14,12 +14,9 @@ import ydb.aio
 import ydb_topic_async as yta
 from ydb_topic_async import _codecs
 
+from .._helpers import stored
+
 pytestmark = pytest.mark.timeout(60)
-
-
-def stored(server: Any, topic: str, partition: int = 0) -> list[Any]:
-    """The messages (``StoredMessage``) the local server holds in one partition, oldest first."""
-    return list(server.storage.read(topic, partition))
 
 
 @pytest.mark.parametrize("codec", [_codecs.Codec.RAW, _codecs.Codec.GZIP])
