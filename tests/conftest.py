@@ -118,10 +118,10 @@ async def official(server: LocalTopicServer) -> AsyncIterator[Any]:
 @pytest.fixture
 async def official_pool(official: Any) -> AsyncIterator[Any]:
     """The official ``ydb`` SDK's asyncio query session pool, on the local server."""
-    import ydb.aio
+    from ydb.aio.query import QuerySessionPool
 
-    pool = ydb.aio.QuerySessionPool(official, size=2)
+    pool = QuerySessionPool(official, size=2)
     try:
         yield pool
     finally:
-        await pool.stop()
+        await pool.stop()  # type: ignore[no-untyped-call]  # the official SDK's pool has no annotations

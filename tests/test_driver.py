@@ -62,7 +62,11 @@ def test_ipv6_target_is_bracketed() -> None:
 class RecordingDiscovery:
     """A real gRPC server with only ``ListEndpoints``, recording the headers of every call."""
 
-    def __init__(self, endpoints: list[tuple[str, int]] | None = None, status: int | None = None) -> None:
+    def __init__(
+        self,
+        endpoints: list[tuple[str, int]] | None = None,
+        status: ydb_status_codes_pb2.StatusIds.StatusCode | None = None,
+    ) -> None:
         self.calls: list[dict[str, str]] = []
         self.endpoints = endpoints
         self.status = status or ydb_status_codes_pb2.StatusIds.SUCCESS
@@ -81,7 +85,7 @@ class RecordingDiscovery:
         self.port = self.server.add_insecure_port("127.0.0.1:0")
 
     async def _list(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-        self.calls.append({k: v for k, v in context.invocation_metadata() or ()})  # type: ignore[misc]
+        self.calls.append({k: v for k, v in context.invocation_metadata() or ()})
         result = ydb_discovery_pb2.ListEndpointsResult()
         for host, port in self.endpoints or [("127.0.0.1", self.port)]:
             result.endpoints.add(address=host, port=port)

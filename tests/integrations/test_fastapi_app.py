@@ -16,11 +16,13 @@ from ydb_topic_async.testing import LocalTopicServer
 from .._helpers import load_example, stored_data
 from .._polling import eventually
 
-fastapi = pytest.importorskip("fastapi")
+pytest.importorskip("fastapi")
 httpx = pytest.importorskip("httpx")
 asgi_lifespan = pytest.importorskip("asgi_lifespan")
 
-from ydb_topic_async.integrations.fastapi import (  # noqa: E402 - after the optional-dependency checks
+from fastapi import Body, Depends, FastAPI  # noqa: E402 - after the optional-dependency checks
+
+from ydb_topic_async.integrations.fastapi import (  # noqa: E402
     TopicDriver,
     TopicRuntime,
     TopicRuntimeDep,
@@ -30,9 +32,9 @@ from ydb_topic_async.integrations.fastapi import (  # noqa: E402 - after the opt
 )
 
 # Module-level aliases: FastAPI resolves route annotations in the module's globals.
-DepsWriter = Annotated[yta.TopicWriter, fastapi.Depends(writer_dependency("deps"))]
-MissingWriter = Annotated[yta.TopicWriter, fastapi.Depends(writer_dependency("missing"))]
-RecoveringWriter = Annotated[yta.TopicWriter, fastapi.Depends(writer_dependency("recovering"))]
+DepsWriter = Annotated[yta.TopicWriter, Depends(writer_dependency("deps"))]
+MissingWriter = Annotated[yta.TopicWriter, Depends(writer_dependency("missing"))]
+RecoveringWriter = Annotated[yta.TopicWriter, Depends(writer_dependency("recovering"))]
 
 
 @asynccontextmanager
@@ -106,7 +108,7 @@ async def test_dependencies_and_inner_lifespan(server: LocalTopicServer, driver:
         yield
         order.append(f"inner end, writer open: {not runtime.writer('deps').closed}")
 
-    app = fastapi.FastAPI(lifespan=topic_lifespan(runtime, inner))
+    app = FastAPI(lifespan=topic_lifespan(runtime, inner))
 
     @app.post("/write")
     async def write(writer: DepsWriter, drv: TopicDriver, rt: TopicRuntimeDep) -> Any:
@@ -133,11 +135,11 @@ async def test_requests_get_a_new_writer_after_the_old_one_failed(
     runtime = TopicRuntime(
         server.endpoint, server.database, writers={"recovering": WriterSpec("recovering", producer_id="api")}
     )
-    app = fastapi.FastAPI(lifespan=topic_lifespan(runtime))
+    app = FastAPI(lifespan=topic_lifespan(runtime))
     served_by: list[yta.TopicWriter] = []
 
     @app.post("/write")
-    async def write(writer: RecoveringWriter, body: Annotated[bytes, fastapi.Body()]) -> Any:
+    async def write(writer: RecoveringWriter, body: Annotated[bytes, Body()]) -> Any:
         served_by.append(writer)
         result = await writer.write_with_ack(body)
         assert isinstance(result, yta.Written)
@@ -162,7 +164,7 @@ async def test_requests_get_a_new_writer_after_the_old_one_failed(
 
 
 async def test_dependency_without_lifespan_is_a_clear_error() -> None:
-    app = fastapi.FastAPI()
+    app = FastAPI()
 
     @app.get("/")
     async def route(writer: MissingWriter) -> Any:

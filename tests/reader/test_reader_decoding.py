@@ -50,7 +50,7 @@ async def test_many_small_batches_of_one_response_are_decoded_off_the_loop(
     loop_thread = threading.get_ident()
     payloads = compressible_payloads(2000, seed=11)  # each batch about 1 KiB decoded, 2 MiB in all
     _store_from_many_producers(server, topic, payloads)
-    decoders = {yta.Codec.ZSTD: yta.ThreadSafe(decoder)}
+    decoders: dict[int, yta.ThreadSafe] = {yta.Codec.ZSTD: yta.ThreadSafe(decoder)}
     async with driver.topic.reader(topic, consumer="consumer", decoders=decoders) as reader:
         got = await _read_all(reader, len(payloads))
         batch_threads = set(decoder.threads)
@@ -119,7 +119,7 @@ async def test_a_payload_its_decoder_rejects_fails_alone_and_names_where_it_is(
     path = driver.topic.full_path(topic)
     got: list[yta.TopicMessage] = []
     errors: list[yta.MessageDecodeError] = []
-    decoders = {yta.Codec.ZSTD: yta.ThreadSafe(picky)}
+    decoders: dict[int, yta.ThreadSafe] = {yta.Codec.ZSTD: yta.ThreadSafe(picky)}
     async with driver.topic.reader(topic, consumer="consumer", decoders=decoders) as reader:
         while len(got) + len(errors) < len(payloads):
             try:
@@ -165,4 +165,4 @@ async def test_one_zstd_decompressor_given_as_decoder_is_never_used_by_two_threa
         driver.topic.reader(yta.TopicSelector(topic, partitions=[0]), consumer=None, decoders=decoders) as second,
     ):
         got = await asyncio.gather(read_all(first), read_all(second))
-    assert got == [payloads, payloads]
+    assert list(got) == [payloads, payloads]

@@ -77,6 +77,7 @@ async def test_timeouts_of_the_wrong_type_are_refused_at_the_call(
 ) -> None:
     async with driver.topic.writer(topic, producer_id="p") as writer:
         await writer.write(b"before")
+        bad: Any  # of a type or value the calls refuse
         for bad in ("5", -1, float("nan"), True):
             with pytest.raises(yta.InvalidArgumentError, match="timeout"):
                 await writer.flush(timeout=bad)

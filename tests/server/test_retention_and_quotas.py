@@ -34,7 +34,9 @@ async def partition_offsets(channel: grpc.aio.Channel, path: str) -> tuple[int, 
     return int(stats.start), int(stats.end)
 
 
-async def write(channel: grpc.aio.Channel, path: str, producer: str, seq_nos: list[int], size: int = 0) -> list:
+async def write(
+    channel: grpc.aio.Channel, path: str, producer: str, seq_nos: list[int], size: int = 0
+) -> list[tuple[int, str, int]]:
     writer = RawWriter(channel)
     assert (await writer.init(path, producer_id=producer)).status == StatusIds.SUCCESS
     result = acks(await writer.write(seq_nos, size=size))

@@ -4,6 +4,7 @@ refreshing tokens, trusting given root certificates."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import subprocess
 import threading
@@ -192,7 +193,7 @@ def test_token_file_is_read_again_when_it_changes(spark: Any, tmp_path: Path) ->
         try:
             # Messages arrive over 6 s: three times the token lifetime.
             for i in range(6):
-                server.run(lambda d, i=i: fill(d, "in", [f"m{i}-{j}".encode() for j in range(10)]))
+                server.run(functools.partial(fill, topic="in", payloads=[f"m{i}-{j}".encode() for j in range(10)]))
                 time.sleep(1.0)
             wait_for(lambda: server.stored_count("out") >= 60, 60, "60 messages", query)
             assert query.exception() is None

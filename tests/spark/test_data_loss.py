@@ -21,7 +21,7 @@ from ydb_topic_async import Driver
 from ydb_topic_async.spark import DataLossError
 from ydb_topic_async.spark._offsets import OffsetRange
 from ydb_topic_async.spark._options import parse_options
-from ydb_topic_async.spark._write import Chunk, write_batch_task
+from ydb_topic_async.spark._write import Chunk, Record, write_batch_task
 from ydb_topic_async.spark.source import SCHEMA, _arrow_schema, _StreamReaderBase, read_range
 
 from .._helpers import fill
@@ -47,7 +47,7 @@ def test_batch_writes_with_the_same_producer_id_prefix_store_every_row(
 def test_a_batch_write_task_reports_what_the_server_acknowledged(ydb_server: Server, topic_name: str) -> None:
     create(ydb_server, topic_name, partitions=2)
     options = parse_options(ydb_server.options(topic_name))
-    records = [(f"m{i}".encode(), [("k", b"v")] if i % 2 else None, i % 2) for i in range(300)]
+    records: list[Record] = [(f"m{i}".encode(), [("k", b"v")] if i % 2 else None, i % 2) for i in range(300)]
     report = write_batch_task(options, "job-0-0", iter([Chunk.of(records[:100]), Chunk.of(records[100:])]))
     assert report.written == 300
     again = write_batch_task(options, "job-0-1", iter([Chunk.of(records[:10])]))  # a retried attempt: its own id

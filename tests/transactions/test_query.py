@@ -34,13 +34,15 @@ async def test_transaction_begins_on_first_use_and_commits_on_clean_exit(
     driver: Driver, server: LocalTopicServer
 ) -> None:
     async with driver.query.transaction() as tx:
-        assert tx.state is TransactionState.NOT_STARTED
-        assert tx.tx_id is None and tx.session_id is None
+        state, tx_id, session_id = tx.state, tx.tx_id, tx.session_id  # before the first use
+        assert state is TransactionState.NOT_STARTED
+        assert tx_id is None and session_id is None
         assert server.query.sessions == {}
         await tx.begin()
-        assert tx.state is TransactionState.ACTIVE
+        state = tx.state
+        assert state is TransactionState.ACTIVE
         assert tx.session_id in server.query.sessions
-        assert tx.tx_id in server.query.sessions[tx.session_id].transactions
+        assert tx.session_id is not None and tx.tx_id in server.query.sessions[tx.session_id].transactions
     assert tx.state is TransactionState.COMMITTED
     assert server.query.committed_transactions == 1
     assert server.query.sessions[tx.session_id].transactions == {}
@@ -69,7 +71,7 @@ async def test_exception_in_block_rolls_back(driver: Driver, server: LocalTopicS
             raise RuntimeError("boom")
     assert tx.state is TransactionState.ROLLED_BACK
     assert server.query.committed_transactions == 0
-    assert server.query.sessions[tx.session_id].transactions == {}
+    assert tx.session_id is not None and server.query.sessions[tx.session_id].transactions == {}
 
 
 async def test_hooks_run_in_order_with_the_outcome(driver: Driver) -> None:
@@ -122,6 +124,7 @@ async def test_failing_before_commit_hook_aborts_and_rolls_back(driver: Driver, 
     assert tx.state is TransactionState.FAILED
     assert isinstance(outcome[0], ValueError)
     assert server.query.committed_transactions == 0
+    assert tx.session_id is not None
     assert server.query.sessions[tx.session_id].transactions == {}  # rolled back on the server
     assert driver.query.pool.idle == 1  # the session is still good
 

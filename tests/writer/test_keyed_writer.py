@@ -83,9 +83,9 @@ async def test_the_same_key_lands_in_the_same_partition_from_another_process_run
 ) -> None:
     await driver.topic.create_topic("stable", min_active_partitions=3)
     async with driver.topic.keyed_writer("stable", producer_id="a") as first:
-        placed = [(await first.write_with_ack(b"x", key=f"k{i}")).partition_id for i in range(12)]  # type: ignore[union-attr]
+        placed = [(await first.write_with_ack(b"x", key=f"k{i}")).partition_id for i in range(12)]
     async with driver.topic.keyed_writer("stable", producer_id="b") as second:
-        again = [(await second.write_with_ack(b"y", key=f"k{i}")).partition_id for i in range(12)]  # type: ignore[union-attr]
+        again = [(await second.write_with_ack(b"y", key=f"k{i}")).partition_id for i in range(12)]
     assert placed == again == [expected_partition(f"k{i}", 3) for i in range(12)]
 
 

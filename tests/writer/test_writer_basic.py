@@ -123,10 +123,11 @@ async def test_metadata_created_at_and_session_metadata_are_stored(
     server: Any, driver: yta.Driver, topic: str
 ) -> None:
     created = dt.datetime(2024, 5, 6, 7, 8, 9, 123456, tzinfo=dt.UTC)
+    metadata: dict[str, str | bytes] = {"k": "v", "bin": b"\x00\x01"}
     async with driver.topic.writer(topic, producer_id="meta", session_metadata={"app": "billing"}) as writer:
         await writer.write_with_ack(
             [
-                yta.Message("привет", metadata={"k": "v", "bin": b"\x00\x01"}, created_at=created),
+                yta.Message("привет", metadata=metadata, created_at=created),
                 yta.Message(b"pairs", metadata=[("a", "1"), ("b", "2")]),
             ]
         )
@@ -308,7 +309,8 @@ async def test_closing_the_driver_closes_its_writers(server: Any, topic_name: st
 
 async def test_statistics_of_the_last_ack(driver: yta.Driver, topic: str) -> None:
     async with driver.topic.writer(topic) as writer:
-        assert writer.last_write_statistics is None
+        before_any_ack = writer.last_write_statistics
+        assert before_any_ack is None
         await writer.write_with_ack([b"a", b"b"])
         stats = writer.last_write_statistics
         assert stats is not None

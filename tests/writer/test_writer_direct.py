@@ -77,6 +77,7 @@ async def test_a_generation_change_between_describe_and_connect_is_re_resolved(
     async def describe_then_move(*args: Any, **kwargs: Any) -> Any:
         nonlocal move_after_next_describe
         info = await real_describe(*args, **kwargs)
+        assert info.location is not None
         generations_seen.append(info.location.generation)
         if move_after_next_describe:
             # The partition's tablet restarts elsewhere right after the writer located it: its

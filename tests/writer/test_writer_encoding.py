@@ -62,7 +62,7 @@ async def test_encoding_many_small_messages_does_not_stall_the_loop(
     inline_half = thread_cpu(lambda: [costly_zstd(data) for data in payloads[:2000]])
     assert inline_half > 0.02
 
-    encoders = {yta.Codec.ZSTD: yta.ThreadSafe(costly_zstd)}
+    encoders: dict[int, yta.ThreadSafe] = {yta.Codec.ZSTD: yta.ThreadSafe(costly_zstd)}
     async with driver.topic.writer(topic, codec=yta.Codec.ZSTD, encoders=encoders) as writer:
         await writer.wait_init()
         async with loop_slices() as slices:
@@ -76,7 +76,7 @@ async def test_many_tiny_messages_are_encoded_off_the_loop(server: Any, driver: 
     encoder = RecordingTransform(_codecs.BUILTIN_ENCODERS[yta.Codec.GZIP])
     loop_thread = threading.get_ident()
     payloads = [bytes([i % 256]) for i in range(16_000)]  # 16 KB in all, but 16,000 gzip calls
-    encoders = {yta.Codec.GZIP: yta.ThreadSafe(encoder)}
+    encoders: dict[int, yta.ThreadSafe] = {yta.Codec.GZIP: yta.ThreadSafe(encoder)}
     async with driver.topic.writer(topic, codec=yta.Codec.GZIP, encoders=encoders) as writer:
         await writer.wait_init()
         await writer.write(payloads)

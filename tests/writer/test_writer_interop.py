@@ -24,9 +24,10 @@ async def test_official_reader_reads_what_we_write(
     server: Any, driver: yta.Driver, topic: str, official: Any, codec: int
 ) -> None:
     created = dt.datetime(2024, 1, 2, 3, 4, 5, 678000, tzinfo=dt.UTC)
+    metadata: dict[str, str | bytes] = {"kind": "text", "bin": b"\xff"}
     sent = [
         yta.Message(b"plain"),
-        yta.Message("текст", metadata={"kind": "text", "bin": b"\xff"}),
+        yta.Message("текст", metadata=metadata),
         yta.Message(bytes(range(256)) * 200, created_at=created),  # compressed off the loop
     ] + [yta.Message(b"bulk-%d" % i) for i in range(100)]
     async with driver.topic.writer(
