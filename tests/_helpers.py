@@ -54,6 +54,13 @@ def stored_by_partition(server: LocalTopicServer, topic: str) -> dict[int, list[
 # --- writing and reading with the SDKs ------------------------------------------------------------
 
 
+async def create_topic_with_consumer(driver: yta.Driver, name: str, *, partitions: int | None = None) -> str:
+    """Create the topic ``name`` (with ``partitions`` partitions, or the server's default of one)
+    and the consumer ``consumer`` that the tests read with; returns ``name``."""
+    await driver.topic.create_topic(name, min_active_partitions=partitions, consumers=["consumer"])
+    return name
+
+
 async def fill(
     driver: yta.Driver,
     topic: str,

@@ -20,6 +20,8 @@ from ydb_topic_async import Driver
 from ydb_topic_async.testing import LocalTopicServer
 from ydb_topic_async.testing.proxy import FlakyProxy, proxy_to
 
+from ._helpers import create_topic_with_consumer
+
 _names = itertools.count()
 
 
@@ -91,8 +93,7 @@ def topic_name() -> str:
 @pytest.fixture
 async def topic(driver: Driver, topic_name: str) -> str:
     """A fresh topic with one partition and the consumer ``consumer``."""
-    await driver.topic.create_topic(topic_name, consumers=["consumer"])
-    return topic_name
+    return await create_topic_with_consumer(driver, topic_name)
 
 
 @pytest.fixture

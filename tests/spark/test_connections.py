@@ -221,11 +221,11 @@ def test_tls_with_root_certificates_from_a_file(spark: Any, tmp_path: Path) -> N
         endpoint, database = thread.server.endpoint, thread.server.database
         assert endpoint.startswith("grpcs://")
 
-        async def fill() -> None:
+        async def create_and_write() -> None:
             async with Driver(endpoint, database, root_certificates=cert.read_bytes()) as driver:
                 await _write_created(driver)
 
-        asyncio.run(fill())
+        asyncio.run(create_and_write())
         options = {"endpoint": endpoint, "database": database, "topic": "secure", "rootCertificatesFile": str(cert)}
         rows = spark.read.format("ydb_topic").options(**options).load().collect()
         assert sorted(r.data for r in rows) == [b"a", b"b"]

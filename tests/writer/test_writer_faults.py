@@ -19,7 +19,7 @@ import ydb_topic_async as yta
 from ydb_topic_async import _codecs
 from ydb_topic_async.testing.proxy import FlakyProxy
 
-from .._helpers import QUICK_RETRY, proxied_driver, stored, stored_data
+from .._helpers import QUICK_RETRY, create_topic_with_consumer, proxied_driver, stored, stored_data
 from .._streams import record_requests
 
 pytestmark = pytest.mark.timeout(30)
@@ -32,18 +32,13 @@ async def proxied(server: Any, proxy: FlakyProxy) -> AsyncIterator[yta.Driver]:
         yield driver
 
 
-async def _create(driver: yta.Driver, name: str) -> str:
-    await driver.topic.create_topic(name, consumers=["consumer"])
-    return name
-
-
 # --- buffer limits -------------------------------------------------------------------------
 
 
 async def test_a_full_buffer_blocks_then_times_out_accepting_nothing(
     proxied: yta.Driver, proxy: FlakyProxy, topic_name: str
 ) -> None:
-    topic = await _create(proxied, topic_name)
+    topic = await create_topic_with_consumer(proxied, topic_name)
     async with proxied.topic.writer(topic, max_buffer_messages=3, buffer_wait_timeout=0.2) as writer:
         await writer.wait_init()
         proxy.stall()
@@ -64,7 +59,7 @@ async def test_a_full_buffer_blocks_then_times_out_accepting_nothing(
 async def test_a_full_buffer_waits_forever_by_default(
     proxied: yta.Driver, proxy: FlakyProxy, topic_name: str
 ) -> None:
-    topic = await _create(proxied, topic_name)
+    topic = await create_topic_with_consumer(proxied, topic_name)
     async with proxied.topic.writer(topic, max_buffer_bytes=10) as writer:
         await writer.wait_init()
         proxy.stall()
@@ -79,7 +74,7 @@ async def test_a_full_buffer_waits_forever_by_default(
 async def test_one_call_may_overflow_an_empty_buffer(
     server: Any, proxied: yta.Driver, proxy: FlakyProxy, topic_name: str
 ) -> None:
-    topic = await _create(proxied, topic_name)
+    topic = await create_topic_with_consumer(proxied, topic_name)
     async with proxied.topic.writer(
         topic, producer_id="big", max_buffer_messages=2, max_buffer_bytes=100, buffer_wait_timeout=0.1
     ) as writer:
@@ -98,7 +93,7 @@ async def test_one_call_may_overflow_an_empty_buffer(
 async def test_waiting_calls_are_admitted_in_order(
     server: Any, proxied: yta.Driver, proxy: FlakyProxy, topic_name: str
 ) -> None:
-    topic = await _create(proxied, topic_name)
+    topic = await create_topic_with_consumer(proxied, topic_name)
     async with proxied.topic.writer(topic, producer_id="fifo", max_buffer_messages=4) as writer:
         await writer.wait_init()
         proxy.stall()
@@ -117,7 +112,7 @@ async def test_waiting_calls_are_admitted_in_order(
 async def test_exactly_once_across_dropped_streams(
     server: Any, proxied: yta.Driver, proxy: FlakyProxy, topic_name: str
 ) -> None:
-    topic = await _create(proxied, topic_name)
+    topic = await create_topic_with_consumer(proxied, topic_name)
     total = 3000
     results: list[yta.WriteResult] = []
     async with proxied.topic.writer(topic, producer_id="eo", max_buffer_messages=200) as writer:
@@ -142,7 +137,7 @@ async def test_exactly_once_across_dropped_streams(
 async def test_resends_keep_original_seq_no_and_created_at(
     server: Any, proxied: yta.Driver, proxy: FlakyProxy, topic_name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    topic = await _create(proxied, topic_name)
+    topic = await create_topic_with_consumer(proxied, topic_name)
     requests = record_requests(monkeypatch, "write_request")
     async with proxied.topic.writer(topic, producer_id="resend") as writer:
         await writer.wait_init()
@@ -184,7 +179,7 @@ async def test_retries_give_up_with_the_last_error(server: Any, topic_name: str,
 async def test_cancelling_write_with_ack_neither_loses_nor_duplicates(
     server: Any, proxied: yta.Driver, proxy: FlakyProxy, topic_name: str
 ) -> None:
-    topic = await _create(proxied, topic_name)
+    topic = await create_topic_with_consumer(proxied, topic_name)
     async with proxied.topic.writer(topic, producer_id="cancel") as writer:
         await writer.wait_init()
         proxy.stall()
@@ -201,7 +196,7 @@ async def test_cancelling_write_with_ack_neither_loses_nor_duplicates(
 async def test_cancelling_a_write_waiting_for_space_accepts_nothing(
     server: Any, proxied: yta.Driver, proxy: FlakyProxy, topic_name: str
 ) -> None:
-    topic = await _create(proxied, topic_name)
+    topic = await create_topic_with_consumer(proxied, topic_name)
     async with proxied.topic.writer(topic, producer_id="c2", max_buffer_messages=1) as writer:
         await writer.wait_init()
         proxy.stall()
@@ -219,7 +214,7 @@ async def test_cancelling_a_write_waiting_for_space_accepts_nothing(
 async def test_close_timeout_cancels_background_work_and_fails_pending(
     proxied: yta.Driver, proxy: FlakyProxy, topic_name: str
 ) -> None:
-    topic = await _create(proxied, topic_name)
+    topic = await create_topic_with_consumer(proxied, topic_name)
     writer = proxied.topic.writer(topic)
     await writer.wait_init()
     proxy.stall()
@@ -235,7 +230,7 @@ async def test_close_timeout_cancels_background_work_and_fails_pending(
 
 
 async def test_flush_timeout(proxied: yta.Driver, proxy: FlakyProxy, topic_name: str) -> None:
-    topic = await _create(proxied, topic_name)
+    topic = await create_topic_with_consumer(proxied, topic_name)
     async with proxied.topic.writer(topic) as writer:
         await writer.wait_init()
         proxy.stall()
@@ -249,7 +244,7 @@ async def test_flush_timeout(proxied: yta.Driver, proxy: FlakyProxy, topic_name:
 async def test_cancelling_the_task_inside_async_with_stops_promptly(
     proxied: yta.Driver, proxy: FlakyProxy, topic_name: str
 ) -> None:
-    topic = await _create(proxied, topic_name)
+    topic = await create_topic_with_consumer(proxied, topic_name)
     entered = asyncio.Event()
     futures: list[asyncio.Future[yta.WriteResult]] = []
 
