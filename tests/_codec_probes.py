@@ -1,5 +1,5 @@
-"""Probes for the off-loop codec tests: how much work the event loop did at a stretch, and where
-a codec ran.
+"""Probes for the off-loop codec tests: how much work the event loop did at a stretch, where a
+codec ran, and payloads that compress like real ones.
 
 Both are counted in work, not wall time, so that a busy machine (other processes taking the
 CPU) cannot fail a test: the loop thread's own CPU time, and the threads a codec ran in.
@@ -8,6 +8,7 @@ CPU) cannot fail a test: the loop thread's own CPU time, and the threads a codec
 from __future__ import annotations
 
 import asyncio
+import random
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -74,3 +75,15 @@ def use_codec_threads(monkeypatch: pytest.MonkeyPatch, count: int) -> None:
     monkeypatch.setattr(_codecs, "CODEC_THREADS", count)
     monkeypatch.setattr(_codecs, "PARALLELISM", count)
     assert _codecs.codec_limiter().total_tokens == count, "the loop did codec work before"
+
+
+def compressible_payloads(count: int, size: int = 1024, *, seed: int = 7) -> list[bytes]:
+    """``count`` payloads of ``size`` bytes, text-like (words from a small vocabulary, so they
+    compress as event data does), each ending with its number; the same for the same ``seed``."""
+    rng = random.Random(seed)
+    words = [b"user", b"click", b"amount", b"page", b"session", b"%d"]
+    out = []
+    for i in range(count):
+        text = b" ".join(rng.choice(words) for _ in range(size // 4)) + b"#%d" % i
+        out.append(text[:size])
+    return out

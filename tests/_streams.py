@@ -14,7 +14,7 @@ def record_requests(monkeypatch: pytest.MonkeyPatch, kind: str) -> list[Any]:
     sent: list[Any] = []
     real_write = BidiStream.write
 
-    async def recording_write(self: BidiStream, request: Any) -> None:
+    async def recording_write(self: BidiStream[Any, Any], request: Any) -> None:
         if request.WhichOneof("client_message") == kind:
             sent.append(request)
         await real_write(self, request)

@@ -1,4 +1,5 @@
-"""Shared fixtures: a local topic server on loopback, a driver bound to it, fresh topics.
+"""Shared fixtures: a local topic server on loopback, a driver bound to it, fresh topics, a proxy
+in front of the server, the official SDK's driver and query session pool.
 
 Every test also fails if it leaves a task pending on the event loop: background work must be
 owned and must end when its owner closes.
@@ -17,6 +18,9 @@ import pytest
 
 from ydb_topic_async import Driver
 from ydb_topic_async.testing import LocalTopicServer
+from ydb_topic_async.testing.proxy import FlakyProxy, proxy_to
+
+from ._helpers import create_topic_with_consumer
 
 _names = itertools.count()
 
@@ -89,8 +93,15 @@ def topic_name() -> str:
 @pytest.fixture
 async def topic(driver: Driver, topic_name: str) -> str:
     """A fresh topic with one partition and the consumer ``consumer``."""
-    await driver.topic.create_topic(topic_name, consumers=["consumer"])
-    return topic_name
+    return await create_topic_with_consumer(driver, topic_name)
+
+
+@pytest.fixture
+async def proxy(server: LocalTopicServer) -> AsyncIterator[FlakyProxy]:
+    """A TCP proxy in front of the server, for faults in the network (``proxied_driver`` makes a
+    driver that goes through it)."""
+    async with proxy_to(server) as flaky:
+        yield flaky
 
 
 @pytest.fixture
@@ -103,3 +114,15 @@ async def official(server: LocalTopicServer) -> AsyncIterator[Any]:
         yield driver
     finally:
         await driver.stop()
+
+
+@pytest.fixture
+async def official_pool(official: Any) -> AsyncIterator[Any]:
+    """The official ``ydb`` SDK's asyncio query session pool, on the local server."""
+    from ydb.aio.query import QuerySessionPool
+
+    pool = QuerySessionPool(official, size=2)
+    try:
+        yield pool
+    finally:
+        await pool.stop()  # type: ignore[no-untyped-call]  # the official SDK's pool has no annotations

@@ -17,6 +17,7 @@ import ydb_topic_async as yta
 from ydb_topic_async.testing import LocalTopicServer
 from ydb_topic_async.testing.proxy import proxy_to
 
+from ._helpers import proxied_driver
 from ._polling import eventually
 
 pytestmark = pytest.mark.timeout(60)
@@ -40,7 +41,7 @@ OWNERS: dict[str, Callable[[yta.Driver], Any]] = {
 async def test_a_cancelled_block_stops_at_once_without_waiting_for_the_server(
     server: LocalTopicServer, kind: str
 ) -> None:
-    async with proxy_to(server) as proxy, yta.Driver(proxy.endpoint, server.database, discovery=False) as driver:
+    async with proxy_to(server) as proxy, proxied_driver(server, proxy) as driver:
         await driver.topic.create_topic("t", consumers=["c"])
         owner = OWNERS[kind](driver)
         entered = asyncio.Event()
@@ -135,7 +136,7 @@ async def test_closing_a_driver_whose_server_is_gone_fails_what_is_left_within_t
     accepted; then their unacknowledged messages fail with ``OperationTimeoutError``, and so does
     the close (a message given to ``write`` has no future: the close's error is what tells)."""
     async with proxy_to(server) as proxy:
-        driver = yta.Driver(proxy.endpoint, server.database, discovery=False)
+        driver = proxied_driver(server, proxy)
         futures = await _down_with_pending(server, proxy, driver, fault)
         async with asyncio.timeout(5):
             with pytest.raises(yta.OperationTimeoutError, match="unacknowledged"):
@@ -147,7 +148,7 @@ async def test_closing_a_driver_whose_server_is_gone_fails_what_is_left_within_t
 
 async def test_leaving_async_with_driver_waits_at_most_its_close_timeout(server: LocalTopicServer) -> None:
     async with proxy_to(server) as proxy:
-        driver = yta.Driver(proxy.endpoint, server.database, discovery=False, close_timeout=0.5)
+        driver = proxied_driver(server, proxy, close_timeout=0.5)
         assert driver.close_timeout == 0.5
         async with asyncio.timeout(5):
             with pytest.raises(yta.OperationTimeoutError):
@@ -160,7 +161,7 @@ async def test_an_error_leaving_a_driver_block_is_not_masked_by_its_close(
     server: LocalTopicServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     async with proxy_to(server) as proxy:
-        driver = yta.Driver(proxy.endpoint, server.database, discovery=False, close_timeout=0.5)
+        driver = proxied_driver(server, proxy, close_timeout=0.5)
         with caplog.at_level(logging.WARNING, logger="ydb_topic_async"), pytest.raises(ValueError, match="mine"):
             async with asyncio.timeout(5), driver:
                 futures = await _down_with_pending(server, proxy, driver, "refused")
@@ -173,7 +174,7 @@ async def test_a_cancelled_driver_block_closes_at_once(server: LocalTopicServer)
     """The caller is going away: the driver does not wait for the server (its default close
     timeout would be 10 seconds), and what is left fails."""
     async with proxy_to(server) as proxy:
-        driver = yta.Driver(proxy.endpoint, server.database, discovery=False)
+        driver = proxied_driver(server, proxy)
         pending: list[Any] = []
 
         async def use() -> None:
@@ -203,7 +204,7 @@ async def test_closing_a_driver_rolls_back_open_transactions_within_the_timeout(
     """Transactions still open are rolled back (each within 5 s at most) and their sessions
     deleted all at once, within the close's bound, even when no answer comes back."""
     async with proxy_to(server) as proxy:
-        driver = yta.Driver(proxy.endpoint, server.database, discovery=False)
+        driver = proxied_driver(server, proxy)
         transactions = [await driver.query.transaction().begin(timeout=10) for _ in range(3)]
         assert driver.query.pool.open_sessions == 3
         proxy.blackhole()

@@ -23,6 +23,8 @@ from ydb_topic_async._driver import Endpoint, parse_connection_string
 from ydb_topic_async._proto import ydb_discovery_pb2, ydb_operation_pb2, ydb_status_codes_pb2
 from ydb_topic_async.testing import LocalTopicServer
 
+from ._helpers import stored_data
+
 
 @pytest.mark.parametrize(
     ("text", "endpoint", "database"),
@@ -60,7 +62,11 @@ def test_ipv6_target_is_bracketed() -> None:
 class RecordingDiscovery:
     """A real gRPC server with only ``ListEndpoints``, recording the headers of every call."""
 
-    def __init__(self, endpoints: list[tuple[str, int]] | None = None, status: int | None = None) -> None:
+    def __init__(
+        self,
+        endpoints: list[tuple[str, int]] | None = None,
+        status: ydb_status_codes_pb2.StatusIds.StatusCode | None = None,
+    ) -> None:
         self.calls: list[dict[str, str]] = []
         self.endpoints = endpoints
         self.status = status or ydb_status_codes_pb2.StatusIds.SUCCESS
@@ -79,7 +85,7 @@ class RecordingDiscovery:
         self.port = self.server.add_insecure_port("127.0.0.1:0")
 
     async def _list(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-        self.calls.append({k: v for k, v in context.invocation_metadata() or ()})  # type: ignore[misc]
+        self.calls.append({k: v for k, v in context.invocation_metadata() or ()})
         result = ydb_discovery_pb2.ListEndpointsResult()
         for host, port in self.endpoints or [("127.0.0.1", self.port)]:
             result.endpoints.add(address=host, port=port)
@@ -225,7 +231,7 @@ async def test_closing_the_driver_flushes_its_writers_first(server: LocalTopicSe
     await writer.write([b"a", b"b"])  # accepted; possibly not even sent yet
     await driver.close()
     assert writer.closed
-    assert [m.data for m in server.storage.read("flushed", 0)] == [b"a", b"b"]
+    assert stored_data(server, "flushed") == [b"a", b"b"]
     with pytest.raises(yta.ClosedError):
         await writer.write(b"late")
 

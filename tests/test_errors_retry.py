@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import grpc
+import grpc.aio
 import pytest
 
 import ydb_topic_async as yta
@@ -54,17 +55,6 @@ def test_server_issues_are_in_the_message() -> None:
     assert err.issues[0].issues[0].code == 500011
 
 
-class _FakeRpcError(grpc.RpcError):
-    def __init__(self, code: grpc.StatusCode) -> None:
-        self._code = code
-
-    def code(self) -> grpc.StatusCode:
-        return self._code
-
-    def details(self) -> str:
-        return "socket closed"
-
-
 @pytest.mark.parametrize(
     ("code", "cls", "retriable", "idempotent"),
     [
@@ -76,7 +66,7 @@ class _FakeRpcError(grpc.RpcError):
     ],
 )
 def test_grpc_codes(code: grpc.StatusCode, cls: type, retriable: bool, idempotent: bool) -> None:
-    err = yta.error_from_grpc(_FakeRpcError(code))
+    err = yta.error_from_grpc(grpc.aio.AioRpcError(code, details="socket closed"))
     assert type(err) is cls
     assert err.code == code
     assert "socket closed" in str(err)
@@ -112,7 +102,7 @@ def test_policy_picks_schedule_by_error_and_respects_limits() -> None:
 def test_policy_rejects_nonsense() -> None:
     for bad in ({"max_attempts": 0}, {"max_attempts": 2.5}, {"max_elapsed": -1}, {"max_elapsed": "60"}):
         with pytest.raises(yta.InvalidArgumentError, match=next(iter(bad))) as raised:
-            RetryPolicy(**bad)  # type: ignore[arg-type]
+            RetryPolicy(**bad)
         assert isinstance(raised.value, ValueError)  # still caught by code written for ValueError
 
 
@@ -176,10 +166,12 @@ def test_retry_state_streaks_start_over_after_progress() -> None:
     clock = [0.0]
     fast = BackoffSchedule(1.0, 100.0)
     state = RetryState(RetryPolicy(max_attempts=3, max_elapsed=None, fast=fast), clock=lambda: clock[0])
-    assert not state.failing
+    failing_at_first = state.failing
+    assert not failing_at_first
     assert state.next_delay(yta.ConnectionLostError()) is not None
     assert state.next_delay(yta.ConnectionLostError()) is not None
-    assert state.failing and state.attempt == 2
+    failing_after_two = state.failing
+    assert failing_after_two and state.attempt == 2
     clock[0] = 7.0
     assert state.elapsed() == 7.0
     assert state.next_delay(yta.ConnectionLostError()) is None  # the third try of the streak was the last

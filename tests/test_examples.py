@@ -8,12 +8,11 @@ tests/integrations/; this module makes sure no example is left without one.
 from __future__ import annotations
 
 import asyncio
-import pathlib
 import sys
 
 import pytest
 
-EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
+from ._helpers import EXAMPLES
 
 SCRIPTS = {
     "quickstart.py": (

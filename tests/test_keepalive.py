@@ -10,19 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
 
 import ydb_topic_async as yta
 from ydb_topic_async.testing import LocalTopicServer
-from ydb_topic_async.testing.proxy import FlakyProxy, proxy_to
+from ydb_topic_async.testing.proxy import FlakyProxy
+
+from ._helpers import QUICK_RETRY, proxied_driver, stored
 
 pytestmark = pytest.mark.timeout(60)
-
-_FAST_RETRY = yta.RetryPolicy(max_attempts=30, max_elapsed=20.0, slow=yta.BackoffSchedule(base=0.01, cap=0.1))
-
 
 class ReconnectLog(yta.NoopMetrics):
     """Records the error behind every writer and reader reconnect."""
@@ -37,18 +34,6 @@ class ReconnectLog(yta.NoopMetrics):
         self.errors.append(error)
 
 
-@pytest.fixture
-async def proxy(server: LocalTopicServer) -> AsyncIterator[FlakyProxy]:
-    async with proxy_to(server) as flaky:
-        yield flaky
-
-
-def _proxied(server: LocalTopicServer, proxy: FlakyProxy, metrics: yta.MetricsRecorder, **options: Any) -> yta.Driver:
-    return yta.Driver(
-        proxy.endpoint, server.database, discovery=False, retry=_FAST_RETRY, metrics=metrics, **options
-    )
-
-
 def _assert_retriable_transport_failures(log: ReconnectLog) -> None:
     assert log.errors, "the stream never failed"
     for error in log.errors:
@@ -61,7 +46,9 @@ async def test_writer_survives_a_silently_dead_connection(
 ) -> None:
     log = ReconnectLog()
     async with (
-        _proxied(server, proxy, log, keepalive_interval=0.2, keepalive_timeout=0.5) as proxied,
+        proxied_driver(
+            server, proxy, retry=QUICK_RETRY, metrics=log, keepalive_interval=0.2, keepalive_timeout=0.5
+        ) as proxied,
         proxied.topic.writer(topic, producer_id="keepalive") as writer,
     ):
         before = [await writer.write_with_ack(b"before-%d" % i) for i in range(3)]
@@ -76,9 +63,9 @@ async def test_writer_survives_a_silently_dead_connection(
     _assert_retriable_transport_failures(log)
     assert [r.seq_no for r in results] == list(range(4, 104))
     assert all(isinstance(r, yta.Written) for r in results)
-    stored = list(server.storage.read(topic, 0))
-    assert [m.data for m in stored] == [b"before-%d" % i for i in range(3)] + [b"after-%d" % i for i in range(100)]
-    assert [m.seq_no for m in stored] == list(range(1, 104))
+    messages = stored(server, topic)
+    assert [m.data for m in messages] == [b"before-%d" % i for i in range(3)] + [b"after-%d" % i for i in range(100)]
+    assert [m.seq_no for m in messages] == list(range(1, 104))
 
 
 async def test_reader_survives_a_silently_dead_connection(
@@ -89,7 +76,9 @@ async def test_reader_survives_a_silently_dead_connection(
         await filler.flush()
         log = ReconnectLog()
         async with (
-            _proxied(server, proxy, log, keepalive_interval=0.2, keepalive_timeout=0.5) as proxied,
+            proxied_driver(
+                server, proxy, retry=QUICK_RETRY, metrics=log, keepalive_interval=0.2, keepalive_timeout=0.5
+            ) as proxied,
             proxied.topic.reader(topic, consumer="consumer") as reader,
         ):
             seen: set[bytes] = set()
@@ -122,7 +111,9 @@ async def test_the_local_server_accepts_frequent_pings(
     # which would break every idle stream of a client with a short keepalive.
     log = ReconnectLog()
     async with (
-        _proxied(server, proxy, log, keepalive_interval=0.02, keepalive_timeout=5) as proxied,
+        proxied_driver(
+            server, proxy, retry=QUICK_RETRY, metrics=log, keepalive_interval=0.02, keepalive_timeout=5
+        ) as proxied,
         proxied.topic.writer(topic, producer_id="pinger") as writer,
     ):
         await writer.write_with_ack(b"one")

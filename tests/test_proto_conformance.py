@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from google.protobuf import descriptor_pool
@@ -21,6 +21,10 @@ from google.protobuf.message_factory import GetMessageClass
 from google.protobuf.unknown_fields import UnknownFieldSet
 
 import ydb_topic_async._proto as ours_pkg
+
+if TYPE_CHECKING:
+    # A message's DESCRIPTOR is typed as either backend's descriptor (upb's is the one at run time).
+    from google._upb._message import FieldDescriptor as UpbFieldDescriptor
 
 upstream_common = pytest.importorskip("ydb._grpc.common")
 
@@ -146,7 +150,7 @@ def _populate(msg: Message, depth: int = 0) -> None:
             setattr(msg, f.name, value)
 
 
-def _scalar(f: FieldDescriptor) -> Any:
+def _scalar(f: FieldDescriptor | UpbFieldDescriptor) -> Any:
     if f.enum_type is not None:
         values = [v.number for v in f.enum_type.values]
         return values[-1]

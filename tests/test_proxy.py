@@ -12,6 +12,7 @@ import ydb_topic_async as yta
 from ydb_topic_async.testing import LocalTopicServer
 from ydb_topic_async.testing.proxy import PROXY_FAULTS, FlakyProxy, RandomFaults, proxy_to
 
+from ._helpers import proxied_driver, stored_data
 from ._polling import eventually
 
 pytestmark = pytest.mark.timeout(60)
@@ -21,7 +22,7 @@ async def test_lost_replies_store_the_message_and_the_resend_is_deduplicated(ser
     topic = "replies"
     async with (
         proxy_to(server) as proxy,
-        yta.Driver(proxy.endpoint, server.database, discovery=False) as driver,
+        proxied_driver(server, proxy) as driver,
     ):
         await driver.topic.create_topic(topic)
         async with driver.topic.writer(topic, producer_id="p") as writer:
@@ -33,7 +34,7 @@ async def test_lost_replies_store_the_message_and_the_resend_is_deduplicated(ser
             assert not future.done()
             proxy.cut()  # the writer reconnects and resends it; the server already has it
             assert isinstance(await asyncio.wait_for(future, 20), yta.Skipped)
-    assert [m.data for m in server.storage.read(topic, 0)] == [b"first", b"second"]
+    assert stored_data(server, topic) == [b"first", b"second"]
     assert proxy.dropped_bytes > 0
 
 
@@ -46,7 +47,7 @@ async def test_random_faults_inject_every_kind_first_and_undo_the_last_on_exit(s
         assert faults.current is None
         assert sorted(f.kind for f in faults.injected[: len(PROXY_FAULTS)]) == sorted(PROXY_FAULTS)
         # The outage in progress was undone: the proxy forwards again.
-        async with yta.Driver(proxy.endpoint, server.database, discovery=False) as driver:
+        async with proxied_driver(server, proxy) as driver:
             await driver.topic.create_topic("after", timeout=10)
 
 

@@ -22,6 +22,8 @@ import pytest
 from ydb_topic_async import Driver
 from ydb_topic_async.testing import LocalTopicServer
 
+from ._helpers import stored_data
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 GETTING_STARTED = ROOT / "docs" / "getting-started.md"
@@ -158,7 +160,7 @@ async def test_transactions_block(server: LocalTopicServer, driver: Driver) -> N
         return data + b" (enriched)"
 
     await run_fragment(block(README, TRANSACTIONS), {"driver": driver, "enrich": enrich})
-    assert [m.data for m in server.storage.read("orders-enriched", 0)] == [b"order 1 (enriched)", b"order 2 (enriched)"]
+    assert stored_data(server, "orders-enriched") == [b"order 1 (enriched)", b"order 2 (enriched)"]
     assert server.storage.committed_offsets("orders", "transformer") == {0: 2}
 
 

@@ -17,6 +17,8 @@ import ydb_topic_async as yta
 from ydb_topic_async.cli import main
 from ydb_topic_async.testing import LocalTopicServer
 
+from .._helpers import stored_data
+
 pytestmark = pytest.mark.timeout(60)
 
 
@@ -85,7 +87,7 @@ async def test_lines_are_written_as_bytes_in_any_encoding(server: LocalTopicServ
     source.write_bytes(b"\n".join(lines) + b"\n")
     assert await cli(server, "write", "raw", "--file", str(source)) == (0, "wrote 3 messages to raw\n", "")
     assert await cli(server, "write", "raw", stdin=b"\x80\x81\n") == (0, "wrote 1 messages to raw\n", "")
-    assert [m.data for m in server.storage.read("raw", 0)] == [*lines, b"\x80\x81"]
+    assert stored_data(server, "raw") == [*lines, b"\x80\x81"]
 
 
 async def test_partition_counts_below_one_are_refused(server: LocalTopicServer) -> None:

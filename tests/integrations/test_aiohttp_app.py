@@ -9,8 +9,8 @@ import pytest
 import ydb_topic_async as yta
 from ydb_topic_async.testing import LocalTopicServer
 
+from .._helpers import load_example, stored_data
 from .._polling import eventually
-from ._helpers import load_example
 
 test_utils = pytest.importorskip("aiohttp.test_utils")
 
@@ -36,7 +36,7 @@ async def test_publish_confirm_and_consume(server: LocalTopicServer, driver: yta
         await eventually(consumed)
         assert stats == {"seen": {"click": 1, "buy": 1}, "handled": 2, "restarts": 0}
     # Cleanup flushed the writer and waited for the consumer's commits.
-    assert [m.data for m in server.storage.read(example.TOPIC, 0)] == [b"click", b"buy"]
+    assert stored_data(server, example.TOPIC) == [b"click", b"buy"]
     assert server.storage.committed_offsets(example.TOPIC, example.CONSUMER) == {0: 2}
 
 
@@ -48,7 +48,7 @@ async def test_fire_and_forget_messages_are_flushed_at_cleanup(server: LocalTopi
         for i in range(50):
             assert (await client.post("/events", data=f"e{i}".encode())).status == 202
     # Every accepted message is stored once the application has shut down.
-    assert [m.data for m in server.storage.read(example.TOPIC, 0)] == [f"e{i}".encode() for i in range(50)]
+    assert stored_data(server, example.TOPIC) == [f"e{i}".encode() for i in range(50)]
 
 
 async def test_app_keys_are_typed_and_set_during_the_context(server: LocalTopicServer, driver: yta.Driver) -> None:

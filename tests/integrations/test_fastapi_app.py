@@ -13,14 +13,16 @@ import pytest
 import ydb_topic_async as yta
 from ydb_topic_async.testing import LocalTopicServer
 
+from .._helpers import load_example, stored_data
 from .._polling import eventually
-from ._helpers import load_example
 
-fastapi = pytest.importorskip("fastapi")
+pytest.importorskip("fastapi")
 httpx = pytest.importorskip("httpx")
 asgi_lifespan = pytest.importorskip("asgi_lifespan")
 
-from ydb_topic_async.integrations.fastapi import (  # noqa: E402 - after the optional-dependency checks
+from fastapi import Body, Depends, FastAPI  # noqa: E402 - after the optional-dependency checks
+
+from ydb_topic_async.integrations.fastapi import (  # noqa: E402
     TopicDriver,
     TopicRuntime,
     TopicRuntimeDep,
@@ -30,9 +32,9 @@ from ydb_topic_async.integrations.fastapi import (  # noqa: E402 - after the opt
 )
 
 # Module-level aliases: FastAPI resolves route annotations in the module's globals.
-DepsWriter = Annotated[yta.TopicWriter, fastapi.Depends(writer_dependency("deps"))]
-MissingWriter = Annotated[yta.TopicWriter, fastapi.Depends(writer_dependency("missing"))]
-RecoveringWriter = Annotated[yta.TopicWriter, fastapi.Depends(writer_dependency("recovering"))]
+DepsWriter = Annotated[yta.TopicWriter, Depends(writer_dependency("deps"))]
+MissingWriter = Annotated[yta.TopicWriter, Depends(writer_dependency("missing"))]
+RecoveringWriter = Annotated[yta.TopicWriter, Depends(writer_dependency("recovering"))]
 
 
 @asynccontextmanager
@@ -63,7 +65,7 @@ async def test_publish_confirm_and_consume(server: LocalTopicServer, driver: yta
         await eventually(consumed)
         assert stats == {"seen": {"click": 1, "buy": 1}, "handled": 2, "restarts": 0}
     # Shutdown flushed the writer and waited for the consumer's commits.
-    assert [m.data for m in server.storage.read(example.TOPIC, 0)] == [b"click", b"buy"]
+    assert stored_data(server, example.TOPIC) == [b"click", b"buy"]
     assert server.storage.committed_offsets(example.TOPIC, example.CONSUMER) == {0: 2}
 
 
@@ -73,7 +75,7 @@ async def test_fire_and_forget_messages_are_flushed_at_shutdown(server: LocalTop
     async with serving(example.create_app(server.endpoint, server.database)) as client:
         for i in range(50):
             assert (await client.post("/events", content=f"e{i}".encode())).status_code == 202
-    assert [m.data for m in server.storage.read(example.TOPIC, 0)] == [f"e{i}".encode() for i in range(50)]
+    assert stored_data(server, example.TOPIC) == [f"e{i}".encode() for i in range(50)]
 
 
 async def test_topic_errors_become_http_errors(server: LocalTopicServer) -> None:
@@ -106,7 +108,7 @@ async def test_dependencies_and_inner_lifespan(server: LocalTopicServer, driver:
         yield
         order.append(f"inner end, writer open: {not runtime.writer('deps').closed}")
 
-    app = fastapi.FastAPI(lifespan=topic_lifespan(runtime, inner))
+    app = FastAPI(lifespan=topic_lifespan(runtime, inner))
 
     @app.post("/write")
     async def write(writer: DepsWriter, drv: TopicDriver, rt: TopicRuntimeDep) -> Any:
@@ -123,7 +125,7 @@ async def test_dependencies_and_inner_lifespan(server: LocalTopicServer, driver:
         with pytest.raises(KeyError, match="no writer named 'missing'"):
             await client.post("/missing")
     assert order == ["inner start, driver open: True", "inner end, writer open: True"]
-    assert [m.data for m in server.storage.read("deps", 0)] == [b"via dependency"]
+    assert stored_data(server, "deps") == [b"via dependency"]
 
 
 async def test_requests_get_a_new_writer_after_the_old_one_failed(
@@ -133,11 +135,11 @@ async def test_requests_get_a_new_writer_after_the_old_one_failed(
     runtime = TopicRuntime(
         server.endpoint, server.database, writers={"recovering": WriterSpec("recovering", producer_id="api")}
     )
-    app = fastapi.FastAPI(lifespan=topic_lifespan(runtime))
+    app = FastAPI(lifespan=topic_lifespan(runtime))
     served_by: list[yta.TopicWriter] = []
 
     @app.post("/write")
-    async def write(writer: RecoveringWriter, body: Annotated[bytes, fastapi.Body()]) -> Any:
+    async def write(writer: RecoveringWriter, body: Annotated[bytes, Body()]) -> Any:
         served_by.append(writer)
         result = await writer.write_with_ack(body)
         assert isinstance(result, yta.Written)
@@ -162,7 +164,7 @@ async def test_requests_get_a_new_writer_after_the_old_one_failed(
 
 
 async def test_dependency_without_lifespan_is_a_clear_error() -> None:
-    app = fastapi.FastAPI()
+    app = FastAPI()
 
     @app.get("/")
     async def route(writer: MissingWriter) -> Any:

@@ -13,6 +13,7 @@ import ydb_topic_async as yta
 from ydb_topic_async.integrations._supervisor import Consumer, TopicRuntime, WriterSpec
 from ydb_topic_async.testing import LocalTopicServer
 
+from .._helpers import stored_data
 from .._polling import eventually
 
 
@@ -113,7 +114,7 @@ async def test_writers_are_flushed_at_shutdown_and_failures_reported(
             with pytest.raises(yta.SchemeError):
                 await runtime.writer("bad").write_with_ack(b"x")
     # The good writer was flushed even though another one failed, and the driver was closed.
-    assert [m.data for m in server.storage.read("out", 0)] == [b"1", b"2", b"3"]
+    assert stored_data(server, "out") == [b"1", b"2", b"3"]
     with pytest.raises(RuntimeError, match="not running"):
         runtime.driver  # noqa: B018
 
@@ -193,7 +194,7 @@ async def test_a_failed_writer_is_replaced_once_on_the_next_access(
         await eventually(retired)
         assert "w" in runtime.writers and len(runtime.writers) == 1
     # The replaced failure was reported when it was replaced: a healthy shutdown does not raise it.
-    assert [m.data for m in server.storage.read(topic, 0)] == [b"before"] + [f"after-{i}".encode() for i in range(5)]
+    assert stored_data(server, topic) == [b"before"] + [f"after-{i}".encode() for i in range(5)]
 
 
 def _replacements(caplog: pytest.LogCaptureFixture) -> int:

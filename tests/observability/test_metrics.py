@@ -9,6 +9,7 @@ from ydb_topic_async.observability.metrics import ReaderReport, WriterReport, re
 from ydb_topic_async.testing import LocalTopicServer
 from ydb_topic_async.testing.proxy import proxy_to
 
+from .._helpers import proxied_driver
 from .._polling import eventually
 from ._recording import RecordingMetrics
 
@@ -98,9 +99,7 @@ async def test_reader_reports_messages_buffer_commits_and_a_reconnect(server: Lo
 
 async def test_buffer_gauges_of_writers_sharing_a_topic_add_up_and_return_to_zero(server: LocalTopicServer) -> None:
     metrics = RecordingMetrics()
-    async with proxy_to(server) as network, yta.Driver(
-        network.endpoint, server.database, discovery=False, metrics=metrics
-    ) as driver:
+    async with proxy_to(server) as network, proxied_driver(server, network, metrics=metrics) as driver:
         await driver.topic.create_topic("metrics-shared", min_active_partitions=3)
         path = driver.topic.full_path("metrics-shared")
         first = driver.topic.writer("metrics-shared", producer_id="first", partition_id=0)

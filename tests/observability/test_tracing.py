@@ -18,6 +18,8 @@ import ydb_topic_async as yta
 from ydb_topic_async.testing import LocalTopicServer
 from ydb_topic_async.testing.proxy import silent_endpoint
 
+from .._helpers import stored, stored_data
+
 pytestmark = pytest.mark.timeout(30)
 
 
@@ -63,14 +65,14 @@ async def test_consumer_spans_link_to_producer_spans(
             assert span.status.status_code is StatusCode.UNSET
 
         # The context travels in the stored messages' metadata, next to the user's own items.
-        stored = list(server.storage.read(path, 0))
-        for message, span in zip(stored, producers, strict=True):
+        messages = stored(server, path)
+        for message, span in zip(messages, producers, strict=True):
             items = dict(message.metadata)
             trace_id = format(span.context.trace_id, "032x")
             span_id = format(span.context.span_id, "016x")
             flags = format(span.context.trace_flags, "02x")
             assert items["traceparent"] == f"00-{trace_id}-{span_id}-{flags}".encode()
-        assert dict(stored[1].metadata)["k"] == b"v"
+        assert dict(messages[1].metadata)["k"] == b"v"
 
         async with driver.topic.reader("traced", consumer="c") as reader:
             first = await reader.receive_message(timeout=10)
@@ -115,8 +117,8 @@ async def test_a_context_set_by_the_caller_is_kept(
         await driver.topic.create_topic("traced-own")
         async with driver.topic.writer("traced-own", partition_id=0) as writer:
             await writer.write([yta.Message("mine", metadata=[("traceparent", own)])])
-        (stored,) = server.storage.read(driver.topic.full_path("traced-own"), 0)
-    assert dict(stored.metadata) == {"traceparent": own.encode()}
+        (message,) = stored(server, driver.topic.full_path("traced-own"))
+    assert dict(message.metadata) == {"traceparent": own.encode()}
     assert len(_spans(exporter, SpanKind.PRODUCER)) == 1
 
 
@@ -161,7 +163,7 @@ async def test_bad_input_is_refused_as_without_tracing(
             with pytest.raises(yta.InvalidArgumentError, match="a message must be bytes, str or Message, not int"):
                 await writer.write([b"ok", 42])  # type: ignore[list-item]
             await writer.write(b"fine")
-        assert [m.data for m in server.storage.read(driver.topic.full_path("traced-bad"), 0)] == [b"fine"]
+        assert stored_data(server, driver.topic.full_path("traced-bad")) == [b"fine"]
     # A call refused at once wrote nothing: no producer span (tracing sees accepted messages only,
     # so it never checks a message again).
     producers = _spans(exporter, SpanKind.PRODUCER)
@@ -193,7 +195,7 @@ async def test_metadata_given_as_a_one_shot_iterable_is_sent_whole(
             pairs = [("traceparent", own), ("user", "keep")]
             await writer.write_with_ack(yta.Message(b"y", metadata=(pair for pair in pairs)))
             await writer.write_with_ack(yta.Message(b"z", metadata=(pair for pair in [("user", "also")])))
-        first, second = server.storage.read(driver.topic.full_path("traced-once"), 0)
+        first, second = stored(server, driver.topic.full_path("traced-once"))
     assert dict(first.metadata) == {"traceparent": own.encode(), "user": b"keep"}
     items = dict(second.metadata)
     assert items["user"] == b"also"
@@ -212,7 +214,7 @@ async def test_metadata_with_no_room_for_the_context_is_written_without_it(
             await writer.write_with_ack(yta.Message(b"chars", metadata=near_char_limit))
             await writer.write_with_ack(yta.Message(b"items", metadata=at_item_limit))
             await writer.write_with_ack(yta.Message(b"room", metadata={"k": "v" * 100}))
-        by_chars, by_items, with_room = server.storage.read(driver.topic.full_path("traced-full"), 0)
+        by_chars, by_items, with_room = stored(server, driver.topic.full_path("traced-full"))
     assert dict(by_chars.metadata) == {"k": b"v" * 4090}
     assert len(by_items.metadata) == 1000 and "traceparent" not in dict(by_items.metadata)
     assert "traceparent" in dict(with_room.metadata)
@@ -235,7 +237,7 @@ async def test_bad_metadata_raises_the_writers_error_with_tracing_on(
             with pytest.raises(yta.InvalidArgumentError, match="the limit is 4096"):
                 await writer.write(yta.Message(b"x", metadata={"k": "v" * 4096}))
             await writer.write(b"fine")
-        assert [m.data for m in server.storage.read(driver.topic.full_path("traced-bad-meta"), 0)] == [b"fine"]
+        assert stored_data(server, driver.topic.full_path("traced-bad-meta")) == [b"fine"]
     statuses = [s.status.status_code for s in _spans(exporter, SpanKind.PRODUCER)]
     assert statuses == [StatusCode.UNSET]
 

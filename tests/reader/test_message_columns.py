@@ -9,7 +9,7 @@ import pytest
 
 import ydb_topic_async as yta
 
-from .conftest import fill
+from .._helpers import fill
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -20,8 +20,8 @@ from ydb_topic_async.reader.wire import _ServerBatchInfo
 from ydb_topic_async.testing import LocalTopicServer
 from ydb_topic_async.testing.partition_log import NewMessage
 
+from .._helpers import fill
 from .._polling import eventually
-from .conftest import fill
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -328,7 +328,8 @@ async def test_compressed_payloads_are_charged_as_decoded_and_decoded_as_taken()
     assert buf.front_ready(2, None) and len(part.decoded) == 2  # only what the take needs
     taken = buf.pop(2, None)
     assert [m.data for m in taken] == payloads[:2]
-    assert not buf.credit_ready and buf.take_credit() == 0  # still over the bound once decoded
+    ready_once_decoded = buf.credit_ready
+    assert not ready_once_decoded and buf.take_credit() == 0  # still over the bound once decoded
     await buf.decode_front(None, None)
     taken = buf.pop(None, None)
     assert [m.data for m in taken] == payloads[2:]

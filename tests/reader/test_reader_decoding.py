@@ -14,21 +14,12 @@ from ydb_topic_async import _codecs
 from ydb_topic_async.testing import LocalTopicServer
 from ydb_topic_async.testing.partition_log import NewMessage
 
-from .._codec_probes import RecordingTransform, loop_slices, thread_cpu, use_codec_threads
+from .._codec_probes import RecordingTransform, compressible_payloads, loop_slices, thread_cpu, use_codec_threads
+from .._helpers import stored_data
 
 pytestmark = pytest.mark.timeout(60)
 
 PRODUCERS = 50
-
-
-def _payloads(count: int, size: int = 1024) -> list[bytes]:
-    rng = random.Random(11)
-    words = [b"user", b"click", b"amount", b"page", b"session", b"%d"]
-    out = []
-    for i in range(count):
-        text = b" ".join(rng.choice(words) for _ in range(size // 4)) + b"#%d" % i
-        out.append(text[:size])
-    return out
 
 
 def _store_from_many_producers(server: LocalTopicServer, topic: str, payloads: list[bytes]) -> None:
@@ -57,9 +48,9 @@ async def test_many_small_batches_of_one_response_are_decoded_off_the_loop(
 ) -> None:
     decoder = RecordingTransform(_codecs.BUILTIN_DECODERS[yta.Codec.ZSTD])
     loop_thread = threading.get_ident()
-    payloads = _payloads(2000)  # each batch about 1 KiB decoded, 2 MiB in all
+    payloads = compressible_payloads(2000, seed=11)  # each batch about 1 KiB decoded, 2 MiB in all
     _store_from_many_producers(server, topic, payloads)
-    decoders = {yta.Codec.ZSTD: yta.ThreadSafe(decoder)}
+    decoders: dict[int, yta.ThreadSafe] = {yta.Codec.ZSTD: yta.ThreadSafe(decoder)}
     async with driver.topic.reader(topic, consumer="consumer", decoders=decoders) as reader:
         got = await _read_all(reader, len(payloads))
         batch_threads = set(decoder.threads)
@@ -88,9 +79,9 @@ async def test_decoding_many_small_batches_does_not_stall_the_loop(
         compressor.compress(out)
         return out
 
-    payloads = _payloads(2000)
+    payloads = compressible_payloads(2000, seed=11)
     _store_from_many_producers(server, topic, payloads)
-    wire = [m.data for m in server.storage.read(topic, 0)]
+    wire = stored_data(server, topic)
     # The loop thread's CPU time that decoding half of them inline would take at a stretch.
     inline_half = thread_cpu(lambda: [costly_zstd(data) for data in wire[:1000]])
     assert inline_half > 0.02
@@ -113,7 +104,7 @@ async def test_a_payload_its_decoder_rejects_fails_alone_and_names_where_it_is(
     class CorruptData(Exception):
         pass
 
-    payloads = _payloads(1000)
+    payloads = compressible_payloads(1000, seed=11)
     bad_offsets = [7, 500, 999]
     corrupt = {payloads[offset] for offset in bad_offsets}
     zstd = _codecs.BUILTIN_DECODERS[yta.Codec.ZSTD]
@@ -128,7 +119,7 @@ async def test_a_payload_its_decoder_rejects_fails_alone_and_names_where_it_is(
     path = driver.topic.full_path(topic)
     got: list[yta.TopicMessage] = []
     errors: list[yta.MessageDecodeError] = []
-    decoders = {yta.Codec.ZSTD: yta.ThreadSafe(picky)}
+    decoders: dict[int, yta.ThreadSafe] = {yta.Codec.ZSTD: yta.ThreadSafe(picky)}
     async with driver.topic.reader(topic, consumer="consumer", decoders=decoders) as reader:
         while len(got) + len(errors) < len(payloads):
             try:
@@ -174,4 +165,4 @@ async def test_one_zstd_decompressor_given_as_decoder_is_never_used_by_two_threa
         driver.topic.reader(yta.TopicSelector(topic, partitions=[0]), consumer=None, decoders=decoders) as second,
     ):
         got = await asyncio.gather(read_all(first), read_all(second))
-    assert got == [payloads, payloads]
+    assert list(got) == [payloads, payloads]

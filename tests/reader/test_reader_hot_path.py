@@ -18,8 +18,8 @@ from ydb_topic_async._credentials import AccessTokenCredentials, AnonymousCreden
 from ydb_topic_async._stream import tokens_may_change
 from ydb_topic_async.reader.wire import DETACH_SIZE
 
+from .._helpers import fill
 from .._polling import eventually
-from .conftest import fill
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -77,7 +77,7 @@ async def test_compressed_payloads_are_decoded_as_they_are_taken(
     payloads = [bytes([i % 256]) * 4096 for i in range(200)]  # compress to a few bytes each
     async with driver.topic.writer(topic, producer_id="p", codec=yta.Codec.ZSTD) as writer:
         await writer.write(payloads)
-    decoders = {yta.Codec.ZSTD: yta.ThreadSafe(counting)}
+    decoders: dict[int, yta.ThreadSafe] = {yta.Codec.ZSTD: yta.ThreadSafe(counting)}
     async with driver.topic.reader(topic, consumer="consumer", decoders=decoders) as reader:
         await reader.open()
         await eventually(lambda: reader.buffered_bytes > 0, "a response buffered")
@@ -206,7 +206,7 @@ async def test_a_reader_without_consumer_resumes_after_the_last_message_it_hande
         first = [(await reader.receive_message(timeout=10)).offset for _ in range(5)]
         assert server.faults.drop_read_streams() == 1
         await eventually(lambda: reader.reconnects == 1, "the reader noticed")  # its buffer is gone
-        rest = []
+        rest: list[int] = []
         while len(rest) < 95:
             rest += [m.offset for m in await reader.receive_batch(timeout=10)]
     assert first + rest == list(range(100))

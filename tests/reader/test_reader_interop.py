@@ -11,7 +11,7 @@ import ydb.aio
 
 import ydb_topic_async as yta
 
-from .conftest import fill
+from .._helpers import fill, read_with_official_sdk
 
 pytestmark = pytest.mark.timeout(40)
 
@@ -42,15 +42,7 @@ async def test_official_reader_reads_and_commits_on_our_server(
     official: Any, driver: yta.Driver, topic: str
 ) -> None:
     await fill(driver, topic, [b"ours-%d" % i for i in range(30)])
-    reader = official.topic_client.reader(topic, consumer="consumer")
-    try:
-        got: list[bytes] = []
-        while len(got) < 30:
-            batch = await asyncio.wait_for(reader.receive_batch(), 10)
-            got.extend(m.data for m in batch.messages)
-            await asyncio.wait_for(reader.commit_with_ack(batch), 10)
-    finally:
-        await reader.close()
+    got = [m.data for m in await read_with_official_sdk(official, topic, "consumer", 30)]
     assert got == [b"ours-%d" % i for i in range(30)]
     desc = await driver.topic.describe_consumer(topic, "consumer")
     assert [p.committed_offset for p in desc.partitions] == [30]
@@ -105,15 +97,8 @@ async def test_official_reader_reads_a_split_partition_on_our_server(
     left, right = server.storage.split_partition(topic, 0)
     await fill(driver, topic, [b"left-%d" % i for i in range(3)], partition_id=left, producer_id="l")
     await fill(driver, topic, [b"right-%d" % i for i in range(2)], partition_id=right, producer_id="r")
-    reader = official.topic_client.reader(topic, consumer="consumer")
-    got: list[tuple[int, int, bytes]] = []
-    try:
-        while len(got) < 9:
-            batch = await asyncio.wait_for(reader.receive_batch(), 10)
-            got.extend((m.partition_id, m.offset, m.data) for m in batch.messages)
-            await asyncio.wait_for(reader.commit_with_ack(batch), 10)
-    finally:
-        await reader.close()
+    messages = await read_with_official_sdk(official, topic, "consumer", 9)
+    got = [(m.partition_id, m.offset, m.data) for m in messages]
     # The parent first (it is read and committed to its end before the children start).
     assert got[:4] == [(0, i, b"parent-%d" % i) for i in range(4)]
     assert sorted(got[4:]) == [(left, i, b"left-%d" % i) for i in range(3)] + [

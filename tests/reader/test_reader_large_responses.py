@@ -16,10 +16,12 @@ import zstandard
 
 import ydb_topic_async as yta
 from ydb_topic_async._proto import ydb_topic_pb2 as pb
+from ydb_topic_async._proto.ydb_status_codes_pb2 import StatusIds
 from ydb_topic_async.reader import parsing
 from ydb_topic_async.testing import LocalTopicServer
 from ydb_topic_async.testing.partition_log import NewMessage
 
+from .._helpers import stored_data
 from .._polling import eventually
 
 pytestmark = pytest.mark.timeout(60)
@@ -193,7 +195,7 @@ async def test_large_messages_by_bytes_and_in_a_transaction(
             await driver.topic.tx_writer(tx, target).write([m.data for m in batch])
     assert _seen(list(batch)) == _expected(stored)[1 : 1 + len(batch)]
     assert server.storage.committed_offsets(topic, "consumer") == {0: 1 + len(batch)}
-    assert [m.data for m in server.storage.read(target, 0)] == [data for _, data in stored[1 : 1 + len(batch)]]
+    assert stored_data(server, target) == [data for _, data in stored[1 : 1 + len(batch)]]
     assert sum(external_payloads) >= 2
 
 
@@ -222,7 +224,7 @@ async def test_large_raw_payloads_are_charged_once_against_the_buffer(
     async with driver.topic.reader(topic, consumer="consumer", buffer_size_bytes=64 << 20) as reader:
         await eventually(lambda: reader.buffered_bytes >= 4 * LARGE, "the four messages buffered")
         assert reader.buffered_bytes < 4 * LARGE + 4096  # their wire size
-        got = []
+        got: list[yta.TopicMessage] = []
         while len(got) < len(stored):
             got.extend(await reader.receive_batch(timeout=10))
     assert _seen(got) == _expected(stored)
@@ -233,7 +235,7 @@ async def test_large_raw_payloads_are_charged_once_against_the_buffer(
 
 
 def _random_response(rng: random.Random, large_every: int, messages: int) -> pb.StreamReadMessage.FromServer:
-    response = pb.StreamReadMessage.FromServer(status=400000)
+    response = pb.StreamReadMessage.FromServer(status=StatusIds.SUCCESS)
     read = response.read_response
     read.bytes_size = rng.randrange(1 << 30)
     index = 0
@@ -364,6 +366,6 @@ def test_a_payload_left_out_of_a_failed_read_is_not_given_to_the_next_one() -> N
     probe = parsing.ReadResponseParser()
     assert probe.payloads_of(probe(raw)), "a response the parser splits"
     first = parser(raw)  # say its read failed: nobody asked for its payloads
-    second = parser(pb.StreamReadMessage.FromServer(status=400000).SerializeToString())
+    second = parser(pb.StreamReadMessage.FromServer(status=StatusIds.SUCCESS).SerializeToString())
     assert parser.payloads_of(second) is None
     assert parser.payloads_of(first) is None

@@ -12,8 +12,8 @@ import ydb_topic_async as yta
 from ydb_topic_async.testing import LocalTopicServer
 from ydb_topic_async.testing.partition_log import NewMessage
 
+from .._helpers import fill
 from .._polling import eventually
-from .conftest import fill
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -15,13 +15,11 @@ import pytest
 import ydb_topic_async as yta
 from ydb_topic_async.testing import LocalTopicServer
 
+from .._helpers import stored_data
+
 pytestmark = pytest.mark.timeout(30)
 
 LONE_SURROGATE = "caf\udce9"  # bytes decoded with errors="surrogateescape": not valid Unicode
-
-
-def stored(server: LocalTopicServer, topic: str) -> list[bytes]:
-    return [m.data for m in server.storage.read(topic, 0)]
 
 
 @pytest.mark.parametrize(
@@ -56,7 +54,7 @@ async def test_text_that_is_not_valid_unicode_is_refused_at_the_call(
         with pytest.raises(yta.InvalidArgumentError, match="metadata key"):
             await writer.write(yta.Message(b"x", metadata={LONE_SURROGATE: "v"}))
         await writer.write("second")
-    assert stored(server, topic) == [b"first", b"second"]
+    assert stored_data(server, topic) == [b"first", b"second"]
 
 
 async def test_a_seq_no_out_of_int64_range_is_refused_at_the_call(
@@ -71,7 +69,7 @@ async def test_a_seq_no_out_of_int64_range_is_refused_at_the_call(
             await writer.write([yta.Message(b"ok", seq_no=2), yta.Message(b"huge", seq_no=2**64)])
         assert await writer.write_with_ack(yta.Message(b"second", seq_no=2)) == yta.Written(0, 1, 2)
         assert await first == yta.Written(0, 0, 1)
-    assert stored(server, topic) == [b"first", b"second"]
+    assert stored_data(server, topic) == [b"first", b"second"]
 
 
 async def test_timeouts_of_the_wrong_type_are_refused_at_the_call(
@@ -79,6 +77,7 @@ async def test_timeouts_of_the_wrong_type_are_refused_at_the_call(
 ) -> None:
     async with driver.topic.writer(topic, producer_id="p") as writer:
         await writer.write(b"before")
+        bad: Any  # of a type or value the calls refuse
         for bad in ("5", -1, float("nan"), True):
             with pytest.raises(yta.InvalidArgumentError, match="timeout"):
                 await writer.flush(timeout=bad)

@@ -19,6 +19,7 @@ import pytest
 import ydb_topic_async as yta
 from ydb_topic_async.testing.proxy import proxy_to
 
+from .._helpers import proxied_driver, stored
 from .._polling import eventually
 
 pytestmark = pytest.mark.timeout(60)
@@ -55,9 +56,10 @@ async def test_a_writer_and_a_reader_ride_out_a_30s_outage_and_a_30s_stall(serve
     holds every byte for 30 s with messages in flight (keepalive finds the connection dead,
     handshakes through the stalled network time out, and both keep trying)."""
     expected = [b"m%03d" % i for i in range(400)]
-    async with proxy_to(server) as proxy, yta.Driver(
-        proxy.endpoint, server.database, discovery=False, keepalive_interval=2, keepalive_timeout=2
-    ) as driver:
+    async with (
+        proxy_to(server) as proxy,
+        proxied_driver(server, proxy, keepalive_interval=2, keepalive_timeout=2) as driver,
+    ):
         writer = driver.topic.writer(topic, producer_id="survivor", init_timeout=5)
         reader = driver.topic.reader(topic, consumer="consumer", init_timeout=5)
         consumer = _Consumer(reader)
@@ -88,15 +90,16 @@ async def test_a_writer_and_a_reader_ride_out_a_30s_outage_and_a_30s_stall(serve
             await writer.write(expected[300:400])
             await asyncio.sleep(OUTAGE - (time.monotonic() - started))
             assert writer.failure is None and reader.failure is None
-            assert writer.connection_state is yta.ConnectionState.RECONNECTING
+            state_while_stalled = writer.connection_state
+            assert state_while_stalled is yta.ConnectionState.RECONNECTING
             proxy.resume()
             await writer.flush(timeout=60)
             await consumer.process_until(400, timeout=60)
             assert writer.connection_state is reader.connection_state is yta.ConnectionState.CONNECTED
 
-    stored = list(server.storage.read(topic, 0))
-    assert [m.data for m in stored] == expected  # nothing lost, nothing written twice
-    assert [m.seq_no for m in stored] == list(range(1, 401))
+    messages = stored(server, topic)
+    assert [m.data for m in messages] == expected  # nothing lost, nothing written twice
+    assert [m.seq_no for m in messages] == list(range(1, 401))
     assert consumer.processed == expected  # nothing lost, nothing processed twice
 
 
@@ -105,7 +108,7 @@ async def test_default_settings_survive_a_short_server_restart(server: Any, topi
     second): by default they now reconnect for as long as they are open."""
     async with (
         proxy_to(server) as proxy,
-        yta.Driver(proxy.endpoint, server.database, discovery=False) as driver,
+        proxied_driver(server, proxy) as driver,
         driver.topic.writer(topic, producer_id="p") as writer,
         driver.topic.reader(topic, consumer="consumer") as reader,
     ):
@@ -127,7 +130,7 @@ async def test_a_retry_budget_makes_writers_and_readers_give_up(server: Any, top
     with caplog.at_level(logging.INFO, logger="ydb_topic_async"):
         async with proxy_to(server) as proxy:
             with pytest.raises(yta.ConnectionLostError):  # closing the driver raises the writer's failure
-                async with yta.Driver(proxy.endpoint, server.database, discovery=False) as driver:
+                async with proxied_driver(server, proxy) as driver:
                     writer = driver.topic.writer(topic, producer_id="p", retry=budget)
                     async with driver.topic.reader(topic, consumer="consumer", retry=budget) as reader:
                         await writer.wait_init(timeout=10)
@@ -155,7 +158,7 @@ async def test_a_reconnect_streak_is_logged_once_when_it_starts_and_once_when_it
 ) -> None:
     async with (
         proxy_to(server) as proxy,
-        yta.Driver(proxy.endpoint, server.database, discovery=False) as driver,
+        proxied_driver(server, proxy) as driver,
         driver.topic.writer(topic, producer_id="p") as writer,
     ):
         await writer.write_with_ack(b"first")
@@ -170,7 +173,7 @@ async def test_a_reconnect_streak_is_logged_once_when_it_starts_and_once_when_it
     assert "connected after" in loud[1].getMessage()
     attempts = [r for r in caplog.records if r.levelno == logging.DEBUG and "attempt" in r.getMessage()]
     assert len(attempts) >= 4  # the attempts in between are there for whoever asks for DEBUG
-    assert all(r.ydb_topic == writer.path for r in loud)  # type: ignore[attr-defined]
+    assert all(r.ydb_topic == writer.path for r in loud)
 
 
 async def test_reconnects_are_counted_and_reported_to_metrics(server: Any, topic: str) -> None:
@@ -185,7 +188,7 @@ async def test_reconnects_are_counted_and_reported_to_metrics(server: Any, topic
 
     async with (
         proxy_to(server) as proxy,
-        yta.Driver(proxy.endpoint, server.database, discovery=False, metrics=Reconnects()) as driver,
+        proxied_driver(server, proxy, metrics=Reconnects()) as driver,
         driver.topic.writer(topic, producer_id="p") as writer,
         driver.topic.reader(topic, consumer="consumer") as reader,
     ):

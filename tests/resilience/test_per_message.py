@@ -15,25 +15,18 @@ import gzip
 import logging
 import os
 import time
-from typing import Any
 
 import pytest
 
 import ydb_topic_async as yta
 from ydb_topic_async.testing import LocalTopicServer
 
+from .._helpers import stored, stored_data
+
 pytestmark = pytest.mark.timeout(60)
 
 LIMIT = 4096
 """The writers' ``max_request_size`` here: 4032 bytes of message, 3984 of bare payload."""
-
-
-def stored(server: LocalTopicServer, topic: str) -> list[Any]:
-    return list(server.storage.read(topic, 0))
-
-
-def stored_gzip(server: LocalTopicServer, topic: str) -> list[bytes]:
-    return [gzip.decompress(m.data) for m in stored(server, topic)]
 
 
 async def test_a_message_too_large_once_compressed_fails_alone(
@@ -61,7 +54,7 @@ async def test_a_message_written_without_a_future_is_logged_when_dropped(
         with caplog.at_level(logging.ERROR, logger="ydb_topic_async.writer"):
             await writer.write([b"before", os.urandom(3980), b"after"])
             await writer.flush(timeout=10)  # settles: the dropped message does not hold it up
-    assert stored_gzip(server, topic) == [b"before", b"after"]
+    assert stored_data(server, topic, decode=gzip.decompress) == [b"before", b"after"]
     [record] = caplog.records
     assert "seq_no=2" in record.getMessage() and "was not sent" in record.getMessage()
 
@@ -84,7 +77,7 @@ async def test_dropped_messages_after_a_reconnect_do_not_hold_back_the_others(
     dropped = [i for i, r in enumerate(results) if isinstance(r, yta.MessageTooLargeError)]
     assert dropped == [2, 7, 12, 17]
     assert all(isinstance(r, (yta.Written, yta.Skipped)) for i, r in enumerate(results) if i not in dropped)
-    assert stored_gzip(server, topic) == [b"m%d" % i for i in range(20) if i not in dropped]
+    assert stored_data(server, topic, decode=gzip.decompress) == [b"m%d" % i for i in range(20) if i not in dropped]
     assert server.faults.dropped_streams == 1
 
 
@@ -105,4 +98,4 @@ async def test_a_request_over_the_servers_size_limit_fails_fast(server: LocalTop
         assert writer.reconnects == 0 and writer.connection_state is yta.ConnectionState.FAILED
         with pytest.raises(yta.RequestTooLargeError):
             await writer.close()
-    assert [m.data for m in stored(server, topic)] == [b"small"]
+    assert stored_data(server, topic) == [b"small"]

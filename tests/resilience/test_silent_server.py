@@ -16,6 +16,7 @@ import pytest
 import ydb_topic_async as yta
 from ydb_topic_async.testing.proxy import proxy_to, silent_endpoint
 
+from .._helpers import proxied_driver, stored_data
 from .._polling import eventually
 
 pytestmark = pytest.mark.timeout(60)
@@ -61,7 +62,7 @@ async def test_a_unary_call_timeout_bounds_the_whole_call() -> None:
 async def test_a_unary_call_against_refused_connections_retries_until_its_timeout(server: Any) -> None:
     async with proxy_to(server) as proxy:
         await proxy.refuse()
-        async with yta.Driver(proxy.endpoint, server.database, discovery=False) as driver:
+        async with proxied_driver(server, proxy) as driver:
             clock = _Clock()
             with pytest.raises(yta.OperationTimeoutError, match="last error") as raised:
                 await driver.topic.describe_topic("events", timeout=1.5)
@@ -87,7 +88,8 @@ async def test_a_writer_against_a_silent_server_times_out_its_calls_and_keeps_tr
         assert writer.reconnects >= 2
         assert isinstance(writer.last_error, yta.DeadlineExceededError)
         assert "handshake" in str(writer.last_error)
-        assert writer.connection_state is yta.ConnectionState.RECONNECTING
+        state_while_trying = writer.connection_state
+        assert state_while_trying is yta.ConnectionState.RECONNECTING
         assert writer.failure is None  # and, RECONNECTING, its background task keeps trying
 
         await writer.write(b"accepted")  # buffered while the writer keeps trying
@@ -118,7 +120,8 @@ async def test_a_reader_against_a_silent_server_times_out_receives_and_closes() 
         assert clock.elapsed < 1 + _SLACK
         assert "handshake" in str(raised.value)  # says why: not connected, and the last error
         assert reader.reconnects >= 2
-        assert reader.connection_state is yta.ConnectionState.RECONNECTING
+        state_while_trying = reader.connection_state
+        assert state_while_trying is yta.ConnectionState.RECONNECTING
         clock = _Clock()
         with pytest.raises(yta.OperationTimeoutError):
             await reader.receive_message(timeout=0.2)
@@ -130,7 +133,7 @@ async def test_a_reader_against_a_silent_server_times_out_receives_and_closes() 
 
 
 async def test_writer_and_reader_connect_once_a_hanging_server_answers_again(server: Any, topic: str) -> None:
-    async with proxy_to(server) as proxy, yta.Driver(proxy.endpoint, server.database, discovery=False) as driver:
+    async with proxy_to(server) as proxy, proxied_driver(server, proxy) as driver:
         proxy.silence()
         writer = driver.topic.writer(topic, producer_id="p", init_timeout=0.3)
         reader = driver.topic.reader(topic, consumer="consumer", init_timeout=0.3)
@@ -149,13 +152,15 @@ async def test_writer_and_reader_connect_once_a_hanging_server_answers_again(ser
 async def test_a_silent_server_mid_stream_is_noticed_and_left(server: Any, topic: str) -> None:
     """A server that stops answering after the handshake (keepalive pings go unanswered) makes
     the stream fail with a retriable error; the writer reconnects once it answers again."""
-    async with proxy_to(server) as proxy, yta.Driver(
-        proxy.endpoint, server.database, discovery=False, keepalive_interval=0.3, keepalive_timeout=0.3
-    ) as driver, driver.topic.writer(topic, producer_id="p", init_timeout=0.5) as writer:
+    async with (
+        proxy_to(server) as proxy,
+        proxied_driver(server, proxy, keepalive_interval=0.3, keepalive_timeout=0.3) as driver,
+        driver.topic.writer(topic, producer_id="p", init_timeout=0.5) as writer,
+    ):
         await writer.write_with_ack(b"before")
         proxy.silence()  # the open connection carries nothing more, new ones are never answered
         await writer.write(b"during")
         await eventually(lambda: writer.connection_state is yta.ConnectionState.RECONNECTING, "the writer reconnecting")
         proxy.unsilence()
         await writer.flush(timeout=15)
-    assert [m.data for m in server.storage.read(driver.topic.full_path(topic), 0)] == [b"before", b"during"]
+    assert stored_data(server, driver.topic.full_path(topic)) == [b"before", b"during"]

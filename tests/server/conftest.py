@@ -63,6 +63,22 @@ def unpack(operation: Any, result_cls: Any) -> Any:
     return result_cls.FromString(operation.result.value)
 
 
+async def answer(channel: grpc.aio.Channel, method: str, request: Any) -> tuple[str, str]:
+    """One unary topic call; its status's name and its first issue's message ("" without issues)."""
+    op = await call(channel, method, request, getattr(pb, f"{method}Response"))
+    return StatusIds.StatusCode.Name(op.status), op.issues[0].message if op.issues else ""
+
+
+async def describe(
+    channel: grpc.aio.Channel, path: str, *, include_stats: bool = False, include_location: bool = False
+) -> pb.DescribeTopicResult:
+    """DescribeTopic's result, after checking it succeeded."""
+    request = pb.DescribeTopicRequest(path=path, include_stats=include_stats, include_location=include_location)
+    result: pb.DescribeTopicResult = unpack(await call(channel, "DescribeTopic", request, pb.DescribeTopicResponse),
+                                            pb.DescribeTopicResult)
+    return result
+
+
 async def create_topic(
     channel: grpc.aio.Channel, path: str, partitions: int = 1, consumers: tuple[str, ...] = ()
 ) -> None:

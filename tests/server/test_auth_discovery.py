@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import grpc.aio
 import pytest
 import ydb
-import ydb.aio
+from ydb.aio.driver import Driver as OfficialDriver
 
 from ydb_topic_async._proto import ydb_auth_pb2, ydb_discovery_pb2
 from ydb_topic_async._proto import ydb_topic_pb2 as pb
@@ -115,8 +115,9 @@ async def test_official_driver_uses_a_login_token(secured: tuple[LocalTopicServe
     srv, ch = secured
     srv.auth.token_ttl = None
     token = unpack(await login(ch, "alice", "secret"), ydb_auth_pb2.LoginResult).token
-    driver = ydb.aio.Driver(endpoint=srv.endpoint, database=srv.database,
-                            credentials=ydb.AccessTokenCredentials(token))
+    # The official SDK's credentials classes have no annotations.
+    credentials = ydb.AccessTokenCredentials(token)  # type: ignore[no-untyped-call]
+    driver = OfficialDriver(endpoint=srv.endpoint, database=srv.database, credentials=credentials)
     try:
         await driver.wait(timeout=5)
         await driver.topic_client.create_topic("official", consumers=["c"])

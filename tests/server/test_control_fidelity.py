@@ -16,20 +16,9 @@ from ydb_topic_async._proto import ydb_topic_pb2 as pb
 from ydb_topic_async._proto.ydb_status_codes_pb2 import StatusIds
 from ydb_topic_async.testing import LocalTopicServer
 
-from .conftest import RawReader, call, create_topic, unpack, write_messages
+from .conftest import RawReader, answer, call, create_topic, describe, unpack, write_messages
 
 pytestmark = pytest.mark.timeout(30)
-
-
-async def answer(channel: grpc.aio.Channel, method: str, request: Any) -> tuple[str, str]:
-    response_cls = getattr(pb, f"{method}Response")
-    op = await call(channel, method, request, response_cls)
-    return StatusIds.StatusCode.Name(op.status), op.issues[0].message if op.issues else ""
-
-
-async def describe(channel: grpc.aio.Channel, path: str, **flags: bool) -> Any:
-    op = await call(channel, "DescribeTopic", pb.DescribeTopicRequest(path=path, **flags), pb.DescribeTopicResponse)
-    return unpack(op, pb.DescribeTopicResult)
 
 
 async def test_create_topic_where_no_topic_can_be_is_a_scheme_error(

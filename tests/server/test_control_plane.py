@@ -8,18 +8,7 @@ from ydb_topic_async._proto import ydb_topic_pb2 as pb
 from ydb_topic_async._proto.ydb_status_codes_pb2 import StatusIds
 from ydb_topic_async.testing import LocalTopicServer
 
-from .conftest import call, create_topic, unpack, write_messages
-
-
-async def describe(channel: grpc.aio.Channel, path: str, **flags: bool) -> pb.DescribeTopicResult:
-    op = await call(channel, "DescribeTopic", pb.DescribeTopicRequest(path=path, **flags), pb.DescribeTopicResponse)
-    result: pb.DescribeTopicResult = unpack(op, pb.DescribeTopicResult)
-    return result
-
-
-async def failed(channel: grpc.aio.Channel, method: str, request: object, response_cls: object) -> tuple[str, str]:
-    op = await call(channel, method, request, response_cls)
-    return StatusIds.StatusCode.Name(op.status), op.issues[0].message
+from .conftest import answer, call, create_topic, describe, unpack, write_messages
 
 
 async def test_create_defaults_and_path_forms(channel: grpc.aio.Channel, server: LocalTopicServer) -> None:
@@ -39,22 +28,22 @@ async def test_create_defaults_and_path_forms(channel: grpc.aio.Channel, server:
 async def test_create_validation(channel: grpc.aio.Channel) -> None:
     negative = pb.CreateTopicRequest(path="neg")
     negative.partitioning_settings.min_active_partitions = -1
-    status, message = await failed(channel, "CreateTopic", negative, pb.CreateTopicResponse)
+    status, message = await answer(channel, "CreateTopic", negative)
     assert (status, message) == ("BAD_REQUEST", "Partitions count must be non-negative, provided -1")
     retention = pb.CreateTopicRequest(path="ret")
     retention.retention_period.FromSeconds(-5)
-    assert await failed(channel, "CreateTopic", retention, pb.CreateTopicResponse) == (
+    assert await answer(channel, "CreateTopic", retention) == (
         "BAD_REQUEST",
         "retention_period must be positive, provided -5.0 seconds",
     )
     duplicate = pb.CreateTopicRequest(path="dup")
     duplicate.consumers.add(name="c")
     duplicate.consumers.add(name="c")
-    assert await failed(channel, "CreateTopic", duplicate, pb.CreateTopicResponse) == (
+    assert await answer(channel, "CreateTopic", duplicate) == (
         "BAD_REQUEST", "Duplicate consumer name c"
     )
     outside = pb.CreateTopicRequest(path="/other/t")
-    assert (await failed(channel, "CreateTopic", outside, pb.CreateTopicResponse))[0] == "SCHEME_ERROR"
+    assert (await answer(channel, "CreateTopic", outside))[0] == "SCHEME_ERROR"
     # Nothing was created by the refused requests.
     missing = await call(channel, "DescribeTopic", pb.DescribeTopicRequest(path="dup"), pb.DescribeTopicResponse)
     assert missing.status == StatusIds.SCHEME_ERROR

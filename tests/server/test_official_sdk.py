@@ -12,6 +12,7 @@ import ydb.aio
 
 from ydb_topic_async.testing import LocalTopicServer
 
+from .._helpers import read_with_official_sdk, stored_data
 from .._polling import eventually
 
 pytestmark = pytest.mark.timeout(40)
@@ -88,7 +89,7 @@ async def test_explicit_seq_nos_already_written_are_skipped(official: Any, serve
         await writer.close()
     assert results == [ydb.TopicWriteResult.Skipped(), ydb.TopicWriteResult.Skipped(),
                        ydb.TopicWriteResult.Written(offset=3)]
-    assert [m.data for m in server.storage.read("skip", 0)] == [b"1", b"2", b"3", b"4"]
+    assert stored_data(server, "skip") == [b"1", b"2", b"3", b"4"]
 
 
 async def test_writer_reconnects_and_server_deduplicates_the_resend(
@@ -121,15 +122,7 @@ async def test_reader_reads_and_commits(official: Any, server: LocalTopicServer)
     finally:
         await writer.close()
     assert {m.codec for m in server.storage.read("r", 0)} == {ydb.TopicCodec.GZIP}
-    reader = official.topic_client.reader("r", consumer="c")
-    try:
-        got: list[bytes] = []
-        while len(got) < 20:
-            batch = await asyncio.wait_for(reader.receive_batch(), 10)
-            got.extend(m.data for m in batch.messages)
-            await asyncio.wait_for(reader.commit_with_ack(batch), 10)
-    finally:
-        await reader.close()
+    got = [m.data for m in await read_with_official_sdk(official, "r", "c", 20)]
     assert got == [b"r%d" % i for i in range(20)]
     assert server.storage.committed_offsets("r", "c") == {0: 20}
     consumer = await official.topic_client.describe_consumer("r", "c", include_stats=True)

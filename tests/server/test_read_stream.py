@@ -156,7 +156,7 @@ async def test_read_from_and_max_lag(channel: grpc.aio.Channel) -> None:
     async def first_offsets(**settings: object) -> list[int]:
         reader = RawReader(channel)
         init = ReadMsg.InitRequest(consumer="c")
-        init.topics_read_settings.add(path="t", **settings)  # type: ignore[arg-type]
+        init.topics_read_settings.add(path="t", **settings)
         await reader.call.write(ReadFromClient(init_request=init))
         await reader.read()
         await reader.start_all(1)

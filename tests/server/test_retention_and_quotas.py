@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator
 
@@ -35,7 +34,9 @@ async def partition_offsets(channel: grpc.aio.Channel, path: str) -> tuple[int, 
     return int(stats.start), int(stats.end)
 
 
-async def write(channel: grpc.aio.Channel, path: str, producer: str, seq_nos: list[int], size: int = 0) -> list:
+async def write(
+    channel: grpc.aio.Channel, path: str, producer: str, seq_nos: list[int], size: int = 0
+) -> list[tuple[int, str, int]]:
     writer = RawWriter(channel)
     assert (await writer.init(path, producer_id=producer)).status == StatusIds.SUCCESS
     result = acks(await writer.write(seq_nos, size=size))
@@ -188,10 +189,7 @@ async def test_retention_runs_on_its_own() -> None:
         await create_topic(ch, "t")
         await write(ch, "t", "p", [1, 2])
         srv.clock.advance(25 * 3600)  # moves the clock only: the periodic run must notice
-        for _ in range(100):
-            if not srv.storage.read("t", 0):
-                break
-            await asyncio.sleep(0.02)
+        await eventually(lambda: not srv.storage.read("t", 0), "the periodic retention run")
         assert srv.storage.read("t", 0) == []
         assert srv.storage.topic("t").partition(0).start_offset == 2
 
@@ -234,10 +232,7 @@ async def test_too_much_waiting_for_quota_answers_overloaded(
     slow = RawWriter(channel)
     await slow.init("t", producer_id="slow", partition_id=0)
     await slow.send([1], size=5000)  # waits about four seconds for its quota
-    for _ in range(100):
-        if server.storage.topic("t").partition(0).write_quota is not None:
-            break
-        await asyncio.sleep(0.01)
+    await eventually(lambda: server.storage.topic("t").partition(0).write_quota is not None, "the slow write waiting")
     fast = RawWriter(channel)
     await fast.init("t", producer_id="fast", partition_id=0)
     refused = await fast.write([1], size=30_000_000)

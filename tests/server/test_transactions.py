@@ -21,6 +21,8 @@ from ydb_topic_async._proto import ydb_topic_pb2 as pb
 from ydb_topic_async._proto.ydb_status_codes_pb2 import StatusIds
 from ydb_topic_async.testing import LocalTopicServer
 
+from .._helpers import stored_data, stored_fields
+from .._polling import eventually
 from .conftest import DB, RawReader, RawWriter, acks, call, create_topic, write_messages
 
 pytestmark = pytest.mark.timeout(40)
@@ -115,10 +117,6 @@ async def tx_write(writer: RawWriter, identity: pb.TransactionIdentity, seq_nos:
     return await writer.read()
 
 
-def stored(server: LocalTopicServer, path: str) -> list[tuple[int, str, int]]:
-    return [(m.offset, m.producer_id, m.seq_no) for m in server.storage.read(path, 0)]
-
-
 async def test_commit_appends_held_writes_at_consecutive_offsets(
     channel: grpc.aio.Channel, server: LocalTopicServer, session: Session
 ) -> None:
@@ -137,13 +135,15 @@ async def test_commit_appends_held_writes_at_consecutive_offsets(
     assert reply.status == StatusIds.SUCCESS
     assert acks(reply) == [(1, "written_in_tx", -1), (2, "written_in_tx", -1), (3, "written_in_tx", -1)]
     await write_messages(channel, "out", 1, producer_id="meanwhile")
-    assert stored(server, "out") == [(0, "before", 1), (1, "meanwhile", 1)]
+    assert stored_fields(server, "out", "offset", "producer_id", "seq_no") == [(0, "before", 1), (1, "meanwhile", 1)]
     batch = (await reader.expect("read_response")).read_response.partition_data[0].batches[0]
     assert [m.offset for m in batch.message_data] == [1]  # the held messages stay invisible to readers
 
     committed = await session.commit(tx_id)
     assert committed.status == StatusIds.SUCCESS, committed
-    assert stored(server, "out") == [(0, "before", 1), (1, "meanwhile", 1), (2, "p", 1), (3, "p", 2), (4, "p", 3)]
+    assert stored_fields(server, "out", "offset", "producer_id", "seq_no") == [
+        (0, "before", 1), (1, "meanwhile", 1), (2, "p", 1), (3, "p", 2), (4, "p", 3)
+    ]
     batches = (await reader.expect("read_response")).read_response.partition_data[0].batches
     assert [(m.offset, m.data) for b in batches for m in b.message_data] == [(2, b"tx1"), (3, b"tx2"), (4, b"tx3")]
     assert (await session.commit(tx_id)).status == StatusIds.NOT_FOUND  # a transaction commits once
@@ -167,7 +167,7 @@ async def test_deduplication_applies_inside_and_at_commit(
     await outside.init("dedup", producer_id="p")
     assert acks(await outside.write([3])) == [(3, "written", 2)]  # written outside the transaction meanwhile
     assert (await session.commit(tx_id)).status == StatusIds.SUCCESS
-    assert [seq for _, _, seq in stored(server, "dedup")] == [1, 2, 3, 4, 5]
+    assert [seq for _, _, seq in stored_fields(server, "dedup", "offset", "producer_id", "seq_no")] == [1, 2, 3, 4, 5]
     await writer.close()
     await outside.close()
 
@@ -182,7 +182,7 @@ async def test_rollback_leaves_no_trace(channel: grpc.aio.Channel, server: Local
     assert (await session.update_offsets(tx_id, "rb", "c", [(0, 2)])).status == StatusIds.SUCCESS
 
     assert (await session.rollback(tx_id)).status == StatusIds.SUCCESS
-    assert stored(server, "rb") == [(0, "", 1), (1, "", 2)]
+    assert stored_fields(server, "rb", "offset", "producer_id", "seq_no") == [(0, "", 1), (1, "", 2)]
     assert server.storage.committed_offsets("rb", "c") == {0: 0}
     assert (await session.commit(tx_id)).status == StatusIds.NOT_FOUND
     assert (await session.rollback(tx_id)).status == StatusIds.NOT_FOUND
@@ -217,7 +217,7 @@ async def test_killed_session_ends_its_attach_stream_and_aborts_its_transactions
     assert (await query(channel, "BeginTransaction", begin, qpb.BeginTransactionResponse)).status == (
         StatusIds.BAD_SESSION
     )
-    assert stored(server, "dies") == [(0, "", 1)]
+    assert stored_fields(server, "dies", "offset", "producer_id", "seq_no") == [(0, "", 1)]
     assert server.storage.committed_offsets("dies", "c") == {0: 0}
     assert (await tx_write(writer, session.identity(tx_id), [3])).status == StatusIds.BAD_SESSION
     assert not server.faults.kill_query_session(session.session_id)
@@ -240,10 +240,8 @@ async def test_delete_session_and_closing_the_attach_stream_end_the_session(
     detached = await Session(channel).open()
     assert detached.session_id in server.query.sessions
     detached.close()
-    for _ in range(500):  # the server notices the cancelled stream on its own schedule
-        if detached.session_id not in server.query.sessions:
-            break
-        await asyncio.sleep(0.01)
+    # The server notices the cancelled stream on its own schedule.
+    await eventually(lambda: detached.session_id not in server.query.sessions, "the detached session ended")
     assert detached.session_id not in server.query.sessions
 
     method = channel.unary_stream(f"/{QUERY}/AttachSession",
@@ -298,7 +296,7 @@ async def test_conflicting_offsets_abort_the_commit_with_nothing_applied(
         "offsets of consumer 'c' in partition 0 of /local/in conflict: the transaction commits from offset 0, "
         "expected 1 (committed offset 1)"
     )
-    assert stored(server, "result") == []
+    assert stored_fields(server, "result", "offset", "producer_id", "seq_no") == []
     assert server.storage.committed_offsets("in", "c") == {0: 1}
     assert (await session.commit(tx_id)).status == StatusIds.NOT_FOUND
     assert server.query.aborted_transactions == 1
@@ -374,16 +372,9 @@ async def test_stopping_the_server_ends_sessions() -> None:
 # --- the official SDK ---------------------------------------------------------------------------
 
 
-@pytest.fixture
-async def pool(official: Any) -> AsyncIterator[Any]:
-    sessions = ydb.aio.QuerySessionPool(official, size=2)
-    try:
-        yield sessions
-    finally:
-        await sessions.stop()
-
-
-async def test_official_session_pool_begins_commits_and_rolls_back(pool: Any, server: LocalTopicServer) -> None:
+async def test_official_session_pool_begins_commits_and_rolls_back(
+    official_pool: Any, server: LocalTopicServer
+) -> None:
     seen: list[str] = []
 
     async def begin_and_commit(session: Any) -> None:
@@ -401,15 +392,15 @@ async def test_official_session_pool_begins_commits_and_rolls_back(pool: Any, se
         await tx.rollback()
         assert server.query.sessions[session.session_id].transactions == {}
 
-    await pool.retry_operation_async(begin_and_commit)
-    await pool.retry_operation_async(begin_and_roll_back)
+    await official_pool.retry_operation_async(begin_and_commit)
+    await official_pool.retry_operation_async(begin_and_roll_back)
     assert len(set(seen)) == 2
     assert server.query.committed_transactions == 1
     with pytest.raises(ydb.issues.Unsupported, match="does not execute YQL"):
-        await pool.execute_with_retries("SELECT 1")
+        await official_pool.execute_with_retries("SELECT 1")
 
 
-async def test_official_tx_writer_and_tx_reader(official: Any, pool: Any, server: LocalTopicServer) -> None:
+async def test_official_tx_writer_and_tx_reader(official: Any, official_pool: Any, server: LocalTopicServer) -> None:
     client = official.topic_client
     await client.create_topic("source", consumers=["c"])
     await client.create_topic("sink")
@@ -423,10 +414,10 @@ async def test_official_tx_writer_and_tx_reader(official: Any, pool: Any, server
             tx_writer = client.tx_writer(tx, "sink", producer_id="sink-writer")
             await tx_writer.write([ydb.TopicWriterMessage(m.data.upper()) for m in batch.messages])
 
-        await pool.retry_tx_async(transform)
+        await official_pool.retry_tx_async(transform)
     finally:
         await reader.close()
-    assert [m.data for m in server.storage.read("sink", 0)] == [b"A", b"B"]
+    assert stored_data(server, "sink") == [b"A", b"B"]
     assert [m.offset for m in server.storage.read("sink", 0)] == [0, 1]
     assert server.storage.committed_offsets("source", "c") == {0: 2}
 
@@ -454,7 +445,7 @@ async def test_a_write_stream_breaks_after_holding_transactional_writes(
     assert (await again.init("held", producer_id="p", partition_id=0)).status == StatusIds.SUCCESS
     assert acks(await tx_write(again, session.identity(tx_id), [2])) == [(2, "skipped", -1)]
     assert (await session.commit(tx_id)).status == StatusIds.SUCCESS
-    assert stored(server, "held") == [(0, "p", 1), (1, "p", 2)]
+    assert stored_fields(server, "held", "offset", "producer_id", "seq_no") == [(0, "p", 1), (1, "p", 2)]
     await again.close()
     writer.call.cancel()
 

@@ -9,18 +9,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import itertools
 import os
 import shutil
 import sys
 import threading
-from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from collections import Counter
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
 
-from ydb_topic_async import Driver, TopicMessage, TopicSelector
+from ydb_topic_async import Credentials, Driver, Message, TopicMessage, TopicSelector
 from ydb_topic_async.extras import install_hint
 from ydb_topic_async.testing import LocalTopicServer
 from ydb_topic_async.testing.proxy import FlakyProxy
@@ -29,6 +32,9 @@ from .._polling import eventually
 
 T = TypeVar("T")
 _names = itertools.count()
+
+T0 = dt.datetime(2024, 5, 1, 12, 0, 0, 123000, tzinfo=dt.UTC)
+"""``write_messages``' first created_at (YDB keeps milliseconds); message i is i seconds later."""
 
 
 class ServerThread:
@@ -82,9 +88,13 @@ class ServerThread:
 
 @dataclass(frozen=True)
 class Server:
+    """Where a test's Spark queries and SDK clients reach the server; ``credentials`` for a
+    server that asks for them."""
+
     endpoint: str
     database: str
     thread: ServerThread
+    credentials: Credentials | None = None
 
     def options(self, topic: str, **extra: str) -> dict[str, str]:
         return {"endpoint": self.endpoint, "database": self.database, "topic": topic, **extra}
@@ -93,7 +103,7 @@ class Server:
         """Run ``fn(driver)`` with a fresh driver on a private event loop (these tests are synchronous)."""
 
         async def main() -> T:
-            async with Driver(self.endpoint, self.database) as driver:
+            async with Driver(self.endpoint, self.database, self.credentials) as driver:
                 return await fn(driver)
 
         return asyncio.run(main())
@@ -102,7 +112,7 @@ class Server:
     def local(self) -> LocalTopicServer:
         return self.thread.server
 
-    def stored(self, topic: str) -> int:
+    def stored_count(self, topic: str) -> int:
         """How many messages ``topic`` holds (its partitions' end offsets added up)."""
 
         async def count(driver: Driver) -> int:
@@ -126,6 +136,72 @@ class Server:
             return sorted(result, key=lambda m: (m.partition_id, m.offset))
 
         return self.run(main)
+
+    def stored_data(self, topic: str) -> list[bytes]:
+        """The payloads ``topic`` holds, by partition, oldest first (read as ``messages`` does)."""
+        return [m.data for m in self.messages(topic)]
+
+
+def create(server: Server, topic: str, partitions: int = 1) -> None:
+    """Create ``topic`` with ``partitions`` partitions and the consumer ``spark``."""
+    server.run(lambda d: d.topic.create_topic(topic, min_active_partitions=partitions, consumers=["spark"]))
+
+
+def write_messages(server: Server, topic: str, partitions: int, per_partition: int, *, create: bool = True) -> None:
+    """``per_partition`` messages into each partition: data ``p<pid>-<i>``, seq_no 10*(i+1), metadata;
+    with ``create``, the topic is created first (with the consumer ``spark``)."""
+
+    async def main(driver: Driver) -> None:
+        if create:
+            await driver.topic.create_topic(topic, min_active_partitions=partitions, consumers=["spark"])
+        for pid in range(partitions):
+            async with driver.topic.writer(
+                topic, producer_id=f"producer-{pid}", partition_id=pid, auto_seqno=False, auto_created_at=False
+            ) as writer:
+                start = (await writer.wait_init()).last_seq_no // 10
+                for i in range(start, start + per_partition):
+                    await writer.write(
+                        Message(
+                            f"p{pid}-{i}".encode(),
+                            seq_no=10 * (i + 1),
+                            created_at=T0 + dt.timedelta(seconds=i),
+                            metadata={"n": str(i).encode(), "kind": b"test"},
+                        )
+                    )
+
+    server.run(main)
+
+
+def read_all(spark: Any, server: Server, topic: str, **options: str) -> list[Any]:
+    """Every row of ``topic`` read by a Spark batch query (with the source's ``options``), by
+    partition and offset."""
+    df = spark.read.format("ydb_topic").options(**server.options(topic, **options)).load()
+    return sorted(df.collect(), key=lambda r: (r.partition, r.offset))
+
+
+def payload_counts(spark: Any, server: Server, topic: str) -> Counter[bytes]:
+    """How many times each payload stands in ``topic``, read by a Spark batch query."""
+    return Counter(r.data for r in read_all(spark, server, topic))
+
+
+def copy_stream(
+    spark: Any, server: Server, source: str, sink: str, checkpoint: Path, *, columns: Sequence[str] = ("data",),
+    **options: str,
+) -> Any:
+    """Copy ``source`` (read with ``options``) to ``sink`` with Trigger.AvailableNow, each row as the
+    SQL expressions ``columns``; returns the query once it ended (failed or not)."""
+    query = (
+        spark.readStream.format("ydb_topic")
+        .options(**server.options(source, **options))
+        .load()
+        .selectExpr(*columns)
+        .writeStream.format("ydb_topic")
+        .options(**server.options(sink))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    return ended(query)
 
 
 def wait_for(condition: Callable[[], object], timeout: float, what: str, query: Any = None) -> None:

@@ -4,6 +4,7 @@ refreshing tokens, trusting given root certificates."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import subprocess
 import threading
@@ -27,8 +28,8 @@ from ydb_topic_async.spark._write import Chunk, write_batch_task
 from ydb_topic_async.spark.source import SCHEMA, _arrow_schema, read_range
 from ydb_topic_async.testing.proxy import FlakyProxy
 
-from .conftest import Server, ServerThread, start_server, wait_for
-from .test_source import read_all, write_messages
+from .._helpers import fill
+from .conftest import Server, ServerThread, payload_counts, start_server, wait_for, write_messages
 
 
 @pytest.fixture
@@ -102,13 +103,14 @@ def test_a_streaming_query_rides_out_a_network_outage(
             server.thread.do(proxy.cut)
             time.sleep(0.02)
         server.thread.do(proxy.resume)
-        assert server.stored("out") < 500  # the outage hit the query mid-way
-        wait_for(lambda: server.stored("out") >= 500, 120, "every message in 'out'", query)
+        assert server.stored_count("out") < 500  # the outage hit the query mid-way
+        wait_for(lambda: server.stored_count("out") >= 500, 120, "every message in 'out'", query)
         assert query.isActive and query.exception() is None
     finally:
         query.stop()
-    out = read_all(spark, server, "out")
-    assert Counter(r.data for r in out) == Counter(f"p{pid}-{i}".encode() for pid in range(2) for i in range(250))
+    assert payload_counts(spark, server, "out") == Counter(
+        f"p{pid}-{i}".encode() for pid in range(2) for i in range(250)
+    )
 
 
 def test_a_task_gives_up_reconnecting_once_retry_timeout_passes(proxied: tuple[Server, FlakyProxy]) -> None:
@@ -180,20 +182,20 @@ def test_token_file_is_read_again_when_it_changes(spark: Any, tmp_path: Path) ->
 
         rotator = threading.Thread(target=rotate, daemon=True)
         rotator.start()
-        server = Server(endpoint, database, thread)
+        server = Server(endpoint, database, thread, credentials=_static("spark", "secret"))
 
         async def setup(driver: Driver) -> None:
             await driver.topic.create_topic("in", min_active_partitions=1)
             await driver.topic.create_topic("out", min_active_partitions=1)
 
-        _run_authenticated(server, setup)
+        server.run(setup)
         query = copy_query(spark, endpoint, server, tmp_path / "cp", tokenFile=str(token_file))
         try:
             # Messages arrive over 6 s: three times the token lifetime.
             for i in range(6):
-                _run_authenticated(server, lambda d, i=i: _write(d, "in", [f"m{i}-{j}".encode() for j in range(10)]))
+                server.run(functools.partial(fill, topic="in", payloads=[f"m{i}-{j}".encode() for j in range(10)]))
                 time.sleep(1.0)
-            wait_for(lambda: _run_authenticated(server, lambda d: _end(d, "out")) >= 60, 60, "60 messages", query)
+            wait_for(lambda: server.stored_count("out") >= 60, 60, "60 messages", query)
             assert query.exception() is None
         finally:
             query.stop()
@@ -205,24 +207,6 @@ def test_token_file_is_read_again_when_it_changes(spark: Any, tmp_path: Path) ->
 
 def _static(user: str, password: str) -> StaticCredentials:
     return StaticCredentials(user, password)
-
-
-def _run_authenticated(server: Server, fn: Any) -> Any:
-    async def main() -> Any:
-        async with Driver(server.endpoint, server.database, _static("spark", "secret")) as driver:
-            return await fn(driver)
-
-    return asyncio.run(main())
-
-
-async def _write(driver: Driver, topic: str, payloads: list[bytes]) -> None:
-    async with driver.topic.writer(topic) as writer:
-        await writer.write(list(payloads))
-
-
-async def _end(driver: Driver, topic: str) -> int:
-    description = await driver.topic.describe_topic(topic, include_stats=True)
-    return sum(p.stats.end_offset for p in description.partitions if p.stats)
 
 
 def test_tls_with_root_certificates_from_a_file(spark: Any, tmp_path: Path) -> None:
@@ -237,11 +221,11 @@ def test_tls_with_root_certificates_from_a_file(spark: Any, tmp_path: Path) -> N
         endpoint, database = thread.server.endpoint, thread.server.database
         assert endpoint.startswith("grpcs://")
 
-        async def fill() -> None:
+        async def create_and_write() -> None:
             async with Driver(endpoint, database, root_certificates=cert.read_bytes()) as driver:
                 await _write_created(driver)
 
-        asyncio.run(fill())
+        asyncio.run(create_and_write())
         options = {"endpoint": endpoint, "database": database, "topic": "secure", "rootCertificatesFile": str(cert)}
         rows = spark.read.format("ydb_topic").options(**options).load().collect()
         assert sorted(r.data for r in rows) == [b"a", b"b"]
@@ -253,4 +237,4 @@ def test_tls_with_root_certificates_from_a_file(spark: Any, tmp_path: Path) -> N
 
 async def _write_created(driver: Driver) -> None:
     await driver.topic.create_topic("secure")
-    await _write(driver, "secure", [b"a", b"b"])
+    await fill(driver, "secure", [b"a", b"b"])

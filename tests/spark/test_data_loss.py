@@ -21,31 +21,11 @@ from ydb_topic_async import Driver
 from ydb_topic_async.spark import DataLossError
 from ydb_topic_async.spark._offsets import OffsetRange
 from ydb_topic_async.spark._options import parse_options
-from ydb_topic_async.spark._write import Chunk, write_batch_task
+from ydb_topic_async.spark._write import Chunk, Record, write_batch_task
 from ydb_topic_async.spark.source import SCHEMA, _arrow_schema, _StreamReaderBase, read_range
 
-from .conftest import Server, ended
-from .test_source import create, read_all, write_messages
-
-
-def stream(spark: Any, server: Server, source: str, sink: str, checkpoint: Path, **options: str) -> Any:
-    """Copy ``source`` to ``sink`` with Trigger.AvailableNow; returns the query once it ended (failed or not)."""
-    query = (
-        spark.readStream.format("ydb_topic")
-        .options(**server.options(source, **options))
-        .load()
-        .select("data")
-        .writeStream.format("ydb_topic")
-        .options(**server.options(sink))
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
-    )
-    return ended(query)
-
-
-def payloads(spark: Any, server: Server, topic: str) -> Counter[bytes]:
-    return Counter(r.data for r in read_all(spark, server, topic))
+from .._helpers import fill
+from .conftest import Server, copy_stream, create, payload_counts, read_all, write_messages
 
 
 def test_batch_writes_with_the_same_producer_id_prefix_store_every_row(
@@ -67,7 +47,7 @@ def test_batch_writes_with_the_same_producer_id_prefix_store_every_row(
 def test_a_batch_write_task_reports_what_the_server_acknowledged(ydb_server: Server, topic_name: str) -> None:
     create(ydb_server, topic_name, partitions=2)
     options = parse_options(ydb_server.options(topic_name))
-    records = [(f"m{i}".encode(), [("k", b"v")] if i % 2 else None, i % 2) for i in range(300)]
+    records: list[Record] = [(f"m{i}".encode(), [("k", b"v")] if i % 2 else None, i % 2) for i in range(300)]
     report = write_batch_task(options, "job-0-0", iter([Chunk.of(records[:100]), Chunk.of(records[100:])]))
     assert report.written == 300
     again = write_batch_task(options, "job-0-1", iter([Chunk.of(records[:10])]))  # a retried attempt: its own id
@@ -82,7 +62,7 @@ def test_a_recreated_topic_fails_the_query_unless_data_loss_is_allowed(
     write_messages(ydb_server, topic_name, partitions=1, per_partition=50)
     create(ydb_server, sink)
     checkpoint = tmp_path / "cp"
-    assert stream(spark, ydb_server, topic_name, sink, checkpoint).exception() is None
+    assert copy_stream(spark, ydb_server, topic_name, sink, checkpoint).exception() is None
 
     async def recreate(driver: Driver) -> None:
         await driver.topic.drop_topic(topic_name)
@@ -91,14 +71,14 @@ def test_a_recreated_topic_fails_the_query_unless_data_loss_is_allowed(
             await writer.write([f"new-{i}".encode() for i in range(1000)])  # more than before: offsets look fine
 
     ydb_server.run(recreate)
-    failed = stream(spark, ydb_server, topic_name, sink, checkpoint)
+    failed = copy_stream(spark, ydb_server, topic_name, sink, checkpoint)
     assert failed.exception() is not None
     assert "DataLossError" in str(failed.exception())
     assert "deleted and created again" in str(failed.exception())
     assert len(read_all(spark, ydb_server, sink)) == 50  # nothing read from the new topic
 
-    assert stream(spark, ydb_server, topic_name, sink, checkpoint, failOnDataLoss="false").exception() is None
-    out = payloads(spark, ydb_server, sink)
+    assert copy_stream(spark, ydb_server, topic_name, sink, checkpoint, failOnDataLoss="false").exception() is None
+    out = payload_counts(spark, ydb_server, sink)
     assert out == Counter([f"p0-{i}".encode() for i in range(50)] + [f"new-{i}".encode() for i in range(1000)])
 
 
@@ -165,8 +145,7 @@ async def _old_topic(driver: Driver, topic: str) -> None:
 
 
 async def _write(driver: Driver, topic: str, prefix: str, count: int) -> None:
-    async with driver.topic.writer(topic, producer_id=prefix) as writer:
-        await writer.write([f"{prefix}-{i}".encode() for i in range(count)])
+    await fill(driver, topic, [f"{prefix}-{i}".encode() for i in range(count)], producer_id=prefix)
 
 
 def test_expired_data_fails_the_query_unless_data_loss_is_allowed(
@@ -179,16 +158,16 @@ def test_expired_data_fails_the_query_unless_data_loss_is_allowed(
     server.run(lambda d: _write(d, topic_name, "a", 50))
     create(server, sink)
     checkpoint = tmp_path / "cp"
-    assert stream(spark, server, topic_name, sink, checkpoint).exception() is None
+    assert copy_stream(spark, server, topic_name, sink, checkpoint).exception() is None
     server.run(lambda d: _write(d, topic_name, "b", 50))
     _advance(server, 2 * 3600)
     server.run(lambda d: _write(d, topic_name, "c", 10))
 
-    failed = stream(spark, server, topic_name, sink, checkpoint)
+    failed = copy_stream(spark, server, topic_name, sink, checkpoint)
     assert failed.exception() is not None
     assert "offsets 50..99 of partition 0 expired before they were read" in str(failed.exception())
-    assert stream(spark, server, topic_name, sink, checkpoint, failOnDataLoss="false").exception() is None
-    assert payloads(spark, server, sink) == Counter(
+    assert copy_stream(spark, server, topic_name, sink, checkpoint, failOnDataLoss="false").exception() is None
+    assert payload_counts(spark, server, sink) == Counter(
         [f"a-{i}".encode() for i in range(50)] + [f"c-{i}".encode() for i in range(10)]
     )
 

@@ -18,13 +18,12 @@ from ydb_topic_async.extras import install_hint
 if not os.environ.get("CI"):  # in CI the Spark tests must run (see conftest.require_spark)
     pytest.importorskip("pyspark", reason=f"pyspark is not installed ({install_hint('spark')})")
 
-from ydb_topic_async import Driver
 from ydb_topic_async.spark import ReplayMismatchError
 from ydb_topic_async.spark._options import parse_options
 from ydb_topic_async.spark._write import DIGEST_KEY, Chunk, Record, write_sink_task
 
-from .conftest import Server, ended, wait_for
-from .test_source import create, read_all, write_messages
+from .._helpers import fill
+from .conftest import Server, create, ended, payload_counts, wait_for, write_messages
 
 
 class Killed(Exception):
@@ -50,18 +49,14 @@ def attempt(
     return write_sink_task(parsed, "spark-q-0", batch, chunks())
 
 
-def stored(server: Server, topic: str) -> list[bytes]:
-    return [m.data for m in server.messages(topic)]
-
-
 def test_a_replay_of_the_same_rows_skips_what_the_earlier_attempt_stored(ydb_server: Server, topic_name: str) -> None:
     create(ydb_server, topic_name)
     with pytest.raises(Killed):
         attempt(ydb_server, topic_name, rows("a", 100), dies_after=40)
-    assert len(stored(ydb_server, topic_name)) == 40
+    assert len(ydb_server.stored_data(topic_name)) == 40
 
     # Other writers add to the partition meanwhile: the replay has to look back past them.
-    ydb_server.run(lambda d: _write_plain(d, topic_name, 3000))
+    ydb_server.run(lambda d: fill(d, topic_name, [b"other"] * 3000, producer_id="someone-else"))
     report = attempt(ydb_server, topic_name, rows("a", 100))
     assert (report.already_stored, report.written, report.rewritten) == (40, 60, 0)
     ours = [m for m in ydb_server.messages(topic_name) if m.producer_id == "spark-q-0"]
@@ -73,11 +68,6 @@ def test_a_replay_of_the_same_rows_skips_what_the_earlier_attempt_stored(ydb_ser
     assert (report.already_stored, report.written) == (100, 0)
     # The next batch is new data.
     assert attempt(ydb_server, topic_name, rows("b", 5), batch=1).written == 5
-
-
-async def _write_plain(driver: Driver, topic: str, count: int) -> None:
-    async with driver.topic.writer(topic, producer_id="someone-else") as writer:
-        await writer.write([b"other"] * count)
 
 
 @pytest.mark.parametrize(
@@ -96,7 +86,7 @@ def test_a_replay_with_other_rows_fails_and_writes_nothing(
         attempt(ydb_server, topic_name, rows("a", 100), dies_after=40)
     with pytest.raises(ReplayMismatchError, match=f"micro-batch 0 is being written again, and {why}"):
         attempt(ydb_server, topic_name, replay)
-    assert stored(ydb_server, topic_name) == [f"a-{i}".encode() for i in range(40)]
+    assert ydb_server.stored_data(topic_name) == [f"a-{i}".encode() for i in range(40)]
 
 
 def test_a_replay_with_other_rows_is_written_again_when_at_least_once_is_allowed(
@@ -109,7 +99,7 @@ def test_a_replay_with_other_rows_is_written_again_when_at_least_once_is_allowed
     replay = rows("a", 60, partition=1) + rows("z", 60, partition=0)  # the rows moved between partitions
     report = attempt(ydb_server, topic_name, replay, onReplayMismatch="atLeastOnce")
     assert report.rewritten == 120
-    got = Counter(stored(ydb_server, topic_name))
+    got = Counter(ydb_server.stored_data(topic_name))
     assert set(got) == {r[0] for r in replay}  # every row of the replay is there
     assert sum(got.values()) == 80 + 120  # and the earlier attempt's rows stay (at-least-once)
 
@@ -184,7 +174,7 @@ def sink_query(spark: Any, server: Server, source: str, sink: str, checkpoint: P
 def killed_mid_batch(spark: Any, server: Server, source: str, sink: str, checkpoint: Path, *, shuffle: bool) -> int:
     """Run the query and kill its Python workers once the sink stored part of the batch; the rows stored."""
     query = sink_query(spark, server, source, sink, checkpoint, shuffle=shuffle)
-    wait_for(lambda: server.stored(sink) > 0, 120, "the sink storing part of the batch", query)
+    wait_for(lambda: server.stored_count(sink) > 0, 120, "the sink storing part of the batch", query)
     deadline = time.monotonic() + 120
     # A worker killed between two of its tasks fails nothing (Spark starts another): kill them
     # again until one dies mid-task and fails the query.
@@ -194,7 +184,7 @@ def killed_mid_batch(spark: Any, server: Server, source: str, sink: str, checkpo
         time.sleep(0.05)
     assert killed > 0
     assert ended(query).exception() is not None
-    return server.stored(sink)
+    return server.stored_count(sink)
 
 
 def test_a_killed_deterministic_batch_is_replayed_exactly_once(
@@ -208,7 +198,7 @@ def test_a_killed_deterministic_batch_is_replayed_exactly_once(
 
     replay = ended(sink_query(spark, ydb_server, topic_name, sink, tmp_path / "cp", shuffle=False))
     assert replay.exception() is None
-    out = Counter(r.data for r in read_all(spark, ydb_server, sink))
+    out = payload_counts(spark, ydb_server, sink)
     assert out == Counter(f"p{pid}-{i}".encode() for pid in range(2) for i in range(500))
 
 
@@ -232,7 +222,7 @@ def test_a_killed_non_deterministic_batch_fails_loudly_then_is_written_at_least_
         sink_query(spark, ydb_server, topic_name, sink, tmp_path / "cp", shuffle=True, onReplayMismatch="atLeastOnce")
     )
     assert rewrite.exception() is None
-    out = Counter(r.data for r in read_all(spark, ydb_server, sink))
+    out = payload_counts(spark, ydb_server, sink)
     expected = {f"p{pid}-{i}".encode() for pid in range(2) for i in range(500)}
     assert set(out) == expected  # nothing lost
     assert sum(out.values()) <= 3000  # duplicates come only from the earlier attempts' rows

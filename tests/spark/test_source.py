@@ -10,6 +10,7 @@ import shutil
 import threading
 import time
 from collections import Counter
+from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
@@ -27,43 +28,7 @@ from ydb_topic_async.spark._offsets import OffsetRange
 from ydb_topic_async.spark._options import parse_options
 from ydb_topic_async.spark.source import HAS_READ_LIMIT, SCHEMA, _arrow_schema, read_range
 
-from .conftest import Server
-
-T0 = dt.datetime(2024, 5, 1, 12, 0, 0, 123000, tzinfo=dt.UTC)  # YDB keeps milliseconds
-
-
-def write_messages(server: Server, topic: str, partitions: int, per_partition: int, *, create: bool = True) -> None:
-    """``per_partition`` messages into each partition: data ``p<pid>-<i>``, seq_no 10*(i+1), metadata."""
-
-    async def main(driver: Driver) -> None:
-        if create:
-            await driver.topic.create_topic(topic, min_active_partitions=partitions, consumers=["spark"])
-        for pid in range(partitions):
-            async with driver.topic.writer(
-                topic, producer_id=f"producer-{pid}", partition_id=pid, auto_seqno=False, auto_created_at=False
-            ) as writer:
-                start = (await writer.wait_init()).last_seq_no // 10
-                for i in range(start, start + per_partition):
-                    await writer.write(
-                        Message(
-                            f"p{pid}-{i}".encode(),
-                            seq_no=10 * (i + 1),
-                            created_at=T0 + dt.timedelta(seconds=i),
-                            metadata={"n": str(i).encode(), "kind": b"test"},
-                        )
-                    )
-
-    server.run(main)
-
-
-def read_all(spark: Any, server: Server, topic: str, **options: str) -> list[Any]:
-    df = spark.read.format("ydb_topic").options(**server.options(topic, **options)).load()
-    return sorted(df.collect(), key=lambda r: (r.partition, r.offset))
-
-
-def create(server: Server, topic: str, partitions: int = 1) -> None:
-    server.run(lambda d: d.topic.create_topic(topic, min_active_partitions=partitions, consumers=["spark"]))
-
+from .conftest import T0, Server, copy_stream, create, payload_counts, read_all, write_messages
 
 # --- options ------------------------------------------------------------------------------------
 
@@ -215,6 +180,7 @@ def test_read_tasks_share_one_driver_and_leave_no_threads(ydb_server: Server, to
     assert sum(b.num_rows for b in batches) == 27
     assert batches[0].column("offset").to_pylist()[0] == 3
     partial = read_range(options, OffsetRange(0, 0, 30), arrow)
+    assert isinstance(partial, Generator)  # a range with offsets is read by a generator, which Spark can close
     next(partial)
     partial.close()  # Spark stops a task early (e.g. a LIMIT): the reader still closes
     assert runtime().drivers == 1
@@ -315,19 +281,12 @@ def test_batch_write_with_metadata_and_partition(spark: Any, ydb_server: Server,
 
 
 def run_stream(spark: Any, server: Server, source: str, sink: str, checkpoint: Path, **options: str) -> Any:
-    """Copy ``source`` to ``sink`` with Trigger.AvailableNow; returns the finished query."""
-    query = (
-        spark.readStream.format("ydb_topic")
-        .options(**server.options(source, **options))
-        .load()
-        .selectExpr("data", "map('from', CAST(CONCAT(partition, ':', offset) AS BINARY)) AS metadata")
-        .writeStream.format("ydb_topic")
-        .options(**server.options(sink))
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
+    """Copy ``source`` to ``sink`` with Trigger.AvailableNow, each row's metadata naming where it
+    came from; returns the finished query."""
+    query = copy_stream(
+        spark, server, source, sink, checkpoint,
+        columns=("data", "map('from', CAST(CONCAT(partition, ':', offset) AS BINARY)) AS metadata"), **options,
     )
-    assert query.awaitTermination(120)
     assert query.exception() is None
     return query
 
@@ -347,7 +306,7 @@ def test_stream_round_trip_restart_and_consumer_lag(
     assert json.loads(batches[0].sources[0].latestOffset)["partitions"] == {"0": 25, "1": 25}
     assert sum(lag(batches[0]).values()) == 30
     assert lag(batches[-1]) == {0: 0, 1: 0}
-    assert Counter(r.data for r in read_all(spark, ydb_server, sink)) == Counter(
+    assert payload_counts(spark, ydb_server, sink) == Counter(
         f"p{pid}-{i}".encode() for pid in range(2) for i in range(25)
     )
 

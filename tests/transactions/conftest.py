@@ -1,46 +1,27 @@
-"""Fixtures for transactions: topics with a consumer, and the official SDK's query session pool."""
+"""Fixtures for transactions: topics with a consumer."""
 
 from __future__ import annotations
-
-from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
 
 from ydb_topic_async import Driver
 
+from .._helpers import create_topic_with_consumer
+
 
 @pytest.fixture
 async def source(driver: Driver, topic_name: str) -> str:
     """A topic with the consumer ``consumer`` (one partition)."""
-    name = f"{topic_name}-source"
-    await driver.topic.create_topic(name, consumers=["consumer"])
-    return name
+    return await create_topic_with_consumer(driver, f"{topic_name}-source")
 
 
 @pytest.fixture
 async def target(driver: Driver, topic_name: str) -> str:
     """A topic with one partition and the consumer ``consumer``."""
-    name = f"{topic_name}-target"
-    await driver.topic.create_topic(name, consumers=["consumer"])
-    return name
-
-
-@pytest.fixture
-async def official_pool(official: Any) -> AsyncIterator[Any]:
-    """The official ``ydb`` SDK's asyncio query session pool, on the local server."""
-    import ydb.aio
-
-    pool = ydb.aio.QuerySessionPool(official, size=2)
-    try:
-        yield pool
-    finally:
-        await pool.stop()
+    return await create_topic_with_consumer(driver, f"{topic_name}-target")
 
 
 @pytest.fixture
 async def pair(driver: Driver, topic_name: str) -> str:
     """A topic with two partitions and the consumer ``consumer``."""
-    name = f"{topic_name}-pair"
-    await driver.topic.create_topic(name, min_active_partitions=2, consumers=["consumer"])
-    return name
+    return await create_topic_with_consumer(driver, f"{topic_name}-pair", partitions=2)

@@ -2,32 +2,20 @@
 
 from __future__ import annotations
 
-import importlib.util
-import pathlib
-from types import ModuleType
-
 import pytest
 
 from ydb_topic_async import Driver, Transaction, TxWriter
 from ydb_topic_async.testing import LocalTopicServer
 
+from .._helpers import load_example, stored_data
+
 pytestmark = pytest.mark.timeout(90)
-
-EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "exactly_once_transform.py"
-
-
-def load_example() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("exactly_once_transform", EXAMPLE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 async def test_every_result_lands_exactly_once_when_streams_break_mid_way(
     driver: Driver, server: LocalTopicServer, source: str, target: str
 ) -> None:
-    example = load_example()
+    example = load_example("exactly_once_transform")
     total = 120
     async with driver.topic.writer(source, producer_id="input") as writer:
         await writer.write([f"item {i}".encode() for i in range(total)])
@@ -50,7 +38,7 @@ async def test_every_result_lands_exactly_once_when_streams_break_mid_way(
 
     attempts = await example.transform_topic(driver, source, target, "consumer", total, batch_size=7, on_batch=chaos)
 
-    results = [m.data for m in server.storage.read(target, 0)]
+    results = stored_data(server, target)
     assert results == [f"ITEM {i}".encode() for i in range(total)]  # each exactly once, in order
     assert server.storage.committed_offsets(source, "consumer") == {0: total}
     assert {"read stream", "write stream", "query session"} <= set(faults)

@@ -13,11 +13,9 @@ import ydb
 from ydb_topic_async import Driver, InvalidArgumentError, TransactionEndedError, TransportError
 from ydb_topic_async.testing import LocalTopicServer
 
+from .._helpers import stored_data
+
 pytestmark = pytest.mark.timeout(60)
-
-
-def data(server: LocalTopicServer, topic: str) -> list[bytes]:
-    return [m.data for m in server.storage.read(topic, 0)]
 
 
 async def test_tx_writer_in_an_official_transaction(
@@ -31,11 +29,11 @@ async def test_tx_writer_in_an_official_transaction(
             writers.append(writer)
             await writer.write([b"one", b"two"])  # begins the official transaction
             assert tx.tx_id in server.query.sessions[session.session_id].transactions
-            assert data(server, target) == []
+            assert stored_data(server, target) == []
             await tx.commit()
 
     await official_pool.retry_operation_async(publish)
-    assert data(server, target) == [b"one", b"two"]
+    assert stored_data(server, target) == [b"one", b"two"]
     with pytest.raises(TransactionEndedError):
         await writers[0].write(b"three")
 
@@ -53,7 +51,7 @@ async def test_official_rollback_discards_our_writes(
             await writer.write(b"more")
 
     await official_pool.retry_operation_async(abandon)
-    assert data(server, target) == []
+    assert stored_data(server, target) == []
     assert server.query.committed_transactions == 0
 
 
@@ -74,7 +72,7 @@ async def test_a_failed_write_fails_the_official_commit(
             await tx.commit()
     finally:
         await official_pool.release(session)
-    assert data(server, target) == []
+    assert stored_data(server, target) == []
     assert server.query.committed_transactions == 0
 
 
@@ -101,7 +99,7 @@ async def test_receive_batch_with_an_official_transaction(
         finally:
             await official_pool.release(session)
     assert server.storage.committed_offsets(source, "consumer") == {0: 3}
-    assert data(server, target) == [b"A", b"B", b"C"]
+    assert stored_data(server, target) == [b"A", b"B", b"C"]
 
 
 async def test_official_transactions_are_freed_after_use(
@@ -118,7 +116,7 @@ async def test_official_transactions_are_freed_after_use(
     for _ in range(20):
         await official_pool.retry_operation_async(publish)
     gc.collect()
-    assert len(data(server, target)) == 20
+    assert len(stored_data(server, target)) == 20
     assert [ref for ref in alive if ref() is not None] == []
 
 
@@ -139,7 +137,7 @@ async def test_a_failed_hook_rolls_the_official_transaction_back_on_the_server(
         assert server.query.sessions[session.session_id].transactions == {}
     finally:
         await official_pool.release(session)
-    assert data(server, target) == []
+    assert stored_data(server, target) == []
 
 
 async def test_joining_an_official_transaction_that_is_committing_is_refused(
@@ -168,7 +166,7 @@ async def test_joining_an_official_transaction_that_is_committing_is_refused(
     finally:
         await official_pool.release(session)
     assert server.query.committed_transactions == 1
-    assert [m.data for m in server.storage.read(target, 0)] == [b"joined before the commit"]
+    assert stored_data(server, target) == [b"joined before the commit"]
 
 
 async def test_an_incompatible_ydb_transaction_is_refused_when_bound(

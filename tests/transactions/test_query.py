@@ -24,6 +24,7 @@ from ydb_topic_async import (
 from ydb_topic_async.testing import LocalTopicServer
 from ydb_topic_async.testing.proxy import FlakyProxy, proxy_to
 
+from .._helpers import proxied_driver, stored_data
 from .._polling import eventually
 
 pytestmark = pytest.mark.timeout(60)
@@ -33,13 +34,15 @@ async def test_transaction_begins_on_first_use_and_commits_on_clean_exit(
     driver: Driver, server: LocalTopicServer
 ) -> None:
     async with driver.query.transaction() as tx:
-        assert tx.state is TransactionState.NOT_STARTED
-        assert tx.tx_id is None and tx.session_id is None
+        state, tx_id, session_id = tx.state, tx.tx_id, tx.session_id  # before the first use
+        assert state is TransactionState.NOT_STARTED
+        assert tx_id is None and session_id is None
         assert server.query.sessions == {}
         await tx.begin()
-        assert tx.state is TransactionState.ACTIVE
+        state = tx.state
+        assert state is TransactionState.ACTIVE
         assert tx.session_id in server.query.sessions
-        assert tx.tx_id in server.query.sessions[tx.session_id].transactions
+        assert tx.session_id is not None and tx.tx_id in server.query.sessions[tx.session_id].transactions
     assert tx.state is TransactionState.COMMITTED
     assert server.query.committed_transactions == 1
     assert server.query.sessions[tx.session_id].transactions == {}
@@ -68,7 +71,7 @@ async def test_exception_in_block_rolls_back(driver: Driver, server: LocalTopicS
             raise RuntimeError("boom")
     assert tx.state is TransactionState.ROLLED_BACK
     assert server.query.committed_transactions == 0
-    assert server.query.sessions[tx.session_id].transactions == {}
+    assert tx.session_id is not None and server.query.sessions[tx.session_id].transactions == {}
 
 
 async def test_hooks_run_in_order_with_the_outcome(driver: Driver) -> None:
@@ -121,6 +124,7 @@ async def test_failing_before_commit_hook_aborts_and_rolls_back(driver: Driver, 
     assert tx.state is TransactionState.FAILED
     assert isinstance(outcome[0], ValueError)
     assert server.query.committed_transactions == 0
+    assert tx.session_id is not None
     assert server.query.sessions[tx.session_id].transactions == {}  # rolled back on the server
     assert driver.query.pool.idle == 1  # the session is still good
 
@@ -199,7 +203,7 @@ async def test_driver_close_rolls_back_and_deletes_sessions(server: LocalTopicSe
 async def _held_begin(server: LocalTopicServer) -> AsyncIterator[tuple[Driver, FlakyProxy]]:
     """A driver whose pool holds an idle session, behind a proxy that is then stalled: a begin
     takes that session (``pool.idle`` drops to 0) and waits for the server until ``resume``."""
-    async with proxy_to(server) as proxy, Driver(proxy.endpoint, server.database, discovery=False) as driver:
+    async with proxy_to(server) as proxy, proxied_driver(server, proxy) as driver:
         await driver.topic.create_topic("racing")
         async with driver.query.transaction() as warm_up:
             await warm_up.begin()
@@ -220,7 +224,7 @@ async def test_a_commit_waits_for_a_begin_under_way(server: LocalTopicServer) ->
         proxy.resume()
         await asyncio.wait_for(asyncio.gather(write, commit), 10)
         assert tx.state is TransactionState.COMMITTED
-        assert [m.data for m in server.storage.read("racing", 0)] == [b"x"]
+        assert stored_data(server, "racing") == [b"x"]
         assert tx.session_id is not None and server.query.sessions[tx.session_id].transactions == {}
         assert driver.query.pool.idle == 1  # the session went back, with no transaction left open
 

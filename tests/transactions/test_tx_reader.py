@@ -14,18 +14,15 @@ from ydb_topic_async import (
 )
 from ydb_topic_async.testing import LocalTopicServer
 
+from .._helpers import fill, stored, stored_data
+
 pytestmark = pytest.mark.timeout(60)
-
-
-async def fill(driver: Driver, topic: str, count: int) -> None:
-    async with driver.topic.writer(topic) as writer:
-        await writer.write([f"m{i}".encode() for i in range(count)])
 
 
 async def test_offsets_advance_only_when_the_transaction_commits(
     driver: Driver, server: LocalTopicServer, source: str
 ) -> None:
-    await fill(driver, source, 5)
+    await fill(driver, source, [b"m%d" % i for i in range(5)])
     async with driver.topic.reader(source, consumer="consumer") as reader:
         async with driver.query.transaction() as tx:
             batch = await reader.receive_batch_with_tx(tx, max_messages=3, timeout=5)
@@ -45,7 +42,7 @@ async def test_offsets_advance_only_when_the_transaction_commits(
 
 
 async def test_a_rolled_back_read_is_delivered_again(driver: Driver, server: LocalTopicServer, source: str) -> None:
-    await fill(driver, source, 4)
+    await fill(driver, source, [b"m%d" % i for i in range(4)])
     async with driver.topic.reader(source, consumer="consumer") as reader:
         tx = driver.query.transaction()
         batch = await reader.receive_batch_with_tx(tx, timeout=5)
@@ -61,7 +58,7 @@ async def test_a_rolled_back_read_is_delivered_again(driver: Driver, server: Loc
 async def test_a_failed_commit_is_read_again_and_nothing_is_lost(
     driver: Driver, server: LocalTopicServer, source: str, target: str
 ) -> None:
-    await fill(driver, source, 3)
+    await fill(driver, source, [b"m%d" % i for i in range(3)])
     async with driver.topic.reader(source, consumer="consumer") as reader:
         tx = driver.query.transaction()
         batch = await reader.receive_batch_with_tx(tx, timeout=5)
@@ -70,16 +67,16 @@ async def test_a_failed_commit_is_read_again_and_nothing_is_lost(
         with pytest.raises(AbortedError):
             await tx.commit()
         assert server.storage.committed_offsets(source, "consumer") == {0: 0}
-        assert server.storage.read(target, 0) == []
+        assert stored(server, target) == []
         async with driver.query.transaction() as tx2:
             again = await reader.receive_batch_with_tx(tx2, timeout=5)
             await driver.topic.tx_writer(tx2, target).write([m.data for m in again])
-    assert [m.data for m in server.storage.read(target, 0)] == [b"m0", b"m1", b"m2"]
+    assert stored_data(server, target) == [b"m0", b"m1", b"m2"]
     assert server.storage.committed_offsets(source, "consumer") == {0: 3}
 
 
 async def test_a_conflicting_offset_update_aborts(driver: Driver, server: LocalTopicServer, source: str) -> None:
-    await fill(driver, source, 6)
+    await fill(driver, source, [b"m%d" % i for i in range(6)])
     async with driver.topic.reader(source, consumer="consumer") as reader:
         tx = driver.query.transaction()
         batch = await reader.receive_batch_with_tx(tx, max_messages=3, timeout=5)
@@ -99,7 +96,7 @@ async def test_a_conflicting_offset_update_aborts(driver: Driver, server: LocalT
 async def test_a_stale_partition_session_fails_the_commit(
     driver: Driver, server: LocalTopicServer, source: str
 ) -> None:
-    await fill(driver, source, 2)
+    await fill(driver, source, [b"m%d" % i for i in range(2)])
     async with driver.topic.reader(source, consumer="consumer") as reader:
         tx = driver.query.transaction()
         await reader.receive_batch_with_tx(tx, timeout=5)
@@ -115,7 +112,7 @@ async def test_a_stale_partition_session_fails_the_commit(
 async def test_session_death_aborts_and_the_batch_is_read_again(
     driver: Driver, server: LocalTopicServer, source: str, target: str
 ) -> None:
-    await fill(driver, source, 2)
+    await fill(driver, source, [b"m%d" % i for i in range(2)])
     async with driver.topic.reader(source, consumer="consumer") as reader:
         tx = driver.query.transaction()
         batch = await reader.receive_batch_with_tx(tx, timeout=5)
@@ -124,7 +121,7 @@ async def test_session_death_aborts_and_the_batch_is_read_again(
         server.faults.kill_query_session(tx.session_id)
         with pytest.raises(Exception, match="BAD_SESSION"):
             await tx.commit()
-        assert server.storage.read(target, 0) == []
+        assert stored(server, target) == []
         assert server.storage.committed_offsets(source, "consumer") == {0: 0}
         again = await reader.receive_batch(timeout=5)
         assert [m.offset for m in again] == [0, 1]
@@ -133,7 +130,7 @@ async def test_session_death_aborts_and_the_batch_is_read_again(
 async def test_receive_with_an_ended_transaction_or_without_consumer_raises(
     driver: Driver, source: str
 ) -> None:
-    await fill(driver, source, 1)
+    await fill(driver, source, [b"m%d" % i for i in range(1)])
     tx = driver.query.transaction()
     await tx.begin()
     await tx.commit()
@@ -151,7 +148,7 @@ async def test_receive_with_an_ended_transaction_or_without_consumer_raises(
 async def test_reading_right_after_a_rollback_gets_the_same_offsets_again(
     driver: Driver, server: LocalTopicServer, source: str
 ) -> None:
-    await fill(driver, source, 4)
+    await fill(driver, source, [b"m%d" % i for i in range(4)])
     async with driver.topic.reader(source, consumer="consumer") as reader:
         tx = driver.query.transaction()
         tx2 = await driver.query.transaction().begin()  # so that nothing waits between the two reads
@@ -186,6 +183,6 @@ async def test_several_batches_per_partition_of_two_partitions_in_one_transactio
         assert seen == {0: [0, 1, 2], 1: [0, 1, 2]} and batches == 6
         assert server.storage.committed_offsets(pair, "consumer") == {0: 0, 1: 0}
     assert server.storage.committed_offsets(pair, "consumer") == {0: 3, 1: 3}
-    assert sorted(m.data for m in server.storage.read(target, 0)) == sorted(
+    assert sorted(stored_data(server, target)) == sorted(
         f"P{p}-{n}".encode() for p in (0, 1) for n in range(3)
     )

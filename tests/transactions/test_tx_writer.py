@@ -18,11 +18,9 @@ from ydb_topic_async import (
 from ydb_topic_async.testing import LocalTopicServer
 from ydb_topic_async.testing.proxy import proxy_to
 
+from .._helpers import proxied_driver, stored, stored_data, stored_fields
+
 pytestmark = pytest.mark.timeout(60)
-
-
-def stored(server: LocalTopicServer, topic: str) -> list[tuple[int, bytes]]:
-    return [(m.offset, m.data) for m in server.storage.read(topic, 0)]
 
 
 async def test_commit_makes_writes_visible_at_consecutive_offsets(
@@ -38,11 +36,13 @@ async def test_commit_makes_writes_visible_at_consecutive_offsets(
         # Interleaved plain writes land first: transactional ones appear only at the commit.
         async with driver.topic.writer(target) as plain:
             await plain.write(b"during")
-        assert stored(server, target) == [(0, b"before"), (1, b"during")]
+        assert stored_fields(server, target, "offset", "data") == [(0, b"before"), (1, b"during")]
         assert tx.tx_id is not None  # the first write began the transaction
     assert tx.state is TransactionState.COMMITTED
-    assert stored(server, target) == [(0, b"before"), (1, b"during"), (2, b"a"), (3, b"b"), (4, b"c")]
-    assert server.storage.read(target, 0)[2].producer_id == ""  # no producer id by default
+    assert stored_fields(server, target, "offset", "data") == [
+        (0, b"before"), (1, b"during"), (2, b"a"), (3, b"b"), (4, b"c")
+    ]
+    assert stored(server, target)[2].producer_id == ""  # no producer id by default
     assert writer.closed
 
 
@@ -56,7 +56,7 @@ async def test_rollback_leaves_no_trace(driver: Driver, server: LocalTopicServer
     assert server.query.committed_transactions == 0
     async with driver.topic.writer(target) as plain:
         await plain.write(b"after")
-    assert stored(server, target) == [(0, b"after")]
+    assert stored_fields(server, target, "offset", "data") == [(0, b"after")]
 
 
 async def test_an_exception_in_the_block_discards_the_writes(
@@ -136,7 +136,7 @@ async def test_writes_during_the_commit_are_refused(driver: Driver, server: Loca
     tx.before_commit(late_write)
     await tx.commit()
     assert len(refused) == 1 and "committing" in str(refused[0])
-    assert stored(server, target) == [(0, b"in time")]
+    assert stored_fields(server, target, "offset", "data") == [(0, b"in time")]
 
 
 async def test_several_writers_and_topics_in_one_transaction(
@@ -146,8 +146,8 @@ async def test_several_writers_and_topics_in_one_transaction(
         await driver.topic.tx_writer(tx, source).write([b"s1", b"s2"])
         await driver.topic.tx_writer(tx, target).write(b"t1")
         await driver.topic.tx_writer(tx, target).write(b"t2")
-    assert [d for _, d in stored(server, source)] == [b"s1", b"s2"]
-    assert sorted(d for _, d in stored(server, target)) == [b"t1", b"t2"]
+    assert stored_data(server, source) == [b"s1", b"s2"]
+    assert sorted(stored_data(server, target)) == [b"t1", b"t2"]
 
 
 async def test_tx_writer_rejects_a_foreign_object(driver: Driver, target: str) -> None:
@@ -160,7 +160,7 @@ async def test_a_write_under_way_joins_the_commit(server: LocalTopicServer, wait
     """A stalled network holds the write ``c`` back: as the first write of the transaction, it
     waits for the transaction to begin; after ``b``, which fills the buffer, for ``b``'s
     acknowledgement. A commit called after that write began waits for it and publishes it too."""
-    async with proxy_to(server) as proxy, Driver(proxy.endpoint, server.database, discovery=False) as driver:
+    async with proxy_to(server) as proxy, proxied_driver(server, proxy) as driver:
         await driver.topic.create_topic("target")
         tx = driver.query.transaction()
         writer = driver.topic.tx_writer(tx, "target", max_buffer_messages=1)
@@ -177,7 +177,7 @@ async def test_a_write_under_way_joins_the_commit(server: LocalTopicServer, wait
         proxy.resume()
         await asyncio.wait_for(asyncio.gather(late, commit), 10)
         assert tx.state is TransactionState.COMMITTED
-        assert [d for _, d in stored(server, "target")] == [*before, b"c"]
+        assert stored_data(server, "target") == [*before, b"c"]
 
 
 async def test_the_first_write_returns_once_acknowledged(
@@ -212,7 +212,7 @@ async def test_a_retried_write_after_a_lost_ack_is_committed_once(
     await writer.write([b"two", b"three"])
     await tx.commit()
     assert server.faults.dropped_streams == 1
-    assert [d for _, d in stored(server, target)] == [b"one", b"two", b"three"]
+    assert stored_data(server, target) == [b"one", b"two", b"three"]
 
 
 async def test_writes_to_two_partitions_in_one_transaction(
@@ -223,8 +223,8 @@ async def test_writes_to_two_partitions_in_one_transaction(
             writer = driver.topic.tx_writer(tx, pair, partition_id=partition)
             for n in range(3):
                 await writer.write([f"p{partition}-{n}a".encode(), f"p{partition}-{n}b".encode()])
-        assert server.storage.read(pair, 0) == [] and server.storage.read(pair, 1) == []
+        assert stored(server, pair, 0) == [] and stored(server, pair, 1) == []
     for partition in (0, 1):
-        got = [(m.offset, m.data) for m in server.storage.read(pair, partition)]
+        got = stored_fields(server, pair, "offset", "data", partition=partition)
         expected = [f"p{partition}-{n}{s}".encode() for n in range(3) for s in "ab"]
         assert got == list(enumerate(expected))

@@ -37,6 +37,7 @@ from ydb_topic_async.testing import LocalTopicServer, StoredMessage
 from ydb_topic_async.testing.proxy import proxy_to
 from ydb_topic_async.writer.partitioning import partition_key
 
+from .._helpers import proxied_driver, stored_by_partition, stored_data
 from .._polling import eventually
 
 pytestmark = pytest.mark.timeout(60)
@@ -52,11 +53,6 @@ def expected_partition(key: str, partitions: int) -> int:
     slice_ = (2**128 - 1) // partitions
     lower = [b""] + [(i * slice_ - 1).to_bytes(16, "big") for i in range(1, partitions)]
     return max(i for i in range(partitions) if position >= lower[i])
-
-
-def stored(server: LocalTopicServer, topic: str) -> dict[int, list[StoredMessage]]:
-    t = server.storage.topic(topic)
-    return {p.partition_id: list(p.messages) for p in t.partitions}
 
 
 def by_key(messages: dict[int, list[StoredMessage]]) -> dict[str, list[tuple[int, str]]]:
@@ -77,11 +73,11 @@ async def test_keys_go_to_stable_partitions_in_order(server: LocalTopicServer, d
             for key in keys:
                 await writer.write(f"{key}:{n}".encode(), key=key)
         assert {key: writer.partition_for(key) for key in keys} == {key: expected_partition(key, 4) for key in keys}
-    placed = by_key(stored(server, "orders"))
+    placed = by_key(stored_by_partition(server, "orders"))
     for key in keys:
         assert placed[key] == [(expected_partition(key, 4), f"{key}:{n}") for n in range(5)], key
     assert len({expected_partition(key, 4) for key in keys}) == 4  # the keys spread over every partition
-    for pid, messages in stored(server, "orders").items():
+    for pid, messages in stored_by_partition(server, "orders").items():
         assert {m.producer_id for m in messages} == {f"shop_{pid}"}
         assert [m.seq_no for m in messages] == list(range(1, len(messages) + 1))
 
@@ -91,9 +87,9 @@ async def test_the_same_key_lands_in_the_same_partition_from_another_process_run
 ) -> None:
     await driver.topic.create_topic("stable", min_active_partitions=3)
     async with driver.topic.keyed_writer("stable", producer_id="a") as first:
-        placed = [(await first.write_with_ack(b"x", key=f"k{i}")).partition_id for i in range(12)]  # type: ignore[union-attr]
+        placed = [(await first.write_with_ack(b"x", key=f"k{i}")).partition_id for i in range(12)]
     async with driver.topic.keyed_writer("stable", producer_id="b") as second:
-        again = [(await second.write_with_ack(b"y", key=f"k{i}")).partition_id for i in range(12)]  # type: ignore[union-attr]
+        again = [(await second.write_with_ack(b"y", key=f"k{i}")).partition_id for i in range(12)]
     assert placed == again == [expected_partition(f"k{i}", 3) for i in range(12)]
 
 
@@ -106,7 +102,7 @@ async def test_write_with_ack_and_lists(server: LocalTopicServer, driver: Driver
     assert [type(r) for r in many] == [Written, Written]
     assert {r.partition_id for r in many} == {expected_partition("str-key", 2)}
     assert many[1].offset == many[0].offset + 1  # type: ignore[union-attr]
-    second = stored(server, "acks")[expected_partition("str-key", 2)][-1]
+    second = stored_by_partition(server, "acks")[expected_partition("str-key", 2)][-1]
     assert second.metadata == (("m", b"1"), (PARTITION_KEY_METADATA, partition_key(b"str-key")))
     assert second.codec == Codec.ZSTD
 
@@ -118,7 +114,7 @@ async def test_resends_after_lost_acks_are_stored_once(server: LocalTopicServer,
         for n in range(30):
             await writer.write(f"k{n % 6}:{n}".encode(), key=f"k{n % 6}")
     assert server.faults.dropped_streams == 1
-    placed = by_key(stored(server, "once"))
+    placed = by_key(stored_by_partition(server, "once"))
     assert sum(len(v) for v in placed.values()) == 30
     for k in range(6):
         assert [text for _, text in placed[f"k{k}"]] == [f"k{k}:{n}" for n in range(k, 30, 6)]
@@ -142,7 +138,7 @@ async def test_keys_follow_a_split_and_keep_their_order(
     described = await driver.topic.describe_topic("auto")
     ranges = {p.partition_id: (p.from_bound, p.to_bound) for p in described.partitions}
     assert ranges[children[0]][1] == ranges[children[1]][0]  # the parent's range, cut in two
-    placed = by_key(stored(server, "auto"))
+    placed = by_key(stored_by_partition(server, "auto"))
     for key in keys:
         first = expected_partition(key, 2)
         texts = [text for _, text in placed[key]]
@@ -156,7 +152,7 @@ async def test_keys_follow_a_split_and_keep_their_order(
             assert [pid for pid, _ in placed[key]] == [1, 1, 1]
     assert {moved[key] for key in keys} == {1, *children}
     for child in children:
-        assert {m.producer_id for m in stored(server, "auto")[child]} <= {f"p_{child}"}
+        assert {m.producer_id for m in stored_by_partition(server, "auto")[child]} <= {f"p_{child}"}
     # The split partition's writer ended, but nothing was lost: no ERROR says otherwise.
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
 
@@ -222,7 +218,7 @@ async def test_a_splits_recovery_outlasts_the_drivers_retry_budget(server: Local
             await writer.flush(timeout=30)
             assert server.faults.take_status("DescribeTopic") is None  # every injected failure was met
             assert writer.partition_for("k") in children
-    placed = stored(server, "patient")
+    placed = stored_by_partition(server, "patient")
     assert [m.data for m in placed[0]] == [b"k:0"]
     assert [m.data for pid in children for m in placed[pid]] == [b"k:1"]
 
@@ -235,7 +231,7 @@ async def test_an_overloaded_partition_is_retried_not_rerouted(server: LocalTopi
         server.faults.fail_next("StreamWrite", "OVERLOADED")
         result = await asyncio.wait_for(writer.write_with_ack(b"second", key="k"), 30)
     assert isinstance(result, Written) and result.partition_id == expected_partition("k", 2)
-    assert [m.data for m in server.storage.read("busy", result.partition_id)] == [b"first", b"second"]
+    assert stored_data(server, "busy", result.partition_id) == [b"first", b"second"]
 
 
 @pytest.mark.parametrize("fault", ["outage", "silence"])
@@ -251,9 +247,10 @@ async def test_a_first_write_to_a_partition_is_buffered_during_an_outage(server:
         await plain.topic.create_topic("down", min_active_partitions=4)
         async with plain.topic.keyed_writer("down", producer_id="p") as earlier_run:
             await earlier_run.write([f"{later}:old{n}" for n in range(3)], key=later)
-    async with proxy_to(server) as proxy, Driver(
-        proxy.endpoint, server.database, discovery=False, keepalive_interval=1, keepalive_timeout=1
-    ) as driver:
+    async with (
+        proxy_to(server) as proxy,
+        proxied_driver(server, proxy, keepalive_interval=1, keepalive_timeout=1) as driver,
+    ):
         writer = driver.topic.keyed_writer("down", producer_id="p", init_timeout=1)
         await writer.write_with_ack(f"{first}:0", key=first)
         if fault == "outage":
@@ -272,7 +269,7 @@ async def test_a_first_write_to_a_partition_is_buffered_during_an_outage(server:
         await writer.flush(timeout=30)
         results = await writer.write_with_ack([f"{later}:new3"], key=later)
         await writer.close(timeout=10)
-    placed = stored(server, "down")
+    placed = stored_by_partition(server, "down")
     assert [(m.data.decode(), m.seq_no) for m in placed[1]] == [
         *((f"{later}:old{n}", n + 1) for n in range(3)), *((f"{later}:new{n}", n + 4) for n in range(4))
     ]
@@ -293,7 +290,7 @@ async def test_a_partition_overloaded_at_its_first_handshake_continues_the_produ
         results = await asyncio.wait_for(writer.write_with_ack([b"new1", b"new2"], key="k"), 30)
     pid = expected_partition("k", 2)
     assert results == [Written(pid, 2, 3), Written(pid, 3, 4)]
-    assert [(m.data, m.seq_no) for m in stored(server, "fresh")[pid]] == [
+    assert [(m.data, m.seq_no) for m in stored_by_partition(server, "fresh")[pid]] == [
         (b"old1", 1), (b"old2", 2), (b"new1", 3), (b"new2", 4)
     ]
 
@@ -304,7 +301,7 @@ async def test_close_flushes_and_later_writes_fail(server: LocalTopicServer, dri
     for n in range(50):
         await writer.write(b"m%d" % n, key=str(n))
     await writer.close()
-    assert sum(len(v) for v in stored(server, "closing").values()) == 50
+    assert sum(len(v) for v in stored_by_partition(server, "closing").values()) == 50
     with pytest.raises(WriterClosedError):
         await writer.write(b"late", key="k")
     await writer.close()  # a second close does nothing
@@ -316,7 +313,7 @@ async def test_closing_the_driver_closes_its_keyed_writers(server: LocalTopicSer
         writer = driver.topic.keyed_writer("owned", producer_id="p")
         await writer.write(b"kept", key="k")
     assert writer.closed
-    assert [m.data for p in stored(server, "owned").values() for m in p] == [b"kept"]
+    assert [m.data for p in stored_by_partition(server, "owned").values() for m in p] == [b"kept"]
 
 
 async def test_mistakes_are_refused_at_the_call(driver: Driver) -> None:

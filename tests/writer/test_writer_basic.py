@@ -15,15 +15,11 @@ import ydb_topic_async as yta
 from ydb_topic_async import _codecs
 
 from .._codec_probes import use_codec_threads
+from .._helpers import stored, stored_data
 from .._polling import eventually
 from .._streams import record_requests
 
 pytestmark = pytest.mark.timeout(30)
-
-
-def stored(server: Any, topic: str, partition: int = 0) -> list[Any]:
-    """The messages (``StoredMessage``) the local server holds in one partition, oldest first."""
-    return list(server.storage.read(topic, partition))
 
 
 async def test_write_with_ack_reports_partition_offset_and_seq_no(driver: yta.Driver, topic: str) -> None:
@@ -74,7 +70,7 @@ async def test_write_returns_before_acks_and_flush_waits_for_them(
         assert all(f.done() for f in futures)
         assert writer.buffered_messages == 0
         assert writer.buffered_bytes == 0
-    assert [m.data for m in stored(server, topic)] == [b"%d" % i for i in range(50)] + [b"tail-1", b"tail-2"]
+    assert stored_data(server, topic) == [b"%d" % i for i in range(50)] + [b"tail-1", b"tail-2"]
     assert [m.seq_no for m in stored(server, topic)] == list(range(1, 53))
 
 
@@ -127,10 +123,11 @@ async def test_metadata_created_at_and_session_metadata_are_stored(
     server: Any, driver: yta.Driver, topic: str
 ) -> None:
     created = dt.datetime(2024, 5, 6, 7, 8, 9, 123456, tzinfo=dt.UTC)
+    metadata: dict[str, str | bytes] = {"k": "v", "bin": b"\x00\x01"}
     async with driver.topic.writer(topic, producer_id="meta", session_metadata={"app": "billing"}) as writer:
         await writer.write_with_ack(
             [
-                yta.Message("привет", metadata={"k": "v", "bin": b"\x00\x01"}, created_at=created),
+                yta.Message("привет", metadata=metadata, created_at=created),
                 yta.Message(b"pairs", metadata=[("a", "1"), ("b", "2")]),
             ]
         )
@@ -182,7 +179,7 @@ async def test_any_sequence_of_messages_is_one_call(server: Any, driver: yta.Dri
         results = await writer.write_with_ack(collections.deque([b"a", "b"]))
         results += await writer.write_with_ack((yta.Message("c"),))
     assert [type(r) for r in results] == [yta.Written] * 3
-    assert [m.data for m in stored(server, topic)] == [b"a", b"b", b"c"]
+    assert stored_data(server, topic) == [b"a", b"b", b"c"]
 
 
 async def test_a_message_too_large_for_any_request_raises_at_write(driver: yta.Driver, topic: str) -> None:
@@ -208,7 +205,7 @@ async def test_large_batches_are_split_into_requests_under_the_limit(
     sizes = [request.ByteSize() for request in requests]
     assert all(size <= limit for size in sizes), sizes
     assert len(sizes) == 6  # 11 messages of ~9 KB fit in 100 KiB; as few requests as possible
-    assert [m.data for m in stored(server, topic)] == payloads
+    assert stored_data(server, topic) == payloads
 
 
 @pytest.mark.parametrize(
@@ -296,7 +293,7 @@ async def test_async_with_flushes_on_exit_even_when_the_body_raises(
         async with driver.topic.writer(topic, producer_id="p") as writer:
             await writer.write([b"1", b"2"])
             raise RuntimeError("user error")
-    assert [m.data for m in stored(server, topic)] == [b"1", b"2"]
+    assert stored_data(server, topic) == [b"1", b"2"]
 
 
 async def test_closing_the_driver_closes_its_writers(server: Any, topic_name: str) -> None:
@@ -307,12 +304,13 @@ async def test_closing_the_driver_closes_its_writers(server: Any, topic_name: st
         await writer.wait_init()
         await writer.write(b"flushed by driver close")
     assert writer.closed
-    assert [m.data for m in stored(server, topic_name)] == [b"flushed by driver close"]
+    assert stored_data(server, topic_name) == [b"flushed by driver close"]
 
 
 async def test_statistics_of_the_last_ack(driver: yta.Driver, topic: str) -> None:
     async with driver.topic.writer(topic) as writer:
-        assert writer.last_write_statistics is None
+        before_any_ack = writer.last_write_statistics
+        assert before_any_ack is None
         await writer.write_with_ack([b"a", b"b"])
         stats = writer.last_write_statistics
         assert stats is not None
@@ -328,8 +326,8 @@ async def test_explicit_partition_and_direct_write(server: Any, driver: yta.Driv
     async with driver.topic.writer(topic_name, partition_id=1, direct_write=True, producer_id="d") as writer:
         assert (await writer.wait_init()).partition_id == 1
         assert await writer.write_with_ack(b"direct") == yta.Written(1, 0, 1)
-    assert [m.data for m in stored(server, topic_name, partition=2)] == [b"explicit"]
-    assert [m.data for m in stored(server, topic_name, partition=1)] == [b"direct"]
+    assert stored_data(server, topic_name, partition=2) == [b"explicit"]
+    assert stored_data(server, topic_name, partition=1) == [b"direct"]
     with pytest.raises(yta.InvalidArgumentError, match="partition_id"):
         driver.topic.writer(topic_name, direct_write=True)
 
@@ -387,7 +385,7 @@ async def test_a_failing_custom_encoder_fails_only_its_own_messages(
         await writer.flush(timeout=10)  # the dropped message counts as settled
         assert writer.failure is None
         assert await writer.write_with_ack(good[2]) == yta.Written(0, 2, 4)
-    assert [m.data for m in stored(server, topic)] == [b"enc:" + g for g in good]
+    assert stored_data(server, topic) == [b"enc:" + g for g in good]
 
 
 async def test_large_payloads_are_encoded_off_the_loop_in_parallel(
@@ -431,4 +429,4 @@ async def test_large_payloads_are_encoded_off_the_loop_in_parallel(
     assert loop_thread not in threads
     assert peak >= 2  # several messages were being encoded at the same time
     assert ticks >= 5  # the loop kept running meanwhile
-    assert [m.data for m in stored(server, topic)] == [p[::-1] for p in payloads]
+    assert stored_data(server, topic) == [p[::-1] for p in payloads]

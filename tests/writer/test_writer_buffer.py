@@ -76,7 +76,7 @@ async def test_rewind_puts_inflight_back_in_seq_order() -> None:
     buffer.inflight.append(buffer.unsent.popleft())
     buffer.push([_entry(4)])
     buffer.rewind()
-    assert [e.seq_no for e in buffer.unsent] == [1, 2, 3, 4]
+    assert [seq_no_of(e) for e in buffer.unsent] == [1, 2, 3, 4]
     assert not buffer.inflight
 
 

@@ -17,9 +17,10 @@ import ydb_topic_async as yta
 from ydb_topic_async.testing import LocalTopicServer
 from ydb_topic_async.testing.proxy import FlakyProxy, proxy_to
 
+from .._helpers import QUICK_RETRY
+
 pytestmark = pytest.mark.timeout(30)
 
-_QUICK = yta.RetryPolicy(max_attempts=10, max_elapsed=10.0, slow=yta.BackoffSchedule(base=0.01, cap=0.05))
 PAYLOAD = b"p" * 200_000
 
 
@@ -35,7 +36,7 @@ async def nodes(server: LocalTopicServer) -> AsyncIterator[list[FlakyProxy]]:
 
 
 async def _write_through(server: LocalTopicServer, entry: FlakyProxy, topic: str, count: int) -> list[Any]:
-    async with yta.Driver(entry.endpoint, server.database, retry=_QUICK) as driver:
+    async with yta.Driver(entry.endpoint, server.database, retry=QUICK_RETRY) as driver:
         await driver.wait_ready(timeout=10)  # discovery runs in the background: wait for its answer
         assert len(driver.endpoints) == 3  # discovery named every node
         async with driver.topic.writer(topic, producer_id="direct", partition_id=0, direct_write=True) as writer:
@@ -76,6 +77,7 @@ async def test_a_generation_change_between_describe_and_connect_is_re_resolved(
     async def describe_then_move(*args: Any, **kwargs: Any) -> Any:
         nonlocal move_after_next_describe
         info = await real_describe(*args, **kwargs)
+        assert info.location is not None
         generations_seen.append(info.location.generation)
         if move_after_next_describe:
             # The partition's tablet restarts elsewhere right after the writer located it: its
@@ -86,7 +88,7 @@ async def test_a_generation_change_between_describe_and_connect_is_re_resolved(
 
     monkeypatch.setattr(driver.topic, "describe_partition", describe_then_move)
     async with driver.topic.writer(
-        topic, producer_id="moving", partition_id=0, direct_write=True, retry=_QUICK
+        topic, producer_id="moving", partition_id=0, direct_write=True, retry=QUICK_RETRY
     ) as writer:
         assert await writer.write_with_ack(b"before") == yta.Written(0, 0, 1)
         move_after_next_describe = True
@@ -101,7 +103,7 @@ async def test_a_generation_change_between_describe_and_connect_is_re_resolved(
 async def test_a_refused_handshake_without_a_generation_change_fails_the_writer(
     server: LocalTopicServer, driver: yta.Driver, topic: str
 ) -> None:
-    async with driver.topic.writer(topic, partition_id=0, direct_write=True, retry=_QUICK) as writer:
+    async with driver.topic.writer(topic, partition_id=0, direct_write=True, retry=QUICK_RETRY) as writer:
         await writer.write_with_ack(b"first")
         server.faults.fail_next("StreamWrite", "BAD_REQUEST")
         server.faults.drop_write_streams()

@@ -16,19 +16,10 @@ import zstandard
 import ydb_topic_async as yta
 from ydb_topic_async import _codecs
 
-from .._codec_probes import RecordingTransform, loop_slices, thread_cpu, use_codec_threads
+from .._codec_probes import RecordingTransform, compressible_payloads, loop_slices, thread_cpu, use_codec_threads
+from .._helpers import stored
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def _payloads(count: int, size: int = 1024) -> list[bytes]:
-    rng = random.Random(7)
-    words = [b"user", b"click", b"amount", b"page", b"session", b"%d"]
-    out = []
-    for i in range(count):
-        text = b" ".join(rng.choice(words) for _ in range(size // 4)) + b"#%d" % i
-        out.append(text[:size])
-    return out
 
 
 @pytest.mark.parametrize("codec", [yta.Codec.ZSTD, yta.Codec.GZIP])
@@ -38,7 +29,7 @@ async def test_a_batch_of_small_messages_is_encoded_off_the_loop(
     encoder = RecordingTransform(_codecs.BUILTIN_ENCODERS[codec])
     decode = _codecs.BUILTIN_DECODERS[codec]
     loop_thread = threading.get_ident()
-    payloads = _payloads(4000)
+    payloads = compressible_payloads(4000)
     encoders = {codec: yta.ThreadSafe(encoder)}
     async with driver.topic.writer(topic, producer_id="small", codec=codec, encoders=encoders) as writer:
         await writer.write(payloads)
@@ -48,7 +39,7 @@ async def test_a_batch_of_small_messages_is_encoded_off_the_loop(
         await writer.write_with_ack(b"tiny")  # a few bytes: not worth a thread hop
     assert len(batch_threads) >= 1 and loop_thread not in batch_threads
     assert encoder.threads == [loop_thread]
-    messages = list(server.storage.read(topic, 0))
+    messages = stored(server, topic)
     assert [decode(m.data) for m in messages] == [*payloads, b"tiny"]
     assert {m.codec for m in messages} == {codec}
 
@@ -66,12 +57,12 @@ async def test_encoding_many_small_messages_does_not_stall_the_loop(
             compressor = local.compressor = zstandard.ZstdCompressor(level=15)
         return compressor.compress(data)
 
-    payloads = _payloads(4000)
+    payloads = compressible_payloads(4000)
     # The loop thread's CPU time that encoding half of them inline would take at a stretch.
     inline_half = thread_cpu(lambda: [costly_zstd(data) for data in payloads[:2000]])
     assert inline_half > 0.02
 
-    encoders = {yta.Codec.ZSTD: yta.ThreadSafe(costly_zstd)}
+    encoders: dict[int, yta.ThreadSafe] = {yta.Codec.ZSTD: yta.ThreadSafe(costly_zstd)}
     async with driver.topic.writer(topic, codec=yta.Codec.ZSTD, encoders=encoders) as writer:
         await writer.wait_init()
         async with loop_slices() as slices:
@@ -85,7 +76,7 @@ async def test_many_tiny_messages_are_encoded_off_the_loop(server: Any, driver: 
     encoder = RecordingTransform(_codecs.BUILTIN_ENCODERS[yta.Codec.GZIP])
     loop_thread = threading.get_ident()
     payloads = [bytes([i % 256]) for i in range(16_000)]  # 16 KB in all, but 16,000 gzip calls
-    encoders = {yta.Codec.GZIP: yta.ThreadSafe(encoder)}
+    encoders: dict[int, yta.ThreadSafe] = {yta.Codec.GZIP: yta.ThreadSafe(encoder)}
     async with driver.topic.writer(topic, codec=yta.Codec.GZIP, encoders=encoders) as writer:
         await writer.wait_init()
         await writer.write(payloads)
@@ -109,7 +100,7 @@ async def test_encoding_does_not_use_the_applications_thread_limiter(
     await default.acquire_on_behalf_of(holder)
     try:
         async with driver.topic.writer(topic, codec=yta.Codec.ZSTD) as writer:
-            results = await asyncio.wait_for(writer.write_with_ack(_payloads(200, 1024)), timeout=10)
+            results = await asyncio.wait_for(writer.write_with_ack(compressible_payloads(200, 1024)), timeout=10)
         assert len(results) == 200
         assert _codecs.codec_limiter().total_tokens == _codecs.CODEC_THREADS
     finally:
@@ -141,6 +132,6 @@ async def test_one_zstd_compressor_given_as_encoder_is_never_used_by_two_threads
     ):
         await asyncio.gather(first.write_with_ack(payloads), second.write_with_ack(payloads))
     decode = zstandard.ZstdDecompressor().decompress
-    stored = list(server.storage.read(topic, 0))
+    messages = stored(server, topic)
     for producer in ("a", "b"):
-        assert [decode(m.data) for m in stored if m.producer_id == producer] == payloads, producer
+        assert [decode(m.data) for m in messages if m.producer_id == producer] == payloads, producer

@@ -17,42 +17,19 @@ import pytest
 
 import ydb_topic_async as yta
 from ydb_topic_async import _codecs
-from ydb_topic_async.testing.proxy import FlakyProxy, proxy_to
+from ydb_topic_async.testing.proxy import FlakyProxy
 
+from .._helpers import QUICK_RETRY, create_topic_with_consumer, proxied_driver, stored, stored_data
 from .._streams import record_requests
 
 pytestmark = pytest.mark.timeout(30)
 
 
-def stored(server: Any, topic: str, partition: int = 0) -> list[Any]:
-    """The messages (``StoredMessage``) the local server holds in one partition, oldest first."""
-    return list(server.storage.read(topic, partition))
-
-
-@pytest.fixture
-async def proxy(server: Any) -> AsyncIterator[FlakyProxy]:
-    async with proxy_to(server) as flaky:
-        yield flaky
-
-
 @pytest.fixture
 async def proxied(server: Any, proxy: FlakyProxy) -> AsyncIterator[yta.Driver]:
     """A driver that reaches the server only through the proxy (no discovery around it)."""
-    endpoint = _endpoint_of(proxy)
-    fast_retry = yta.RetryPolicy(
-        max_attempts=50, max_elapsed=20.0, slow=yta.BackoffSchedule(base=0.01, cap=0.1)
-    )
-    async with yta.Driver(endpoint, server.database, discovery=False, retry=fast_retry) as driver:
+    async with proxied_driver(server, proxy, retry=QUICK_RETRY) as driver:
         yield driver
-
-
-def _endpoint_of(proxy: FlakyProxy) -> str:
-    return proxy.endpoint
-
-
-async def _create(driver: yta.Driver, name: str) -> str:
-    await driver.topic.create_topic(name, consumers=["consumer"])
-    return name
 
 
 # --- buffer limits -------------------------------------------------------------------------
@@ -61,7 +38,7 @@ async def _create(driver: yta.Driver, name: str) -> str:
 async def test_a_full_buffer_blocks_then_times_out_accepting_nothing(
     proxied: yta.Driver, proxy: FlakyProxy, topic_name: str
 ) -> None:
-    topic = await _create(proxied, topic_name)
+    topic = await create_topic_with_consumer(proxied, topic_name)
     async with proxied.topic.writer(topic, max_buffer_messages=3, buffer_wait_timeout=0.2) as writer:
         await writer.wait_init()
         proxy.stall()
@@ -82,7 +59,7 @@ async def test_a_full_buffer_blocks_then_times_out_accepting_nothing(
 async def test_a_full_buffer_waits_forever_by_default(
     proxied: yta.Driver, proxy: FlakyProxy, topic_name: str
 ) -> None:
-    topic = await _create(proxied, topic_name)
+    topic = await create_topic_with_consumer(proxied, topic_name)
     async with proxied.topic.writer(topic, max_buffer_bytes=10) as writer:
         await writer.wait_init()
         proxy.stall()
@@ -97,7 +74,7 @@ async def test_a_full_buffer_waits_forever_by_default(
 async def test_one_call_may_overflow_an_empty_buffer(
     server: Any, proxied: yta.Driver, proxy: FlakyProxy, topic_name: str
 ) -> None:
-    topic = await _create(proxied, topic_name)
+    topic = await create_topic_with_consumer(proxied, topic_name)
     async with proxied.topic.writer(
         topic, producer_id="big", max_buffer_messages=2, max_buffer_bytes=100, buffer_wait_timeout=0.1
     ) as writer:
@@ -116,7 +93,7 @@ async def test_one_call_may_overflow_an_empty_buffer(
 async def test_waiting_calls_are_admitted_in_order(
     server: Any, proxied: yta.Driver, proxy: FlakyProxy, topic_name: str
 ) -> None:
-    topic = await _create(proxied, topic_name)
+    topic = await create_topic_with_consumer(proxied, topic_name)
     async with proxied.topic.writer(topic, producer_id="fifo", max_buffer_messages=4) as writer:
         await writer.wait_init()
         proxy.stall()
@@ -126,7 +103,7 @@ async def test_waiting_calls_are_admitted_in_order(
         assert not any(w.done() for w in waiting)
         proxy.resume()
         await asyncio.wait_for(asyncio.gather(*waiting), 5)
-    assert [m.data for m in stored(server, topic)] == [b"0", b"1", b"2", b"3", b"big-1", b"big-2", b"big-3", b"small"]
+    assert stored_data(server, topic) == [b"0", b"1", b"2", b"3", b"big-1", b"big-2", b"big-3", b"small"]
 
 
 # --- reconnects ------------------------------------------------------------------------------
@@ -135,7 +112,7 @@ async def test_waiting_calls_are_admitted_in_order(
 async def test_exactly_once_across_dropped_streams(
     server: Any, proxied: yta.Driver, proxy: FlakyProxy, topic_name: str
 ) -> None:
-    topic = await _create(proxied, topic_name)
+    topic = await create_topic_with_consumer(proxied, topic_name)
     total = 3000
     results: list[yta.WriteResult] = []
     async with proxied.topic.writer(topic, producer_id="eo", max_buffer_messages=200) as writer:
@@ -160,7 +137,7 @@ async def test_exactly_once_across_dropped_streams(
 async def test_resends_keep_original_seq_no_and_created_at(
     server: Any, proxied: yta.Driver, proxy: FlakyProxy, topic_name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    topic = await _create(proxied, topic_name)
+    topic = await create_topic_with_consumer(proxied, topic_name)
     requests = record_requests(monkeypatch, "write_request")
     async with proxied.topic.writer(topic, producer_id="resend") as writer:
         await writer.wait_init()
@@ -180,11 +157,10 @@ async def test_resends_keep_original_seq_no_and_created_at(
 
 
 async def test_retries_give_up_with_the_last_error(server: Any, topic_name: str, proxy: FlakyProxy) -> None:
-    endpoint = _endpoint_of(proxy)
     policy = yta.RetryPolicy(max_attempts=3, max_elapsed=5.0)
     async with yta.Driver(server.endpoint, server.database, discovery=False) as admin:
         await admin.topic.create_topic(topic_name)
-    async with yta.Driver(endpoint, server.database, discovery=False) as driver:
+    async with proxied_driver(server, proxy) as driver:
         writer = driver.topic.writer(topic_name, retry=policy)
         await writer.wait_init()
         await proxy.close()  # the "network" is gone for good
@@ -203,7 +179,7 @@ async def test_retries_give_up_with_the_last_error(server: Any, topic_name: str,
 async def test_cancelling_write_with_ack_neither_loses_nor_duplicates(
     server: Any, proxied: yta.Driver, proxy: FlakyProxy, topic_name: str
 ) -> None:
-    topic = await _create(proxied, topic_name)
+    topic = await create_topic_with_consumer(proxied, topic_name)
     async with proxied.topic.writer(topic, producer_id="cancel") as writer:
         await writer.wait_init()
         proxy.stall()
@@ -220,7 +196,7 @@ async def test_cancelling_write_with_ack_neither_loses_nor_duplicates(
 async def test_cancelling_a_write_waiting_for_space_accepts_nothing(
     server: Any, proxied: yta.Driver, proxy: FlakyProxy, topic_name: str
 ) -> None:
-    topic = await _create(proxied, topic_name)
+    topic = await create_topic_with_consumer(proxied, topic_name)
     async with proxied.topic.writer(topic, producer_id="c2", max_buffer_messages=1) as writer:
         await writer.wait_init()
         proxy.stall()
@@ -238,7 +214,7 @@ async def test_cancelling_a_write_waiting_for_space_accepts_nothing(
 async def test_close_timeout_cancels_background_work_and_fails_pending(
     proxied: yta.Driver, proxy: FlakyProxy, topic_name: str
 ) -> None:
-    topic = await _create(proxied, topic_name)
+    topic = await create_topic_with_consumer(proxied, topic_name)
     writer = proxied.topic.writer(topic)
     await writer.wait_init()
     proxy.stall()
@@ -254,7 +230,7 @@ async def test_close_timeout_cancels_background_work_and_fails_pending(
 
 
 async def test_flush_timeout(proxied: yta.Driver, proxy: FlakyProxy, topic_name: str) -> None:
-    topic = await _create(proxied, topic_name)
+    topic = await create_topic_with_consumer(proxied, topic_name)
     async with proxied.topic.writer(topic) as writer:
         await writer.wait_init()
         proxy.stall()
@@ -268,7 +244,7 @@ async def test_flush_timeout(proxied: yta.Driver, proxy: FlakyProxy, topic_name:
 async def test_cancelling_the_task_inside_async_with_stops_promptly(
     proxied: yta.Driver, proxy: FlakyProxy, topic_name: str
 ) -> None:
-    topic = await _create(proxied, topic_name)
+    topic = await create_topic_with_consumer(proxied, topic_name)
     entered = asyncio.Event()
     futures: list[asyncio.Future[yta.WriteResult]] = []
 
@@ -291,12 +267,9 @@ async def test_cancelling_the_task_inside_async_with_stops_promptly(
 
 # --- the server's own fault hooks ------------------------------------------------------------------
 
-_QUICK = yta.RetryPolicy(max_attempts=20, max_elapsed=10.0, slow=yta.BackoffSchedule(base=0.01, cap=0.05))
-
-
 async def test_acks_lost_with_the_stream_come_back_as_skipped(server: Any, driver: yta.Driver, topic: str) -> None:
     total = 600
-    async with driver.topic.writer(topic, producer_id="lost-acks", retry=_QUICK) as writer:
+    async with driver.topic.writer(topic, producer_id="lost-acks", retry=QUICK_RETRY) as writer:
         await writer.wait_init()
         futures = []
         for i in range(total):
@@ -319,14 +292,14 @@ async def test_acks_lost_with_the_stream_come_back_as_skipped(server: Any, drive
 async def test_retriable_statuses_at_the_handshake_are_retried(server: Any, driver: yta.Driver, topic: str) -> None:
     server.faults.fail_next("StreamWrite", "OVERLOADED", times=2)
     server.faults.fail_next("StreamWrite", "UNAVAILABLE")
-    async with driver.topic.writer(topic, retry=_QUICK) as writer:
+    async with driver.topic.writer(topic, retry=QUICK_RETRY) as writer:
         assert await writer.write_with_ack(b"eventually") == yta.Written(0, 0, 1)
         assert writer.reconnects == 3
 
 
 async def test_a_non_retriable_status_fails_every_pending_future(server: Any, driver: yta.Driver, topic: str) -> None:
     server.faults.fail_next("StreamWrite", "BAD_REQUEST")
-    writer = driver.topic.writer(topic, retry=_QUICK)
+    writer = driver.topic.writer(topic, retry=QUICK_RETRY)
     futures = await writer.write_with_ack_future([b"a", b"b"])
     for future in futures:
         with pytest.raises(yta.BadRequestError):
@@ -348,7 +321,7 @@ async def test_direct_write_follows_a_generation_change(server: Any, driver: yta
         # The server refuses a stale generation (BAD_REQUEST): this write used the new one.
         assert await writer.write_with_ack(b"gen-2") == yta.Written(1, 1, 2)
         assert writer.reconnects >= 1
-    assert [m.data for m in stored(server, topic_name, 1)] == [b"gen-1", b"gen-2"]
+    assert stored_data(server, topic_name, 1) == [b"gen-1", b"gen-2"]
 
 
 async def test_compressed_messages_are_resent_in_their_encoded_form(
@@ -356,7 +329,7 @@ async def test_compressed_messages_are_resent_in_their_encoded_form(
 ) -> None:
     payloads = [b"zstd payload %d " % i * 50 for i in range(40)] + [bytes(range(256)) * 100]
     server.faults.drop_write_stream_after(10)
-    async with driver.topic.writer(topic, producer_id="z", codec=yta.Codec.ZSTD, retry=_QUICK) as writer:
+    async with driver.topic.writer(topic, producer_id="z", codec=yta.Codec.ZSTD, retry=QUICK_RETRY) as writer:
         results = await writer.write_with_ack(payloads)
     assert server.faults.dropped_streams == 1
     assert [r.seq_no for r in results] == list(range(1, 42))

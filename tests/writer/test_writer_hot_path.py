@@ -15,6 +15,7 @@ import ydb_topic_async as yta
 from ydb_topic_async._limits import MAX_MESSAGES_PER_REQUEST
 from ydb_topic_async.writer.writer import YIELD_EVERY
 
+from .._helpers import stored_data
 from .._streams import record_requests
 
 pytestmark = pytest.mark.timeout(60)
@@ -122,7 +123,7 @@ async def test_acknowledgements_settle_plain_and_awaited_messages_in_one_respons
         assert writer.buffered_messages == 0 and writer.buffered_bytes == 0
     for i, future in futures:
         assert future.result() == yta.Written(partition_id=0, offset=i, seq_no=i + 1)
-    assert [m.data for m in server.storage.read(topic, 0)] == [b"%d" % i for i in range(300)]
+    assert stored_data(server, topic) == [b"%d" % i for i in range(300)]
 
 
 def test_importing_the_sdk_loads_what_the_first_write_needs() -> None:

@@ -14,12 +14,9 @@ import ydb.aio
 import ydb_topic_async as yta
 from ydb_topic_async import _codecs
 
+from .._helpers import stored
+
 pytestmark = pytest.mark.timeout(60)
-
-
-def stored(server: Any, topic: str, partition: int = 0) -> list[Any]:
-    """The messages (``StoredMessage``) the local server holds in one partition, oldest first."""
-    return list(server.storage.read(topic, partition))
 
 
 @pytest.mark.parametrize("codec", [_codecs.Codec.RAW, _codecs.Codec.GZIP])
@@ -27,9 +24,10 @@ async def test_official_reader_reads_what_we_write(
     server: Any, driver: yta.Driver, topic: str, official: Any, codec: int
 ) -> None:
     created = dt.datetime(2024, 1, 2, 3, 4, 5, 678000, tzinfo=dt.UTC)
+    metadata: dict[str, str | bytes] = {"kind": "text", "bin": b"\xff"}
     sent = [
         yta.Message(b"plain"),
-        yta.Message("текст", metadata={"kind": "text", "bin": b"\xff"}),
+        yta.Message("текст", metadata=metadata),
         yta.Message(bytes(range(256)) * 200, created_at=created),  # compressed off the loop
     ] + [yta.Message(b"bulk-%d" % i) for i in range(100)]
     async with driver.topic.writer(
