@@ -17,7 +17,15 @@ from operator import attrgetter
 from typing import Any
 
 from .._errors import InvalidArgumentError
-from .wire import DETACH_SIZE, EPOCH, _DetachedInfo, _ServerBatchInfo, timestamp_to_datetime, timestamp_us
+from .wire import (
+    DETACH_SIZE,
+    EPOCH,
+    _DetachedInfo,
+    _ServerBatchInfo,
+    records_between,
+    timestamp_to_datetime,
+    timestamp_us,
+)
 
 _MICROSECOND = dt.timedelta(microseconds=1)
 
@@ -350,13 +358,12 @@ class MessageBatch:
         return batch
 
     def _build(self) -> Iterator[TopicMessage]:
-        # Runs once per message. Records are visited one at a time: a slice of them would build
-        # every record's wrapper at once, for the garbage collector to walk.
+        # Runs once per message. Records are visited one at a time (see ``records_between``).
         session = self.partition_session
         start = self._start
         large = self._large
         for info, first, end, payloads in self._runs:
-            records = info.records[first:end]  # a slice, not islice: islice walks from the batch's first record
+            records = records_between(info.records, first, end)
             for index, (record, decoded) in enumerate(zip(records, payloads or _RAW, strict=False), first):
                 offset = record.offset
                 data = record.data if decoded is None else decoded

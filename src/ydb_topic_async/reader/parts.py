@@ -20,7 +20,7 @@ from typing import Any
 from .. import _codecs
 from .decoding import RAW_CODECS, declared_size, decode_payloads
 from .messages import MessageBatch, PartitionSession, Run, TopicMessage
-from .wire import DETACH_SIZE, _DetachedInfo, _ServerBatchInfo
+from .wire import DETACH_SIZE, _DetachedInfo, _ServerBatchInfo, records_between
 
 
 class BufferedPart:
@@ -101,7 +101,7 @@ class BufferedPart:
         for info in self.batches[self.batch_index :]:
             records = info.records
             if index < len(records):
-                for record in records[index:]:
+                for record in records_between(records, index, len(records)):
                     yield info, record
                 index = 0
             else:
@@ -211,7 +211,7 @@ class BufferedPart:
         while taken < count and not stopped:
             info = batches[batch_index]
             records = info.records
-            for record in records[index : index + count - taken]:
+            for record in records_between(records, index, index + count - taken):
                 data = record.data if info.decoder is None else decoded.popleft()
                 if isinstance(data, BaseException):
                     stopped = True

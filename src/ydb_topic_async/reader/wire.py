@@ -13,7 +13,8 @@ Nothing here is public: the public message types (``messages``) are built on top
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from itertools import islice
 from typing import Any
 
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
@@ -32,6 +33,18 @@ def timestamp_us(ts: Any) -> int:
 DETACH_SIZE = 64 * 1024
 """A message with at least this many payload bytes keeps its own copy of its rarely used fields
 instead of the response they came in (see ``TopicMessage``)."""
+
+
+def records_between(records: Any, first: int, end: int) -> Iterator[Any]:
+    """The records ``[first, end)`` of a server batch, one at a time.
+
+    Neither a slice (it builds every record's wrapper at once, for the garbage collector to walk)
+    nor ``islice`` from a later record (it walks every record before ``first``: taking a batch's
+    messages a few at a time would cost the square of its size).
+    """
+    if first == 0:
+        return islice(records, end)
+    return map(records.__getitem__, range(first, min(end, len(records))))
 
 
 class _ServerBatchInfo:
