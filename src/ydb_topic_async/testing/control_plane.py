@@ -16,6 +16,11 @@ Validation and defaults follow YDB's schema actors (``ydb/core/persqueue/public/
 - Defaults: retention 24 h, write speed and burst 1 MiB/s; with auto-partitioning, max active
   partitions = min unless set, up 90 %, down 30 %, stabilization window 300 s.
 - AlterTopic dropping or altering a consumer that does not exist: NOT_FOUND.
+- Key ranges (the scheme shard, ``schemeshard__operation_create_pq.cpp`` and
+  ``schemeshard__operation_alter_pq.cpp``): a topic created with more than one partition gets
+  even ranges, auto-partitioned or not (YDB's EnableTopicSplitMerge flag, on by default);
+  partitions added later by AlterTopic get none, and turning auto-partitioning on lays even
+  ranges over all partitions again.
 - DescribeConsumer with stats always sets write/read times and lags (zero when nothing was
   written or read), names itself ``<topic>/<consumer>``; consumers carry ``_service_type``.
 - CommitOffset: an unknown consumer is BAD_REQUEST, a partition that does not exist SCHEME_ERROR.
@@ -263,6 +268,10 @@ def _consumer_stats(stats: Any, consumer: Consumer, p: Partition, now_ns: int) -
 
 
 def _key_range(info: Any, p: Partition) -> None:
+    """The partition's key range, as DescribeTopic shows it whenever the partition has one: every
+    partition of a topic created with more than one (split/merge is on in YDB by default), the
+    children of a split; not a single partition, nor one added later by AlterTopic (its range is
+    the whole key space here, none in YDB)."""
     if p.key_from:
         info.key_range.from_bound = as_bound(p.key_from)
     if p.key_to < KEY_SPACE:
@@ -276,8 +285,7 @@ def _partition_info(p: Partition, include_stats: bool, include_location: bool, n
         child_partition_ids=p.child_ids,
         parent_partition_ids=p.parent_ids,
     )
-    if p.topic.settings.autopartitioned or p.parent_ids or p.child_ids:
-        _key_range(info, p)
+    _key_range(info, p)
     if include_stats:
         info.partition_stats.CopyFrom(_partition_stats(p, now_ns))
     if include_location:
@@ -515,6 +523,8 @@ class ControlPlane:
         # Everything is validated: apply.
         if new_min is not None and new_min > len(topic.active_partitions):
             topic.add_partitions(new_min - len(topic.active_partitions))
+        if new.autopartitioned and not current.autopartitioned:
+            topic.lay_even_ranges()
         topic.settings = new
         topic.consumers = consumers
         self.storage.changed(topic)

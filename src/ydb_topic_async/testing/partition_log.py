@@ -501,6 +501,12 @@ class Topic:
             todo.extend(self.partitions[pid].parent_ids)
         return False
 
+    def lay_even_ranges(self) -> None:
+        """Give the partitions, in id order, the even key ranges of a topic created with as many
+        (auto-partitioning was turned on: YDB's scheme shard lays them out so)."""
+        for partition, (low, high) in zip(self.partitions, even_ranges(len(self.partitions)), strict=True):
+            partition.key_from, partition.key_to = low, high
+
     def add_partitions(self, count: int) -> None:
         for _ in range(count):
             self.partitions.append(Partition(self, len(self.partitions)))

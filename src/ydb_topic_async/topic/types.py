@@ -91,8 +91,10 @@ class PartitionLocation:
 class PartitionInfo:
     """One partition of a topic. Inactive partitions were split; their children take the writes.
 
-    ``from_bound``/``to_bound``: the partition's key range ``[from_bound, to_bound)`` when the
-    topic is auto-partitioned (``None``: an open end, or no range reported).
+    ``from_bound``/``to_bound``: the partition's key range ``[from_bound, to_bound)``, which YDB
+    gives every partition of a topic created with more than one and the partitions a split
+    creates (``None``: an open end, or no range: a topic of one partition, a partition added
+    later by ``alter_topic``).
     """
 
     partition_id: int

@@ -142,8 +142,11 @@ class KeyedWriter(ClosesOnExit):
     runs while the topic keeps its partitions); each partition gets its own producer id,
     ``{producer_id}_{partition_id}``, so exactly-once deduplication holds as with ``TopicWriter``.
     When an auto-partitioned topic splits a partition, keys follow the new partitions' key
-    ranges, and a key's later messages are stored after its earlier ones. Partitions added by
-    ``alter_topic`` are used by keyed writers opened afterwards.
+    ranges, and a key's later messages are stored after its earlier ones. A topic created with
+    one partition and grown by ``alter_topic`` is laid out as a new topic of that size for keyed
+    writers opened afterwards; partitions added to a topic created with several have no key
+    range, and the default partitioner refuses such a topic (``InvalidArgumentError`` at
+    ``open``), as YDB's producers do.
 
     ``write`` buffers, ``write_with_ack`` waits for the server, ``flush`` waits for everything
     written so far, ``close`` (on exit) flushes and stops. The options are ``TopicWriter``'s;
