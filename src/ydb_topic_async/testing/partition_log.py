@@ -28,6 +28,7 @@ import asyncio
 import bisect
 import datetime as dt
 import itertools
+from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate, islice
@@ -50,6 +51,7 @@ READ_ITEM_OVERHEAD = 6
 """About what a message and a metadata item add to a ReadResponse besides their bytes: a read
 fills the client's credit by serialized size, as YDB's partition reads count stored blob sizes."""
 
+_DAY_NS = 86_400_000_000_000
 _AUTOPARTITIONING_OFF = (0, 1)  # AUTO_PARTITIONING_STRATEGY_UNSPECIFIED, _DISABLED
 
 
@@ -114,6 +116,11 @@ _WRITTEN_AT: Final = 3
 _DATA: Final = 7
 assert StoredMessage._fields[_OFFSET] == "offset" and StoredMessage._fields[_WRITTEN_AT] == "written_at_ns"
 assert StoredMessage._fields[_DATA] == "data"
+
+
+def data_bytes(rows: Iterable[StoredRow | StoredMessage]) -> int:
+    """The bytes of the messages' data."""
+    return sum(len(row[_DATA]) for row in rows)
 
 
 class StoredMessages(Sequence[StoredMessage]):
@@ -274,7 +281,7 @@ class Partition:
         count = min(offset, self.end_offset) - self.start_offset
         if count <= 0:
             return 0
-        self.bytes_stored -= sum(len(row[_DATA]) for row in self.rows[:count])
+        self.bytes_stored -= data_bytes(self.rows[:count])
         del self.rows[:count]
         del self.read_sizes[:count]
         self.start_offset += count
@@ -355,6 +362,9 @@ class Consumer:
     read_up_to: dict[int, int] = field(default_factory=dict)
     """Partition id -> the offset after the last message sent to a reader of this consumer."""
     last_read_ns: dict[int, int] = field(default_factory=dict)
+    reads: dict[int, deque[tuple[int, int]]] = field(default_factory=dict)
+    """Partition id -> ``(time ns, data bytes)`` of each read response of the last day, oldest
+    first: the bytes read per minute, hour and day that DescribeConsumer reports."""
 
     def stored_offset(self, partition: Partition) -> int:
         """The committed offset as recorded, even when retention deleted data above it."""
@@ -371,11 +381,27 @@ class Consumer:
         if journal is not None:
             journal.committed(partition.topic.path, self.name, partition.partition_id, offset)
 
-    def record_read(self, partition: Partition, next_offset: int, now_ns: int) -> None:
-        """A reader of this consumer was sent ``partition``'s messages up to ``next_offset``."""
+    def record_read(self, partition: Partition, next_offset: int, now_ns: int, nbytes: int = 0) -> None:
+        """A reader of this consumer was sent ``partition``'s messages up to ``next_offset``,
+        ``nbytes`` bytes of their data."""
         pid = partition.partition_id
         self.read_up_to[pid] = max(self.read_up_to.get(pid, 0), next_offset)
         self.last_read_ns[pid] = now_ns
+        reads = self.reads.get(pid)
+        if reads is None:
+            reads = self.reads[pid] = deque()
+        reads.append((now_ns, nbytes))
+        while reads and reads[0][0] < now_ns - _DAY_NS:
+            reads.popleft()
+
+    def bytes_read_since(self, partition: Partition, since_ns: int) -> int:
+        """Bytes of ``partition``'s data sent to this consumer's readers at or after ``since_ns``."""
+        total = 0
+        for at_ns, nbytes in reversed(self.reads.get(partition.partition_id, ())):
+            if at_ns < since_ns:
+                break
+            total += nbytes
+        return total
 
 
 @dataclass
@@ -396,6 +422,8 @@ class TopicSettings:
     partition_write_burst_bytes: int = DEFAULT_WRITE_SPEED
     attributes: dict[str, str] = field(default_factory=dict)
     metering_mode: int = 0
+    metrics_level: int | None = None
+    """The topic's metrics level, when one was set (YDB keeps it unset by default)."""
 
     @property
     def autopartitioned(self) -> bool:

@@ -42,7 +42,7 @@ from google.protobuf import timestamp_pb2
 from .._proto import ydb_topic_pb2 as pb
 from ._inbox import Inbox, receive_handshake
 from ._replies import SUCCESS, failure, timestamp
-from .partition_log import Consumer, Partition, StorageError, StoredRow, Topic, read_size
+from .partition_log import Consumer, Partition, StorageError, StoredRow, Topic, data_bytes, read_size
 from .read_balancer import ConsumerGroup, ReaderInfo
 
 if TYPE_CHECKING:
@@ -516,7 +516,7 @@ class ReadService:
                 continue
             state.read_offset = chunk[-1][0] + 1  # the last row's offset
             if state.consumer is not None:
-                state.consumer.record_read(partition, state.read_offset, now)
+                state.consumer.record_read(partition, state.read_offset, now, data_bytes(chunk))
             stats = self.server.stats
             stats.read_responses += 1
             stats.messages_sent += len(chunk)
