@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .._context import ClientContext
-from .._errors import AlreadyExistsError, InvalidArgumentError, SchemeError
+from .._errors import AlreadyExistsError, InternalError, InvalidArgumentError, SchemeError
 from .._proto import ydb_topic_pb2 as pb
 from .._validate import check_int, check_optional_int
 from . import types as t
@@ -174,6 +174,39 @@ class TopicAdmin:
             idempotent=True, timeout=timeout, retry=retry,
         )
         return t.topic_from_proto(result, full)
+
+    async def start_offsets(self, path: str, *, timeout: float | None = None) -> dict[int, int]:
+        """Per partition, the first offset still stored (retention moves it up), as aiokafka's
+        ``beginning_offsets``.
+
+        Parameters:
+            path: The topic, absolute or relative to the driver's database.
+            timeout: Seconds the whole call may take, retries included.
+
+        Returns:
+            ``{partition_id: offset}`` for every partition, active or not (a split partition
+            keeps its messages until they expire).
+        """
+        return {pid: start for pid, (start, _) in (await self._offset_bounds(path, timeout)).items()}
+
+    async def end_offsets(self, path: str, *, timeout: float | None = None) -> dict[int, int]:
+        """Per partition, the offset the next message written to it will get (one past the last
+        stored), as aiokafka's ``end_offsets``; equal to the start offset when the partition holds
+        nothing.
+
+        Parameters:
+            path: The topic, absolute or relative to the driver's database.
+            timeout: Seconds the whole call may take, retries included.
+
+        Returns:
+            ``{partition_id: offset}`` for every partition, active or not.
+        """
+        return {pid: end for pid, (_, end) in (await self._offset_bounds(path, timeout)).items()}
+
+    async def _offset_bounds(self, path: str, timeout: float | None) -> dict[int, tuple[int, int]]:
+        """``{partition_id: (start offset, end offset)}`` from one described state of the topic."""
+        description = await self.describe_topic(path, include_stats=True, timeout=timeout)
+        return offset_bounds(description)
 
     async def describe_partition(
         self,
@@ -356,6 +389,19 @@ class TopicAdmin:
             read_session_id=read_session_id or "",
         )
         await self._call("CommitOffset", request, pb.CommitOffsetResponse, None, idempotent=True, timeout=timeout)
+
+
+def offset_bounds(description: t.TopicDescription) -> dict[int, tuple[int, int]]:
+    """``{partition_id: (start offset, end offset)}`` of a description made with stats."""
+    bounds = {}
+    for partition in description.partitions:
+        stats = partition.stats
+        if stats is None:
+            raise InternalError(
+                f"the server described partition {partition.partition_id} of {description.path} without its offsets"
+            )
+        bounds[partition.partition_id] = (stats.start_offset, stats.end_offset)
+    return bounds
 
 
 def _fill_auto_partitioning(msg: Any, settings: t.AutoPartitioningSettings) -> None:

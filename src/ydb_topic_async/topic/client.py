@@ -7,24 +7,59 @@ from the driver's ``ClientContext`` and remembers them, so that closing the driv
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import weakref
+from collections.abc import Mapping
 from typing import Any, Protocol, Unpack
 
 from .._context import ClientContext
+from .._errors import InvalidArgumentError, OperationTimeoutError
+from .._futures import deadline
+from .._validate import check_int, check_timeout
 from ..observability.logging import sdk_logger
+from ..reader.messages import TopicSelector
 from ..reader.reader import ReaderOptions, TopicReader, TopicsArg
 from ..writer.keyed import KeyedWriter
 from ..writer.partitioning import Partitioner
 from ..writer.settings import KeyedWriterOptions, WriterOptions, WriterSettings
 from ..writer.tx_writer import TxWriter
 from ..writer.writer import TopicWriter
-from .admin import TopicAdmin
+from .admin import TopicAdmin, offset_bounds
 
 logger = sdk_logger("topic")
 
 
 class _Closable(Protocol):
     async def close(self, timeout: float | None = None) -> None: ...
+
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+_MILLISECOND = dt.timedelta(milliseconds=1)
+_PROBE_BUFFER = 64 * 1024
+"""The read buffer of ``offsets_for_time``'s reader: it needs one message per partition."""
+
+
+def _to_ms(value: dt.datetime) -> int:
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.UTC)
+    return (value - _EPOCH) // _MILLISECOND
+
+
+def _wanted_times(when: object) -> int | dict[int, int]:
+    """``offsets_for_time``'s ``when`` in milliseconds since the epoch (rounded down)."""
+    if isinstance(when, dt.datetime):
+        return _to_ms(when)
+    if isinstance(when, Mapping):
+        wanted = {}
+        for pid, at in when.items():
+            check_int(pid, "a partition id of when")
+            if not isinstance(at, dt.datetime):
+                raise InvalidArgumentError(f"when[{pid}] must be a datetime, got {type(at).__name__}")
+            wanted[pid] = _to_ms(at)
+        return wanted
+    raise InvalidArgumentError(
+        f"when must be a datetime or a mapping of partition ids to datetimes, got {type(when).__name__}"
+    )
 
 
 class TopicClient(TopicAdmin):
@@ -62,6 +97,85 @@ class TopicClient(TopicAdmin):
             first = first or result
         if first is not None:
             raise first
+
+    # --- positions ----------------------------------------------------------------------
+
+    async def offsets_for_time(
+        self, path: str, when: dt.datetime | Mapping[int, dt.datetime], *, timeout: float | None = None
+    ) -> dict[int, int | None]:
+        """Per partition, the offset of the first message written at or after ``when``, as
+        aiokafka's ``offsets_for_times``: ``None`` for a partition with no such message (then
+        ``end_offsets`` gives where the next message will go).
+
+        Write times count in whole milliseconds, as YDB stores them: ``when`` is rounded down to
+        its millisecond. The answer comes from the partitions' last write times (one
+        ``describe_topic``) and, for each partition that has such a message, the first message a
+        reader without a consumer is sent from that time on (the server skips older ones), so
+        it costs a read stream, not a scan.
+
+        Parameters:
+            path: The topic, absolute or relative to the driver's database.
+            when: One time for every partition, or ``{partition_id: time}`` for some of them.
+                A naive datetime is taken as UTC.
+            timeout: Seconds the whole call may take (``OperationTimeoutError`` after them).
+
+        Returns:
+            ``{partition_id: offset or None}`` for every partition (for the given ones with a
+            mapping), active or not.
+
+        Raises:
+            InvalidArgumentError: ``when`` is not a datetime or a mapping of partition ids to
+                datetimes, or names a partition the topic does not have.
+        """
+        timeout = check_timeout(timeout)
+        wanted = _wanted_times(when)
+        try:
+            async with deadline(timeout):
+                description = await self.describe_topic(path, include_stats=True)
+                bounds = offset_bounds(description)
+                if isinstance(wanted, int):
+                    wanted = dict.fromkeys(bounds, wanted)
+                unknown = sorted(set(wanted) - set(bounds))
+                if unknown:
+                    raise InvalidArgumentError(f"topic {description.path} has no partitions {unknown}")
+                result: dict[int, int | None] = dict.fromkeys(sorted(wanted))
+                groups: dict[int, list[int]] = {}
+                for partition in description.partitions:
+                    pid = partition.partition_id
+                    at_ms = wanted.get(pid)
+                    if at_ms is None:
+                        continue
+                    start, end = bounds[pid]
+                    last = partition.stats.last_write_time if partition.stats else None
+                    if start < end and (last is None or _to_ms(last) >= at_ms):
+                        groups.setdefault(at_ms, []).append(pid)
+                for at_ms, pids in groups.items():  # one time for all partitions: one reader
+                    await self._first_offsets_since(description.path, at_ms, pids, bounds, result)
+        except TimeoutError:
+            raise OperationTimeoutError(f"offsets_for_time for {path} did not finish within {timeout}s") from None
+        return result
+
+    async def _first_offsets_since(
+        self,
+        path: str,
+        at_ms: int,
+        pids: list[int],
+        bounds: Mapping[int, tuple[int, int]],
+        result: dict[int, int | None],
+    ) -> None:
+        """Fill ``result`` with the first offset written at or after ``at_ms`` of each partition
+        in ``pids`` (each holds such a message), reading them with one reader."""
+        read_from = _EPOCH + at_ms * _MILLISECOND
+        starts = {pid: bounds[pid][0] for pid in pids}
+        selector = TopicSelector(path, partitions=pids, read_from=read_from, start_offsets=starts)
+        todo = set(pids)
+        async with TopicReader(self._context, selector, consumer=None, buffer_size_bytes=_PROBE_BUFFER) as reader:
+            while todo:
+                batch = await reader.receive_batch()
+                pid = batch.partition_session.partition_id
+                if pid in todo:
+                    todo.discard(pid)
+                    result[pid] = batch[0].offset
 
     # --- writers and readers ------------------------------------------------------------
 
