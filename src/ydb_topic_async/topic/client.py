@@ -194,6 +194,12 @@ class TopicClient(TopicAdmin):
                 switches deduplication off. At most 2048 characters.
             partition_id (int | None): The partition to write to; ``None`` lets the server pick one per
                 producer id.
+            message_group_id (str | None): The session's message group, as the Java and JS SDKs send it:
+                the server places the session by it and deduplicates by it. YDB accepts it only
+                without a producer id or equal to it (any other pair is refused with
+                BAD_REQUEST), so with ``producer_id`` not given none is sent and the group is the
+                writer's identity; not with ``partition_id``. ``None`` (the default): the
+                producer id's.
             direct_write (bool): Connect to the node that holds the partition, with its generation,
                 and follow the partition when it moves. Needs ``partition_id``.
             session_metadata (Mapping[str, str] | None): ``str`` to ``str`` pairs sent with the write session.

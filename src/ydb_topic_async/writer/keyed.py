@@ -170,10 +170,10 @@ class KeyedWriter(ClosesOnExit):
         partitioner: Partitioner = "ydb",
     ) -> None:
         self._partitioner = check_partitioner(partitioner)
-        if settings.partition_id is not None or not settings.auto_seqno:
+        if settings.partition_id is not None or settings.message_group_id is not None or not settings.auto_seqno:
             raise InvalidArgumentError(
                 "a keyed writer picks partitions and numbers messages itself:"
-                " partition_id and auto_seqno are not its options"
+                " partition_id, message_group_id and auto_seqno are not its options"
             )
         producer_id = settings.producer_id
         if not producer_id or len(producer_id) > MAX_PRODUCER_ID_LENGTH - _LANE_SUFFIX_ROOM:

@@ -50,6 +50,7 @@ class SenderSettings:
     path: str
     producer_id: str
     partition_id: int | None
+    message_group_id: str | None
     direct_write: bool
     session_metadata: Mapping[str, str]
     codec: int
@@ -176,6 +177,8 @@ class WriterSender:
                 init.partition_with_generation.generation = self._generation
             else:
                 init.partition_id = s.partition_id
+        elif s.message_group_id:
+            init.message_group_id = s.message_group_id
         elif s.producer_id:
             # As the official SDKs do: older YDB versions refuse a producer id without a
             # message group or partition.

@@ -27,8 +27,8 @@ DEFAULT_MAX_BUFFER_BYTES = 64 * 1024 * 1024
 
 class KeyedWriterOptions(TypedDict, total=False):
     """The keyword arguments of ``driver.topic.keyed_writer``: those of ``driver.topic.writer``
-    except ``partition_id`` and ``auto_seqno`` (the keyed writer picks partitions and numbers
-    messages itself)."""
+    except ``partition_id``, ``message_group_id`` and ``auto_seqno`` (the keyed writer picks
+    partitions and numbers messages itself)."""
 
     producer_id: str | None
     direct_write: bool
@@ -49,6 +49,7 @@ class WriterOptions(KeyedWriterOptions, total=False):
     """The keyword arguments of ``driver.topic.writer`` (the fields of ``WriterSettings``)."""
 
     partition_id: int | None
+    message_group_id: str | None
     auto_seqno: bool
 
 
@@ -64,6 +65,7 @@ class WriterSettings:
 
     producer_id: str | None = None
     partition_id: int | None = None
+    message_group_id: str | None = None
     direct_write: bool = False
     session_metadata: Mapping[str, str] | None = None
     codec: int | None = None
@@ -83,6 +85,25 @@ class WriterSettings:
     def __post_init__(self) -> None:
         assign = object.__setattr__  # frozen: the checked (normalised) values replace the given ones
         producer_id = self.producer_id
+        group = self.message_group_id
+        if group is not None:
+            if not isinstance(group, str) or not group or len(group) > MAX_PRODUCER_ID_LENGTH:
+                raise InvalidArgumentError(
+                    f"message_group_id must be a non-empty string of at most {MAX_PRODUCER_ID_LENGTH} characters"
+                )
+            check_utf8(group, "message_group_id")
+            if self.partition_id is not None:
+                raise InvalidArgumentError(
+                    "message_group_id and partition_id exclude each other: a write session is placed by one of them"
+                )
+            if producer_id is None:
+                producer_id = ""  # the message group is the deduplication identity
+                assign(self, "producer_id", producer_id)
+            elif producer_id and producer_id != group:
+                raise InvalidArgumentError(
+                    "YDB accepts a message_group_id only without a producer_id or equal to it (it refuses other"
+                    f" pairs with BAD_REQUEST): got producer_id={producer_id!r}, message_group_id={group!r}"
+                )
         if producer_id is None:
             assign(self, "producer_id", uuid.uuid4().hex)
         elif not isinstance(producer_id, str) or len(producer_id) > MAX_PRODUCER_ID_LENGTH:

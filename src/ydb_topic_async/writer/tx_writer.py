@@ -50,7 +50,8 @@ class TxWriter:
     ) -> None:
         binding = bind(tx)
         binding.check_accepting()
-        if settings.producer_id == "" and (settings.retry is None or settings.retry.max_attempts != 1):
+        deduplicated = bool(settings.producer_id or settings.message_group_id)
+        if not deduplicated and (settings.retry is None or settings.retry.max_attempts != 1):
             raise InvalidArgumentError(
                 "a transactional writer retries only with a producer id: without one, a message resent"
                 " after a lost acknowledgement would be committed twice (pass producer_id=..., or no retry)"

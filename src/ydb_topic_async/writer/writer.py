@@ -88,6 +88,9 @@ class TopicWriter(ConnectionStatus, ClosesOnExit):
         self._admin = admin
         self.path = full_path
         self.producer_id = producer_id
+        self.message_group_id = settings.message_group_id
+        """The session's message group (the deduplication identity when ``producer_id`` is
+        empty), or None: the producer id's."""
         self.codec = codec = settings.codec
         assert codec is not None
         self._auto_seqno = settings.auto_seqno
@@ -106,6 +109,7 @@ class TopicWriter(ConnectionStatus, ClosesOnExit):
                 path=full_path,
                 producer_id=producer_id,
                 partition_id=partition_id,
+                message_group_id=settings.message_group_id,
                 direct_write=settings.direct_write,
                 session_metadata=settings.session_metadata or {},
                 codec=codec,
