@@ -54,11 +54,13 @@ class SenderSettings:
     direct_write: bool
     session_metadata: Mapping[str, str]
     codec: int
+    """The writer's codec (RAW when ``auto_encoders`` is given: the codecs are picked per batch)."""
     encoder: _codecs.Transform
     retry: RetryPolicy
     max_request_size: int
     token_refresh_interval: float
     init_timeout: float
+    auto_encoders: Mapping[int, _codecs.Transform] | None = None
 
 
 class WriterSender:
@@ -97,7 +99,9 @@ class WriterSender:
         self.log_fields = writer_fields(settings.path, settings.producer_id, settings.partition_id)
         """The ``extra`` of this writer's log records (updated by each handshake)."""
         self.batcher = RequestBatcher(
-            BatchSettings(settings.codec, settings.encoder, settings.max_request_size), buffer, self._dropped
+            BatchSettings(settings.codec, settings.encoder, settings.max_request_size, settings.auto_encoders),
+            buffer,
+            self._dropped,
         )
         self.keeper = StreamKeeper(
             self._describe,
@@ -232,7 +236,10 @@ class WriterSender:
     def _handle_init(self, init: Any) -> None:
         supported = tuple(init.supported_codecs.codecs)
         codec = self._settings.codec
-        if supported and codec not in supported:
+        selector = self.batcher.selector
+        if selector is not None:
+            selector.allow(supported)
+        elif supported and codec not in supported:
             raise UnsupportedCodecError(
                 f"the topic accepts codecs {[_codecs.codec_name(c) for c in supported]},"
                 f" not the writer's {_codecs.codec_name(codec)}; nothing was sent"

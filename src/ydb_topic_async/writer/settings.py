@@ -13,7 +13,7 @@ import dataclasses
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypedDict, cast
+from typing import Any, Final, Literal, TypedDict, cast
 
 from .. import _codecs
 from .._errors import InvalidArgumentError
@@ -21,6 +21,8 @@ from .._limits import MAX_PRODUCER_ID_LENGTH, MIN_MAX_MESSAGE_SIZE, REQUEST_SIZE
 from .._retry import RetryPolicy
 from .._validate import check_optional_int, check_seconds, check_timeout, check_utf8
 
+AUTO_CODEC: Final = "auto"
+"""``codec="auto"``: the writer picks, batch by batch, the codec that makes its batches smallest."""
 DEFAULT_MAX_BUFFER_MESSAGES = 100_000
 DEFAULT_MAX_BUFFER_BYTES = 64 * 1024 * 1024
 
@@ -33,7 +35,7 @@ class KeyedWriterOptions(TypedDict, total=False):
     producer_id: str | None
     direct_write: bool
     session_metadata: Mapping[str, str] | None
-    codec: int | None
+    codec: int | Literal["auto"] | None
     encoders: Mapping[int, _codecs.Transform] | None
     auto_created_at: bool
     max_buffer_messages: int | None
@@ -68,7 +70,7 @@ class WriterSettings:
     message_group_id: str | None = None
     direct_write: bool = False
     session_metadata: Mapping[str, str] | None = None
-    codec: int | None = None
+    codec: int | Literal["auto"] | None = None
     encoders: Mapping[int, _codecs.Transform] | None = None
     auto_seqno: bool = True
     auto_created_at: bool = True
@@ -80,7 +82,10 @@ class WriterSettings:
     token_refresh_interval: float = 5.0
     init_timeout: float = 30.0
     encoder: _codecs.Transform = field(init=False, repr=False, compare=False)
-    """The function of ``codec`` (from ``encoders`` or the built-in ones)."""
+    """The function of ``codec`` (from ``encoders`` or the built-in ones); with ``codec="auto"``
+    RAW's, the others being in ``encoder_table``."""
+    encoder_table: Mapping[int, _codecs.Transform] = field(init=False, repr=False, compare=False)
+    """Every encoder the writer has: the built-in ones and ``encoders``."""
 
     def __post_init__(self) -> None:
         assign = object.__setattr__  # frozen: the checked (normalised) values replace the given ones
@@ -126,10 +131,14 @@ class WriterSettings:
         if self.retry is not None and not isinstance(self.retry, RetryPolicy):
             raise InvalidArgumentError(f"retry must be a RetryPolicy or None, got {self.retry!r}")
         check_optional_int(self.max_request_size, "max_request_size", minimum=MIN_MAX_MESSAGE_SIZE)
-        codec = int(_codecs.Codec.RAW) if self.codec is None else _codecs.check_codec_id(self.codec)
-        assign(self, "codec", codec)
         encoders = _codecs.merge_codecs(_codecs.BUILTIN_ENCODERS, self.encoders)
-        assign(self, "encoder", _codecs.lookup(encoders, codec, "encoder"))
+        assign(self, "encoder_table", encoders)
+        if self.codec == AUTO_CODEC:
+            assign(self, "encoder", encoders[_codecs.Codec.RAW])
+        else:
+            codec = int(_codecs.Codec.RAW) if self.codec is None else _codecs.check_codec_id(self.codec)
+            assign(self, "codec", codec)
+            assign(self, "encoder", _codecs.lookup(encoders, codec, "encoder"))
         assign(self, "auto_seqno", bool(self.auto_seqno))
         assign(self, "auto_created_at", bool(self.auto_created_at))
         assign(self, "direct_write", bool(self.direct_write))
@@ -157,6 +166,7 @@ class WriterSettings:
 
 
 __all__ = [
+    "AUTO_CODEC",
     "DEFAULT_MAX_BUFFER_BYTES",
     "DEFAULT_MAX_BUFFER_MESSAGES",
     "KeyedWriterOptions",
