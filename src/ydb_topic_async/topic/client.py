@@ -19,7 +19,7 @@ from .._validate import check_int, check_timeout
 from ..observability.logging import sdk_logger
 from ..reader.messages import TopicSelector
 from ..reader.reader import ReaderOptions, TopicReader, TopicsArg
-from ..writer.keyed import KeyedWriter
+from ..writer.keyed import DEFAULT_IDLE_TIMEOUT, KeyedWriter
 from ..writer.partitioning import Partitioner
 from ..writer.settings import KeyedWriterOptions, WriterOptions, WriterSettings
 from ..writer.tx_writer import TxWriter
@@ -236,7 +236,12 @@ class TopicClient(TopicAdmin):
         return writer
 
     def keyed_writer(
-        self, path: str, *, partitioner: Partitioner = "ydb", **options: Unpack[KeyedWriterOptions]
+        self,
+        path: str,
+        *,
+        partitioner: Partitioner = "ydb",
+        idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
+        **options: Unpack[KeyedWriterOptions],
     ) -> KeyedWriter:
         """A ``KeyedWriter`` for ``path``: ``write(message, key=...)`` spreads messages over the
         topic's partitions by key, in order per key.
@@ -252,6 +257,9 @@ class TopicClient(TopicAdmin):
                 ``"kafka"``: Kafka's default partitioner (murmur2 of the key modulo the number of
                 partitions), for topics without auto-partitioning. Or a function
                 ``(key: bytes, partitions: Sequence[PartitionInfo]) -> partition_id``.
+            idle_timeout: Seconds after which a partition's writer with nothing unacknowledged
+                and no write is closed, to be opened again by the next write to its partition
+                (default 30, as the C++ SDK's producer; ``None``: never).
 
         Keyword Args:
             producer_id (str | None): The base of the partitions' producer ids (each partition's writer
@@ -262,7 +270,7 @@ class TopicClient(TopicAdmin):
                 ``token_refresh_interval`` and ``init_timeout`` as for ``writer``;
                 ``max_buffer_messages`` and ``max_buffer_bytes`` bound each partition's writer.
         """
-        writer = KeyedWriter(self._context, self, path, WriterSettings(**options), partitioner)
+        writer = KeyedWriter(self._context, self, path, WriterSettings(**options), partitioner, idle_timeout)
         self._own(writer)
         return writer
 

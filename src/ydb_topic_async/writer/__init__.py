@@ -2,7 +2,7 @@
 writer spreads messages over a topic's partitions by key; the transactional writer publishes
 when a transaction commits."""
 
-from .keyed import KeyedWriter
+from .keyed import KeyedWriter, PartitionWriterStatus
 from .messages import InitInfo, Message, Skipped, WriteResult, WriteStatistics, Written, WrittenInTx
 from .partitioning import PARTITION_KEY_METADATA, Partitioner, PartitionFunction, partition_for_key
 from .settings import (
@@ -24,6 +24,7 @@ __all__ = [
     "KeyedWriterOptions",
     "Message",
     "PartitionFunction",
+    "PartitionWriterStatus",
     "Partitioner",
     "Skipped",
     "TopicWriter",
