@@ -52,6 +52,7 @@ from .topic import (
 from .writer import (
     PARTITION_KEY_METADATA,
     InitInfo,
+    KeyedTxWriter,
     KeyedWriter,
     KeyedWriterOptions,
     Message,
@@ -100,6 +101,7 @@ __all__ = [
     "TopicDescription",
     # Writing.
     "InitInfo",
+    "KeyedTxWriter",
     "KeyedWriter",
     "KeyedWriterOptions",
     "Message",

@@ -20,6 +20,7 @@ from ..observability.logging import sdk_logger
 from ..reader.messages import TopicSelector
 from ..reader.reader import ReaderOptions, TopicReader, TopicsArg
 from ..writer.keyed import DEFAULT_IDLE_TIMEOUT, KeyedWriter
+from ..writer.keyed_tx import KeyedTxWriter
 from ..writer.partitioning import Partitioner
 from ..writer.settings import KeyedWriterOptions, WriterOptions, WriterSettings
 from ..writer.tx_writer import TxWriter
@@ -271,6 +272,37 @@ class TopicClient(TopicAdmin):
                 ``max_buffer_messages`` and ``max_buffer_bytes`` bound each partition's writer.
         """
         writer = KeyedWriter(self._context, self, path, WriterSettings(**options), partitioner, idle_timeout)
+        self._own(writer)
+        return writer
+
+    def keyed_tx_writer(
+        self,
+        tx: object,
+        path: str,
+        *,
+        partitioner: Partitioner = "ydb",
+        **options: Unpack[KeyedWriterOptions],
+    ) -> KeyedTxWriter:
+        """A ``KeyedTxWriter`` for ``path``: keyed writes (as ``keyed_writer``) whose messages, in
+        every partition, are published when ``tx`` commits.
+
+        The commit waits for the acknowledgement of every message written through it and fails
+        (the transaction rolls back) on any error; the first write to each partition returns once
+        acknowledged. A partition split or kept overloaded during the transaction fails it.
+        Closing the driver closes the writer.
+
+        Parameters:
+            tx: A transaction from ``driver.query.transaction()`` or from the official ``ydb``
+                package's asyncio query client.
+            path: The topic, absolute or relative to the driver's database.
+            partitioner: Where a key goes, as for ``keyed_writer``.
+
+        Keyword Args:
+            options (KeyedWriterOptions): As for ``keyed_writer``. Each partition's writer has a
+                producer id (``{producer_id}_{partition_id}``), so the driver's reconnect policy
+                applies: a resend after a lost acknowledgement is deduplicated.
+        """
+        writer = KeyedTxWriter(self._context, self, tx, path, WriterSettings(**options), partitioner)
         self._own(writer)
         return writer
 
