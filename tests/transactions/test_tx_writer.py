@@ -7,6 +7,8 @@ import asyncio
 import pytest
 
 from ydb_topic_async import (
+    Codec,
+    ConnectionState,
     Driver,
     InvalidArgumentError,
     RetryPolicy,
@@ -228,3 +230,30 @@ async def test_writes_to_two_partitions_in_one_transaction(
         got = [(m.offset, m.data) for m in server.storage.read(pair, partition)]
         expected = [f"p{partition}-{n}{s}".encode() for n in range(3) for s in "ab"]
         assert got == list(enumerate(expected))
+
+
+async def test_tx_writer_has_the_members_of_a_topic_writer(
+    driver: Driver, server: LocalTopicServer, target: str
+) -> None:
+    tx = driver.query.transaction()
+    writer = driver.topic.tx_writer(tx, target)
+    assert writer.connection_state is ConnectionState.CONNECTING
+    await writer.open()  # begins the transaction and connects
+    info = await writer.wait_init(timeout=10)
+    assert writer.init_info == info and writer.session_id == info.session_id
+    assert writer.connection_state is ConnectionState.CONNECTED
+    first = await writer.write_with_ack_future(b"first")
+    assert first.done() and isinstance(first.result(), WrittenInTx)  # the first write waits for its ack
+    more = await writer.write_with_ack_future([b"a", b"bb"])
+    assert isinstance(more, list) and len(more) == 2
+    await asyncio.wait(more)
+    assert (writer.buffered_messages, writer.buffered_bytes) == (0, 0)
+    assert writer.last_write_statistics is not None
+    assert (writer.reconnects, writer.last_error, writer.failure) == (0, None, None)
+    assert (writer.producer_id, writer.message_group_id, writer.codec, writer.selected_codec) == (
+        "", None, Codec.RAW, Codec.RAW
+    )
+    await tx.commit()
+    assert writer.connection_state is ConnectionState.CLOSED
+    assert writer.session_id == info.session_id  # still shown after the transaction ended
+    assert stored(server, target) == [(0, b"first"), (1, b"a"), (2, b"bb")]

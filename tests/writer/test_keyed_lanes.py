@@ -18,8 +18,12 @@ from ydb_topic_async import (
     Driver,
     InitInfo,
     InvalidArgumentError,
+    KeyedTxWriter,
+    KeyedWriter,
     OperationTimeoutError,
     PartitionWriterStatus,
+    TopicWriter,
+    TxWriter,
     Written,
 )
 from ydb_topic_async.testing import LocalTopicServer
@@ -112,6 +116,7 @@ async def test_keyed_writer_members_sum_up_its_partition_writers(server: LocalTo
         "m_2", ConnectionState.CONNECTED, 0
     )
     assert status[0].session_id and status[0].session_id != status[2].session_id
+    assert (writer.codec, status[0].selected_codec) == (1, 1)
     assert status[0].last_write_statistics is not None and status[0].last_write_statistics.partition_id == 0
     assert writer.last_write_statistics is not None and writer.last_write_statistics.partition_id == 0
     assert (writer.reconnects, writer.last_error, writer.failure) == (0, None, None)
@@ -138,3 +143,13 @@ async def test_idle_timeout_is_checked_and_waits_are_bounded(server: LocalTopicS
             assert writer.connection_state in (ConnectionState.CONNECTING, ConnectionState.RECONNECTING)
             await flaky.restore()
             await writer.flush(timeout=10)
+
+
+def test_the_keyed_and_transactional_writers_have_the_members_of_a_topic_writer() -> None:
+    """What a ``TopicWriter`` offers, the other writers offer too; a keyed writer has a session
+    and a codec per partition, in ``partition_writers``."""
+    members = {name for name in dir(TopicWriter) if not name.startswith("_")}
+    assert members - set(dir(KeyedWriter)) == {"session_id", "selected_codec"}
+    assert {"session_id", "selected_codec"} <= set(PartitionWriterStatus.__dataclass_fields__)
+    assert members - set(dir(KeyedTxWriter)) == {"session_id", "selected_codec"}
+    assert members - set(dir(TxWriter)) == set()

@@ -92,6 +92,7 @@ class PartitionWriterStatus:
     reconnects: int
     last_error: BaseException | None
     last_write_statistics: WriteStatistics | None
+    selected_codec: int | None
 
 
 class _LaneWriter(TopicWriter):
@@ -247,6 +248,8 @@ class KeyedWriter(ClosesOnExit):
             )
         self.path = context.full_path(path)
         self.producer_id = producer_id
+        self.codec = settings.codec
+        """The ``codec`` option of every partition's writer (a codec id or ``"auto"``)."""
         self._context = context
         self._admin = admin
         self._retry = settings.retry or context.stream_retry
@@ -624,6 +627,7 @@ class KeyedWriter(ClosesOnExit):
                 reconnects=writer.reconnects,
                 last_error=writer.last_error,
                 last_write_statistics=writer.last_write_statistics,
+                selected_codec=writer.selected_codec,
             )
             for pid, writer in ((pid, lane.writer) for pid, lane in sorted(self._lanes.items()))
         }
