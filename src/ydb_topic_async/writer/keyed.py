@@ -165,7 +165,7 @@ class _Lane:
     """The writer of one partition and its unacknowledged entries, in seq_no order."""
 
     __slots__ = (
-        "acknowledged", "failed", "last_used", "lock", "next_seq_no", "partition_id", "pending", "retired", "writer",
+        "failed", "last_used", "lock", "next_seq_no", "partition_id", "pending", "retired", "writer",
     )
 
     def __init__(self, partition_id: int, writer: _LaneWriter, next_seq_no: int) -> None:
@@ -179,8 +179,6 @@ class _Lane:
         self.retired = False
         """Closed for being idle: a write that still holds it takes the partition's new lane."""
         self.last_used = time.monotonic()
-        self.acknowledged = False
-        """Whether a message of this lane was acknowledged yet."""
 
     def idle(self) -> bool:
         """Nothing waits for an acknowledgement and nothing is being handed over."""
@@ -525,7 +523,6 @@ class KeyedWriter(ClosesOnExit):
         error = future.exception()
         if error is None:
             self._overloads.pop(lane.partition_id, None)
-            lane.acknowledged = True
             self._last_acked = lane
             self._settle(entry, future.result())
             while lane.pending and lane.pending[0].done:
