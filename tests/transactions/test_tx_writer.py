@@ -237,11 +237,11 @@ async def test_tx_writer_has_the_members_of_a_topic_writer(
 ) -> None:
     tx = driver.query.transaction()
     writer = driver.topic.tx_writer(tx, target)
-    assert writer.connection_state is ConnectionState.CONNECTING
+    states = [writer.connection_state]
     await writer.open()  # begins the transaction and connects
     info = await writer.wait_init(timeout=10)
     assert writer.init_info == info and writer.session_id == info.session_id
-    assert writer.connection_state is ConnectionState.CONNECTED
+    states.append(writer.connection_state)
     first = await writer.write_with_ack_future(b"first")
     assert first.done() and isinstance(first.result(), WrittenInTx)  # the first write waits for its ack
     more = await writer.write_with_ack_future([b"a", b"bb"])
@@ -254,6 +254,7 @@ async def test_tx_writer_has_the_members_of_a_topic_writer(
         "", None, Codec.RAW, Codec.RAW
     )
     await tx.commit()
-    assert writer.connection_state is ConnectionState.CLOSED
+    states.append(writer.connection_state)
+    assert states == [ConnectionState.CONNECTING, ConnectionState.CONNECTED, ConnectionState.CLOSED]
     assert writer.session_id == info.session_id  # still shown after the transaction ended
     assert stored(server, target) == [(0, b"first"), (1, b"a"), (2, b"bb")]
