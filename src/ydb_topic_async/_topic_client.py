@@ -9,14 +9,21 @@ whose administration and types the writers and readers use.
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import weakref
+from collections.abc import Mapping
 from typing import Any, Protocol, Unpack
 
 from ._context import ClientContext
+from ._errors import InvalidArgumentError, OperationTimeoutError
+from ._futures import deadline
+from ._validate import check_int, check_timeout
 from .observability.logging import sdk_logger
+from .reader.messages import TopicSelector
 from .reader.reader import ReaderOptions, TopicReader, TopicsArg
-from .topic.admin import TopicAdmin
-from .writer.keyed import KeyedWriter
+from .topic.admin import TopicAdmin, offset_bounds
+from .writer.keyed import DEFAULT_IDLE_TIMEOUT, KeyedWriter
+from .writer.keyed_tx import KeyedTxWriter
 from .writer.partitioning import Partitioner
 from .writer.settings import KeyedWriterOptions, WriterOptions, WriterSettings
 from .writer.tx_writer import TxWriter
@@ -27,6 +34,35 @@ logger = sdk_logger("topic")
 
 class _Closable(Protocol):
     async def close(self, timeout: float | None = None) -> None: ...
+
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+_MILLISECOND = dt.timedelta(milliseconds=1)
+_PROBE_BUFFER = 64 * 1024
+"""The read buffer of ``offsets_for_time``'s reader: it needs one message per partition."""
+
+
+def _to_ms(value: dt.datetime) -> int:
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.UTC)
+    return (value - _EPOCH) // _MILLISECOND
+
+
+def _wanted_times(when: object) -> int | dict[int, int]:
+    """``offsets_for_time``'s ``when`` in milliseconds since the epoch (rounded down)."""
+    if isinstance(when, dt.datetime):
+        return _to_ms(when)
+    if isinstance(when, Mapping):
+        wanted = {}
+        for pid, at in when.items():
+            check_int(pid, "a partition id of when")
+            if not isinstance(at, dt.datetime):
+                raise InvalidArgumentError(f"when[{pid}] must be a datetime, got {type(at).__name__}")
+            wanted[pid] = _to_ms(at)
+        return wanted
+    raise InvalidArgumentError(
+        f"when must be a datetime or a mapping of partition ids to datetimes, got {type(when).__name__}"
+    )
 
 
 class TopicClient(TopicAdmin):
@@ -65,6 +101,85 @@ class TopicClient(TopicAdmin):
         if first is not None:
             raise first
 
+    # --- positions ----------------------------------------------------------------------
+
+    async def offsets_for_time(
+        self, path: str, when: dt.datetime | Mapping[int, dt.datetime], *, timeout: float | None = None
+    ) -> dict[int, int | None]:
+        """Per partition, the offset of the first message written at or after ``when``, as
+        aiokafka's ``offsets_for_times``: ``None`` for a partition with no such message (then
+        ``end_offsets`` gives where the next message will go).
+
+        Write times count in whole milliseconds, as YDB stores them: ``when`` is rounded down to
+        its millisecond. The answer comes from the partitions' last write times (one
+        ``describe_topic``) and, for each partition that has such a message, the first message a
+        reader without a consumer is sent from that time on (the server skips older ones), so
+        it costs a read stream, not a scan.
+
+        Parameters:
+            path: The topic, absolute or relative to the driver's database.
+            when: One time for every partition, or ``{partition_id: time}`` for some of them.
+                A naive datetime is taken as UTC.
+            timeout: Seconds the whole call may take (``OperationTimeoutError`` after them).
+
+        Returns:
+            ``{partition_id: offset or None}`` for every partition (for the given ones with a
+            mapping), active or not.
+
+        Raises:
+            InvalidArgumentError: ``when`` is not a datetime or a mapping of partition ids to
+                datetimes, or names a partition the topic does not have.
+        """
+        timeout = check_timeout(timeout)
+        wanted = _wanted_times(when)
+        try:
+            async with deadline(timeout):
+                description = await self.describe_topic(path, include_stats=True)
+                bounds = offset_bounds(description)
+                if isinstance(wanted, int):
+                    wanted = dict.fromkeys(bounds, wanted)
+                unknown = sorted(set(wanted) - set(bounds))
+                if unknown:
+                    raise InvalidArgumentError(f"topic {description.path} has no partitions {unknown}")
+                result: dict[int, int | None] = dict.fromkeys(sorted(wanted))
+                groups: dict[int, list[int]] = {}
+                for partition in description.partitions:
+                    pid = partition.partition_id
+                    at_ms = wanted.get(pid)
+                    if at_ms is None:
+                        continue
+                    start, end = bounds[pid]
+                    last = partition.stats.last_write_time if partition.stats else None
+                    if start < end and (last is None or _to_ms(last) >= at_ms):
+                        groups.setdefault(at_ms, []).append(pid)
+                for at_ms, pids in groups.items():  # one time for all partitions: one reader
+                    await self._first_offsets_since(description.path, at_ms, pids, bounds, result)
+        except TimeoutError:
+            raise OperationTimeoutError(f"offsets_for_time for {path} did not finish within {timeout}s") from None
+        return result
+
+    async def _first_offsets_since(
+        self,
+        path: str,
+        at_ms: int,
+        pids: list[int],
+        bounds: Mapping[int, tuple[int, int]],
+        result: dict[int, int | None],
+    ) -> None:
+        """Fill ``result`` with the first offset written at or after ``at_ms`` of each partition
+        in ``pids`` (each holds such a message), reading them with one reader."""
+        read_from = _EPOCH + at_ms * _MILLISECOND
+        starts = {pid: bounds[pid][0] for pid in pids}
+        selector = TopicSelector(path, partitions=pids, read_from=read_from, start_offsets=starts)
+        todo = set(pids)
+        async with TopicReader(self._context, selector, consumer=None, buffer_size_bytes=_PROBE_BUFFER) as reader:
+            while todo:
+                batch = await reader.receive_batch()
+                pid = batch.partition_session.partition_id
+                if pid in todo:
+                    todo.discard(pid)
+                    result[pid] = batch[0].offset
+
     # --- writers and readers ------------------------------------------------------------
 
     def writer(self, path: str, **options: Unpack[WriterOptions]) -> TopicWriter:
@@ -82,11 +197,21 @@ class TopicClient(TopicAdmin):
                 switches deduplication off. At most 2048 characters.
             partition_id (int | None): The partition to write to; ``None`` lets the server pick one per
                 producer id.
+            message_group_id (str | None): The session's message group, as the Java and JS SDKs send it:
+                the server places the session by it and deduplicates by it. YDB accepts it only
+                without a producer id or equal to it (any other pair is refused with
+                BAD_REQUEST), so with ``producer_id`` not given none is sent and the group is the
+                writer's identity; not with ``partition_id``. ``None`` (the default): the
+                producer id's.
             direct_write (bool): Connect to the node that holds the partition, with its generation,
                 and follow the partition when it moves. Needs ``partition_id``.
             session_metadata (Mapping[str, str] | None): ``str`` to ``str`` pairs sent with the write session.
-            codec (int | None): The codec of written batches (``Codec.RAW`` by default); a custom codec id
-                needs its function in ``encoders``.
+            codec (int | "auto" | None): The codec of written batches (``Codec.RAW`` by default); a custom
+                codec id needs its function in ``encoders``. ``"auto"``: per batch, the codec that
+                makes it smallest among those the topic accepts and the writer has an encoder for
+                (RAW and GZIP when the topic lists none), measured on a sample of the batch off
+                the event loop at the start and every 100 batches; a compressing codec must save
+                at least 5% over RAW (``TopicWriter.selected_codec`` tells the current choice).
             encoders (Mapping[int, Transform] | None): Extra codec functions by codec id
                 (``bytes -> bytes``), run off the event loop. An encoder runs in one thread at a
                 time unless wrapped in ``ThreadSafe``.
@@ -114,7 +239,12 @@ class TopicClient(TopicAdmin):
         return writer
 
     def keyed_writer(
-        self, path: str, *, partitioner: Partitioner = "ydb", **options: Unpack[KeyedWriterOptions]
+        self,
+        path: str,
+        *,
+        partitioner: Partitioner = "ydb",
+        idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
+        **options: Unpack[KeyedWriterOptions],
     ) -> KeyedWriter:
         """A ``KeyedWriter`` for ``path``: ``write(message, key=...)`` spreads messages over the
         topic's partitions by key, in order per key.
@@ -130,6 +260,9 @@ class TopicClient(TopicAdmin):
                 ``"kafka"``: Kafka's default partitioner (murmur2 of the key modulo the number of
                 partitions), for topics without auto-partitioning. Or a function
                 ``(key: bytes, partitions: Sequence[PartitionInfo]) -> partition_id``.
+            idle_timeout: Seconds after which a partition's writer with nothing unacknowledged
+                and no write is closed, to be opened again by the next write to its partition
+                (default 30, as the C++ SDK's producer; ``None``: never).
 
         Keyword Args:
             producer_id (str | None): The base of the partitions' producer ids (each partition's writer
@@ -140,7 +273,38 @@ class TopicClient(TopicAdmin):
                 ``token_refresh_interval`` and ``init_timeout`` as for ``writer``;
                 ``max_buffer_messages`` and ``max_buffer_bytes`` bound each partition's writer.
         """
-        writer = KeyedWriter(self._context, self, path, WriterSettings(**options), partitioner)
+        writer = KeyedWriter(self._context, self, path, WriterSettings(**options), partitioner, idle_timeout)
+        self._own(writer)
+        return writer
+
+    def keyed_tx_writer(
+        self,
+        tx: object,
+        path: str,
+        *,
+        partitioner: Partitioner = "ydb",
+        **options: Unpack[KeyedWriterOptions],
+    ) -> KeyedTxWriter:
+        """A ``KeyedTxWriter`` for ``path``: keyed writes (as ``keyed_writer``) whose messages, in
+        every partition, are published when ``tx`` commits.
+
+        The commit waits for the acknowledgement of every message written through it and fails
+        (the transaction rolls back) on any error; the first write to each partition returns once
+        acknowledged. A partition split or kept overloaded during the transaction fails it.
+        Closing the driver closes the writer.
+
+        Parameters:
+            tx: A transaction from ``driver.query.transaction()`` or from the official ``ydb``
+                package's asyncio query client.
+            path: The topic, absolute or relative to the driver's database.
+            partitioner: Where a key goes, as for ``keyed_writer``.
+
+        Keyword Args:
+            options (KeyedWriterOptions): As for ``keyed_writer``. Each partition's writer has a
+                producer id (``{producer_id}_{partition_id}``), so the driver's reconnect policy
+                applies: a resend after a lost acknowledgement is deduplicated.
+        """
+        writer = KeyedTxWriter(self._context, self, tx, path, WriterSettings(**options), partitioner)
         self._own(writer)
         return writer
 

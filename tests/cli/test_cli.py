@@ -62,10 +62,20 @@ async def test_write_then_read_with_and_without_consumer(server: LocalTopicServe
         (0, "first", "cli"), (1, "second", "cli"), (2, "third", "cli")
     ]
     code, out, _ = await cli(server, "consumer", "describe", "lines", "c", "--json")
-    assert json.loads(out)["total_lag"] == 0
+    described = json.loads(out)
+    assert described["total_lag"] == 0
+    partition = described["partitions"][0]
+    assert (partition["lag"], partition["time_lag_seconds"], partition["read_time_lag_seconds"]) == (0, 0.0, 0.0)
+    assert partition["last_read_time"] is not None
+    code, out, _ = await cli(server, "write", "lines", "--producer-id", "cli", stdin=b"fourth\n")
+    server.advance_time(90)
+    code, out, _ = await cli(server, "consumer", "describe", "lines", "c")
+    assert code == 0 and "total lag 1 messages" in out
+    time_lag = re.search(r"partition 0: committed 3, end 4, lag 1 messages, time lag ([0-9.]+)s", out)
+    assert time_lag is not None and float(time_lag.group(1)) >= 90, out
 
     code, out, _ = await cli(server, "read", "lines", "--partition", "0", "--offset", "1", "--idle-timeout", "0.5")
-    assert (code, out) == (0, "second\nthird\n")
+    assert (code, out) == (0, "second\nthird\nfourth\n")
 
 
 async def test_mistakes_get_clear_errors_and_exit_codes(server: LocalTopicServer) -> None:

@@ -155,6 +155,47 @@ async def test_an_auto_partitioned_topic_starts_with_ydbs_key_ranges(channel: gr
         assert ranges == list(zip([None, *cuts], [*cuts, None], strict=True)), count
 
 
+def _ranges(result: Any) -> list[tuple[bytes | None, bytes | None]]:
+    return [
+        (p.key_range.from_bound if p.key_range.HasField("from_bound") else None,
+         p.key_range.to_bound if p.key_range.HasField("to_bound") else None)
+        for p in result.partitions
+    ]
+
+
+def _even(count: int) -> list[tuple[bytes | None, bytes | None]]:
+    slice_ = (2**128 - 1) // count
+    cuts = [((i + 1) * slice_ - 1).to_bytes(16, "big") for i in range(count - 1)]
+    return list(zip([None, *cuts], [*cuts, None], strict=True))
+
+
+async def test_every_topic_of_several_partitions_starts_with_key_ranges(channel: grpc.aio.Channel) -> None:
+    """The scheme shard gives key ranges when ``op.PartitionBoundariesSize() || (splitMergeEnabled
+    && 1 < partitionCount)``, where ``splitMergeEnabled`` is the EnableTopicSplitMerge feature
+    flag (on by default; ydb/core/protos/feature_flags.proto), not the topic's auto-partitioning
+    (ydb/core/tx/schemeshard/schemeshard__operation_create_pq.cpp at 6140ef79). So a plain topic
+    of n > 1 partitions shows the same even ranges as an auto-partitioned one; one partition has
+    none. Partitions added by AlterTopic to a plain topic get none (schemeshard__operation_alter_pq.cpp
+    at 00b56810: ``PartitionsToAdd.emplace(NextPartitionId + i, ...)`` without a range), and
+    turning auto-partitioning on lays even ranges over every partition (``splitMergeWasEnabled``)."""
+    for count in (2, 3, 7):
+        await create_topic(channel, f"plain-{count}", partitions=count)
+        assert _ranges(await describe(channel, f"plain-{count}")) == _even(count), count
+    await create_topic(channel, "single")
+    assert _ranges(await describe(channel, "single")) == [(None, None)]
+
+    grow = pb.AlterTopicRequest(path="plain-2")
+    grow.alter_partitioning_settings.set_min_active_partitions = 3
+    assert await answer(channel, "AlterTopic", grow) == ("SUCCESS", "")
+    assert _ranges(await describe(channel, "plain-2")) == [*_even(2), (None, None)]
+
+    auto = pb.AlterTopicRequest(path="plain-2")
+    strategy = auto.alter_partitioning_settings.alter_auto_partitioning_settings
+    strategy.set_strategy = pb.AUTO_PARTITIONING_STRATEGY_SCALE_UP
+    assert await answer(channel, "AlterTopic", auto) == ("SUCCESS", "")
+    assert _ranges(await describe(channel, "plain-2")) == _even(3)
+
+
 async def test_describe_topic_defaults(channel: grpc.aio.Channel) -> None:
     """create_topic.cpp: retention 1 day, write speed and burst DEFAULT_PARTITION_SPEED (1 MiB/s);
     with auto-partitioning max active = min unless set, up 90 %, down 30 %, window 300 s. A plain

@@ -122,6 +122,35 @@ async def test_message_group_id_without_producer_id_deduplicates_by_the_group(
     assert [(m.producer_id, m.seq_no) for m in server.storage.read("t", 0)][:3] == [("g", 1), ("g", 2), ("g", 3)]
 
 
+async def test_a_producer_id_goes_with_no_message_group_the_same_one_or_a_partition(
+    channel: grpc.aio.Channel, server: LocalTopicServer
+) -> None:
+    """YDB's write session accepts a producer id with no (or an empty) message_group_id, with an
+    equal one, or with a partition; a different message group is refused with BAD_REQUEST
+    "unsupported producer_id / message_group_id / partition_id settings in init request"
+    (ydb/services/persqueue_v1/actors/write_session_actor.cpp, TWriteSessionTopicApiActor::HandleInit:
+    ``isScenarioSupported``; the JS SDK's writer test asserts the same status and text). The
+    source id is the message group when it is not empty, else the producer id."""
+    await create_topic(channel, "t")
+    different = RawWriter(channel)
+    reply = await different.init("t", producer_id="p", message_group_id="other")
+    assert (reply.status, reply.issues[0].message) == (
+        StatusIds.BAD_REQUEST, "unsupported producer_id / message_group_id / partition_id settings in init request"
+    )
+    for partitioning in ({"message_group_id": "p"}, {"message_group_id": ""}, {}, {"partition_id": 0}):
+        writer = RawWriter(channel)
+        reply = await writer.init("t", producer_id="p", **partitioning)
+        assert reply.status == StatusIds.SUCCESS, partitioning
+        await writer.close()
+    empty_group = await opened(channel, "t", producer_id="p", message_group_id="")
+    assert acks(await empty_group.write([1])) == [(1, "written", 0)]
+    await empty_group.close()
+    same = await opened(channel, "t", producer_id="p", message_group_id="p")
+    assert acks(await same.write([1, 2])) == [(1, "skipped", -1), (2, "written", 1)]
+    await same.close()
+    assert [(m.producer_id, m.seq_no) for m in server.storage.read("t", 0)] == [("p", 1), ("p", 2)]
+
+
 async def test_a_producer_cannot_switch_to_another_explicit_partition(
     channel: grpc.aio.Channel, server: LocalTopicServer
 ) -> None:

@@ -28,11 +28,6 @@ async def test_message_groups_bind_to_partitions(channel: grpc.aio.Channel, serv
         await writer.close()
     assert chosen[:2] in ([0, 1], [1, 0])
     assert chosen[2:] == chosen[:2]
-    writer = RawWriter(channel)
-    reply = await writer.init("groups", producer_id="p", message_group_id="other")
-    assert (reply.status, reply.issues[0].message) == (
-        StatusIds.BAD_REQUEST, "message_group_id must equal producer_id when both are set"
-    )
 
 
 async def test_partition_with_generation(channel: grpc.aio.Channel, server: LocalTopicServer) -> None:

@@ -7,6 +7,8 @@ import asyncio
 import pytest
 
 from ydb_topic_async import (
+    Codec,
+    ConnectionState,
     Driver,
     InvalidArgumentError,
     RetryPolicy,
@@ -228,3 +230,31 @@ async def test_writes_to_two_partitions_in_one_transaction(
         got = stored_fields(server, pair, "offset", "data", partition=partition)
         expected = [f"p{partition}-{n}{s}".encode() for n in range(3) for s in "ab"]
         assert got == list(enumerate(expected))
+
+
+async def test_tx_writer_has_the_members_of_a_topic_writer(
+    driver: Driver, server: LocalTopicServer, target: str
+) -> None:
+    tx = driver.query.transaction()
+    writer = driver.topic.tx_writer(tx, target)
+    states = [writer.connection_state]
+    await writer.open()  # begins the transaction and connects
+    info = await writer.wait_init(timeout=10)
+    assert writer.init_info == info and writer.session_id == info.session_id
+    states.append(writer.connection_state)
+    first = await writer.write_with_ack_future(b"first")
+    assert first.done() and isinstance(first.result(), WrittenInTx)  # the first write waits for its ack
+    more = await writer.write_with_ack_future([b"a", b"bb"])
+    assert isinstance(more, list) and len(more) == 2
+    await asyncio.wait(more)
+    assert (writer.buffered_messages, writer.buffered_bytes) == (0, 0)
+    assert writer.last_write_statistics is not None
+    assert (writer.reconnects, writer.last_error, writer.failure) == (0, None, None)
+    assert (writer.producer_id, writer.message_group_id, writer.codec, writer.selected_codec) == (
+        "", None, Codec.RAW, Codec.RAW
+    )
+    await tx.commit()
+    states.append(writer.connection_state)
+    assert states == [ConnectionState.CONNECTING, ConnectionState.CONNECTED, ConnectionState.CLOSED]
+    assert writer.session_id == info.session_id  # still shown after the transaction ended
+    assert stored_fields(server, target, "offset", "data") == [(0, b"first"), (1, b"a"), (2, b"bb")]

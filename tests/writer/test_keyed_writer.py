@@ -333,3 +333,26 @@ async def test_mistakes_are_refused_at_the_call(driver: Driver) -> None:
             await writer.write(b"x")  # type: ignore[call-arg]
         await writer.write_with_ack(b"fine", key="k")
     assert isinstance(writer, KeyedWriter)
+
+
+async def test_a_topic_grown_after_creation_is_refused_by_the_default_partitioner(
+    server: LocalTopicServer, driver: Driver
+) -> None:
+    """A partition added to a topic created with several gets no key range (YDB's scheme shard:
+    ydb/core/tx/schemeshard/schemeshard__operation_alter_pq.cpp adds it without one), so the
+    default partitioner cannot tell which keys it holds and refuses, as the C++ producer's
+    TBoundPartitionChooser does ("Unbounded partition is not supported"). Kafka's partitioner
+    needs no ranges; a topic created with one partition and grown is laid out as a new one."""
+    await driver.topic.create_topic("grown", min_active_partitions=2)
+    await driver.topic.alter_topic("grown", set_min_active_partitions=3)
+    writer = driver.topic.keyed_writer("grown", producer_id="p")
+    with pytest.raises(InvalidArgumentError, match=r"partitions without \(\[2\]"):
+        await writer.open()
+    await writer.close()
+    async with driver.topic.keyed_writer("grown", producer_id="k", partitioner="kafka") as kafka:
+        assert isinstance(await kafka.write_with_ack(b"x", key="a"), Written)
+    await driver.topic.create_topic("grown-from-one")
+    await driver.topic.alter_topic("grown-from-one", set_min_active_partitions=3)
+    async with driver.topic.keyed_writer("grown-from-one", producer_id="p") as writer:
+        result = await writer.write_with_ack(b"x", key="customer-17")
+    assert isinstance(result, Written) and result.partition_id == expected_partition("customer-17", 3)

@@ -111,7 +111,7 @@ def _parser() -> argparse.ArgumentParser:
         command.set_defaults(usage=command)
 
     consumer = commands.add_parser("consumer", help="inspect consumers").add_subparsers(dest="action", required=True)
-    consumer_describe = consumer.add_parser("describe", help="committed offsets and lag per partition")
+    consumer_describe = consumer.add_parser("describe", help="committed offsets, lag and time lag per partition")
     consumer_describe.add_argument("path")
     consumer_describe.add_argument("name")
     consumer_describe.add_argument("--json", action="store_true")
@@ -314,16 +314,29 @@ async def _consumer(args: argparse.Namespace, out: TextIO) -> None:
         c = await driver.topic.describe_consumer(args.path, args.name)
         rows = [
             {"partition": p.partition_id, "committed_offset": p.committed_offset, "end_offset": p.end_offset,
-             "lag": p.lag}
+             "lag": p.lag, "time_lag_seconds": _seconds(p.time_lag),
+             "read_time_lag_seconds": _seconds(p.max_read_time_lag),
+             "last_read_time": p.last_read_time.isoformat() if p.last_read_time else None,
+             "reader": p.reader_name or None}
             for p in c.partitions
         ]
+        stats = c.stats
+        time_lag = _seconds(stats.max_committed_time_lag) if stats is not None else None
         if args.json:
-            print(json.dumps({"consumer": args.name, "partitions": rows, "total_lag": c.total_lag}), file=out)
+            print(json.dumps({"consumer": args.name, "partitions": rows, "total_lag": c.total_lag,
+                              "max_time_lag_seconds": time_lag}), file=out)
             return
-        print(f"consumer {args.name} of {c.path}: total lag {c.total_lag}", file=out)
+        print(f"consumer {args.name} of {c.path}: total lag {c.total_lag} messages"
+              + (f", max time lag {time_lag:.3f}s" if time_lag is not None else ""), file=out)
         for row in rows:
             print(f"  partition {row['partition']}: committed {row['committed_offset']},"
-                  f" end {row['end_offset']}, lag {row['lag']}", file=out)
+                  f" end {row['end_offset']}, lag {row['lag']} messages"
+                  + (f", time lag {row['time_lag_seconds']:.3f}s" if row["time_lag_seconds"] is not None else "")
+                  + (f", read by {row['reader']}" if row["reader"] else ""), file=out)
+
+
+def _seconds(value: dt.timedelta | None) -> float | None:
+    return None if value is None else value.total_seconds()
 
 
 class Progress:

@@ -1,11 +1,11 @@
-"""Driver-side questions to the server while planning reads: the topic's state, offsets by time."""
+"""Driver-side questions to the server while planning reads: the topic's state, offsets by time
+(both through ``driver.topic``'s public calls)."""
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 
-from .. import Driver, TopicSelector
+from .. import Driver
 from ._offsets import TopicState
 from ._options import ByTimestamp
 
@@ -40,7 +40,8 @@ async def offsets_by_time(
     missing_is_end: bool,
     timeout: float,
 ) -> dict[int, int]:
-    """Per partition, the offset of the first message written at or after the spec's time.
+    """Per partition, the offset of the first message written at or after the spec's time
+    (``driver.topic.offsets_for_time``).
 
     A partition the spec gives no time for starts at the earliest (or, for ending offsets, ends at
     the latest). When no message is that recent, the result is the partition's end if
@@ -51,27 +52,24 @@ async def offsets_by_time(
     if missing:
         raise ValueError(f"ydb_topic: option {name!r} names partitions the topic does not have: {missing}")
     ending = name.startswith("ending")
-
-    async def one(pid: int, first: int, end: int) -> int:
-        wanted = spec.for_partition(pid)
-        if wanted is None:
-            return end if ending else first
-        last_write = state.last_write_ms.get(pid)
-        if first >= end or last_write is None or last_write < wanted:
-            if missing_is_end:
-                return end
-            raise ValueError(
-                f"ydb_topic: option {name!r}: partition {pid} has no message written at or after {wanted} ms "
-                f"(its last was written at {last_write} ms); set startingOffsetsByTimestampStrategy to "
-                "'latest' to start at its end instead"
-            )
-        read_from = _EPOCH + wanted * _MS
-        selector = TopicSelector(state.path, partitions=[pid], read_from=read_from, start_offsets={pid: first})
-        async with driver.topic.reader(selector, consumer=None, buffer_size_bytes=1024 * 1024) as reader:
-            batch = await reader.receive_batch(timeout=timeout)
-        return batch[0].offset
-
-    pids = sorted(state.bounds)
-    offsets = await asyncio.gather(*(one(pid, *state.bounds[pid]) for pid in pids))
-    # A message written after the description was taken may be the first match: that is the end.
-    return {pid: min(offset, state.bounds[pid][1]) for pid, offset in zip(pids, offsets, strict=True)}
+    wanted = {pid: spec.for_partition(pid) for pid in state.bounds}
+    times = {pid: _EPOCH + ms * _MS for pid, ms in wanted.items() if ms is not None}
+    found = await driver.topic.offsets_for_time(state.path, times, timeout=timeout) if times else {}
+    result: dict[int, int] = {}
+    for pid, (first, end) in sorted(state.bounds.items()):
+        at_ms = wanted[pid]
+        if at_ms is None:
+            result[pid] = end if ending else first
+            continue
+        offset = found.get(pid)
+        if offset is None:
+            if not missing_is_end:
+                raise ValueError(
+                    f"ydb_topic: option {name!r}: partition {pid} has no message written at or after {at_ms} ms "
+                    f"(its last was written at {state.last_write_ms.get(pid)} ms); set "
+                    "startingOffsetsByTimestampStrategy to 'latest' to start at its end instead"
+                )
+            offset = end
+        # A message written after the description was taken may be the first match: that is the end.
+        result[pid] = min(offset, end)
+    return result

@@ -16,8 +16,19 @@ Validation and defaults follow YDB's schema actors (``ydb/core/persqueue/public/
 - Defaults: retention 24 h, write speed and burst 1 MiB/s; with auto-partitioning, max active
   partitions = min unless set, up 90 %, down 30 %, stabilization window 300 s.
 - AlterTopic dropping or altering a consumer that does not exist: NOT_FOUND.
+- Key ranges (the scheme shard, ``schemeshard__operation_create_pq.cpp`` and
+  ``schemeshard__operation_alter_pq.cpp``): a topic created with more than one partition gets
+  even ranges, auto-partitioned or not (YDB's EnableTopicSplitMerge flag, on by default);
+  partitions added later by AlterTopic get none, and turning auto-partitioning on lays even
+  ranges over all partitions again.
 - DescribeConsumer with stats always sets write/read times and lags (zero when nothing was
-  written or read), names itself ``<topic>/<consumer>``; consumers carry ``_service_type``.
+  written or read) and the bytes read per minute, hour and day, names itself
+  ``<topic>/<consumer>``, and folds the partitions' times and lags into the consumer's stats
+  (the earliest last read, the largest lags; ``describe_consumer.cpp``); DescribeTopic with
+  stats gives each consumer the same and the bytes read summed. Consumers carry
+  ``_service_type``.
+- ``metrics_level`` is kept as given (CreateTopic, AlterTopic ``set_``/``reset_metrics_level``)
+  and described only when set.
 - CommitOffset: an unknown consumer is BAD_REQUEST, a partition that does not exist SCHEME_ERROR.
 """
 
@@ -250,10 +261,37 @@ def _consumer_stats(stats: Any, consumer: Consumer, p: Partition, now_ns: int) -
     last = p.message_at(stats.last_read_offset - 1)
     write_lag = (last.written_at_ns - last.created_at_ns) / 1e9 if last and last.created_at_ns else 0.0
     stats.max_write_time_lag.CopyFrom(duration(max(write_lag, 0.0)))
-    stats.bytes_read.SetInParent()
+    read = stats.bytes_read
+    read.per_minute = consumer.bytes_read_since(p, now_ns - 60_000_000_000)
+    read.per_hour = consumer.bytes_read_since(p, now_ns - 3_600_000_000_000)
+    read.per_day = consumer.bytes_read_since(p, now_ns - _DAY_NS)
+
+
+def _consumer_summary(target: Any, partitions: list[Any], with_bytes: bool) -> None:
+    """A consumer's ConsumerStats from its PartitionConsumerStats: the earliest last read time
+    and the largest lags over the partitions (and, in DescribeTopic, the bytes read summed), as
+    YDB's describe actors fold them (``UpdateProtoTime`` keeping the minimum or the maximum,
+    ``AddWindowsStat``)."""
+    if not partitions:
+        return
+    target.min_partitions_last_read_time.CopyFrom(
+        min((s.last_read_time for s in partitions), key=lambda t: t.ToNanoseconds())
+    )
+    for name in ("max_read_time_lag", "max_write_time_lag", "max_committed_time_lag"):
+        getattr(target, name).CopyFrom(max((getattr(s, name) for s in partitions), key=lambda d: d.ToNanoseconds()))
+    if with_bytes:
+        total = target.bytes_read
+        for s in partitions:
+            total.per_minute += s.bytes_read.per_minute
+            total.per_hour += s.bytes_read.per_hour
+            total.per_day += s.bytes_read.per_day
 
 
 def _key_range(info: Any, p: Partition) -> None:
+    """The partition's key range, as DescribeTopic shows it whenever the partition has one: every
+    partition of a topic created with more than one (split/merge is on in YDB by default), the
+    children of a split; not a single partition, nor one added later by AlterTopic (its range is
+    the whole key space here, none in YDB)."""
     if p.key_from:
         info.key_range.from_bound = as_bound(p.key_from)
     if p.key_to < KEY_SPACE:
@@ -267,8 +305,7 @@ def _partition_info(p: Partition, include_stats: bool, include_location: bool, n
         child_partition_ids=p.child_ids,
         parent_partition_ids=p.parent_ids,
     )
-    if p.topic.settings.autopartitioned or p.parent_ids or p.child_ids:
-        _key_range(info, p)
+    _key_range(info, p)
     if include_stats:
         info.partition_stats.CopyFrom(_partition_stats(p, now_ns))
     if include_location:
@@ -329,6 +366,7 @@ class ControlPlane:
             partition_write_burst_bytes=burst,
             attributes=_attributes(req.attributes),
             metering_mode=req.metering_mode,
+            metrics_level=req.metrics_level if req.HasField("metrics_level") else None,
         )
         if settings.autopartitioned:
             settings.max_active_partitions = settings.max_active_partitions or min_active
@@ -353,6 +391,8 @@ class ControlPlane:
             consumers=[_consumer_to_proto(c) for c in topic.consumers.values()],
             metering_mode=s.metering_mode,  # type: ignore[arg-type]
         )
+        if s.metrics_level is not None:
+            result.metrics_level = s.metrics_level
         result.self.CopyFrom(self._entry(topic))
         rps = result.partitioning_settings
         rps.min_active_partitions = s.min_active_partitions
@@ -375,6 +415,13 @@ class ControlPlane:
                 stat.per_minute += p.bytes_written_since(now - 60_000_000_000)
                 stat.per_hour += p.bytes_written_since(now - 3_600_000_000_000)
                 stat.per_day += p.bytes_written_since(now - _DAY_NS)
+            for consumer, msg in zip(topic.consumers.values(), result.consumers, strict=True):
+                per_partition = []
+                for p in topic.partitions:
+                    part = pb.DescribeConsumerResult.PartitionConsumerStats()
+                    _consumer_stats(part, consumer, p, now)
+                    per_partition.append(part)
+                _consumer_summary(msg.consumer_stats, per_partition, with_bytes=True)
         return result
 
     def describe_partition(self, req: Any) -> pb.DescribePartitionResult:
@@ -409,6 +456,10 @@ class ControlPlane:
             if req.include_location:
                 info.partition_location.node_id = p.node_id
                 info.partition_location.generation = p.generation
+        if req.include_stats:
+            # YDB's DescribeConsumer folds times and lags into the consumer's stats, not bytes read.
+            partition_stats = [info.partition_consumer_stats for info in result.partitions]
+            _consumer_summary(result.consumer.consumer_stats, partition_stats, with_bytes=False)
         return result
 
     # --- alter --------------------------------------------------------------------------------
@@ -474,6 +525,11 @@ class ControlPlane:
                 speed_value, burst_value
             )
         _check_metering(req.set_metering_mode)
+        which = req.WhichOneof("metrics_level")
+        if which == "set_metrics_level":
+            new.metrics_level = req.set_metrics_level
+        elif which == "reset_metrics_level":
+            new.metrics_level = None
         for key, value in _attributes(req.alter_attributes).items():
             if value:
                 new.attributes[key] = value
@@ -506,6 +562,8 @@ class ControlPlane:
         # Everything is validated: apply.
         if new_min is not None and new_min > len(topic.active_partitions):
             topic.add_partitions(new_min - len(topic.active_partitions))
+        if new.autopartitioned and not current.autopartitioned:
+            topic.lay_even_ranges()
         topic.settings = new
         topic.consumers = consumers
         self.storage.changed(topic)
@@ -524,6 +582,7 @@ class ControlPlane:
             committed=consumer.committed,
             read_up_to=consumer.read_up_to,
             last_read_ns=consumer.last_read_ns,
+            reads=consumer.reads,
         )
         if c.HasField("set_important"):
             changed.important = c.set_important

@@ -58,7 +58,10 @@ _SETTINGS_FIELDS = (
     "partition_write_burst_bytes",
     "attributes",
     "metering_mode",
+    "metrics_level",
 )
+"""Appended to, never reordered: a journal written before a field existed lacks it at the end
+and replays with its default."""
 
 
 def _message_record(m: StoredMessage | StoredRow) -> tuple[Any, ...]:
@@ -201,7 +204,7 @@ class _Replay:
         self, path: str, created_ns: int, settings: tuple[Any, ...], retention_s: float,
         consumers: tuple[Any, ...], partitions: tuple[Any, ...],
     ) -> None:
-        values = dict(zip(_SETTINGS_FIELDS, settings, strict=True))
+        values = dict(zip(_SETTINGS_FIELDS, settings, strict=False))
         values["supported_codecs"] = list(values["supported_codecs"])
         values["attributes"] = dict(values["attributes"])
         topic_settings = TopicSettings(retention=dt.timedelta(seconds=retention_s), **values)

@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import itertools
+from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate, islice
@@ -53,6 +54,8 @@ from .stored import (
 
 SERVICE_TYPE = "data-streams"
 """The consumer service type a YDB database uses by default."""
+
+_DAY_NS = 86_400_000_000_000
 
 
 def source_key(source_id: str) -> int:
@@ -277,6 +280,9 @@ class Consumer:
     read_up_to: dict[int, int] = field(default_factory=dict)
     """Partition id -> the offset after the last message sent to a reader of this consumer."""
     last_read_ns: dict[int, int] = field(default_factory=dict)
+    reads: dict[int, deque[tuple[int, int]]] = field(default_factory=dict)
+    """Partition id -> ``(time ns, data bytes)`` of each read response of the last day, oldest
+    first: the bytes read per minute, hour and day that DescribeConsumer reports."""
 
     def stored_offset(self, partition: Partition) -> int:
         """The committed offset as recorded, even when retention deleted data above it."""
@@ -291,11 +297,27 @@ class Consumer:
         self.committed[partition.partition_id] = offset
         partition.topic.owner.changes.committed(partition.topic.path, self.name, partition.partition_id, offset)
 
-    def record_read(self, partition: Partition, next_offset: int, now_ns: int) -> None:
-        """A reader of this consumer was sent ``partition``'s messages up to ``next_offset``."""
+    def record_read(self, partition: Partition, next_offset: int, now_ns: int, nbytes: int = 0) -> None:
+        """A reader of this consumer was sent ``partition``'s messages up to ``next_offset``,
+        ``nbytes`` bytes of their data."""
         pid = partition.partition_id
         self.read_up_to[pid] = max(self.read_up_to.get(pid, 0), next_offset)
         self.last_read_ns[pid] = now_ns
+        reads = self.reads.get(pid)
+        if reads is None:
+            reads = self.reads[pid] = deque()
+        reads.append((now_ns, nbytes))
+        while reads and reads[0][0] < now_ns - _DAY_NS:
+            reads.popleft()
+
+    def bytes_read_since(self, partition: Partition, since_ns: int) -> int:
+        """Bytes of ``partition``'s data sent to this consumer's readers at or after ``since_ns``."""
+        total = 0
+        for at_ns, nbytes in reversed(self.reads.get(partition.partition_id, ())):
+            if at_ns < since_ns:
+                break
+            total += nbytes
+        return total
 
 
 class Topic:
@@ -392,6 +414,12 @@ class Topic:
                 return True
             todo.extend(self.partitions[pid].parent_ids)
         return False
+
+    def lay_even_ranges(self) -> None:
+        """Give the partitions, in id order, the even key ranges of a topic created with as many
+        (auto-partitioning was turned on: YDB's scheme shard lays them out so)."""
+        for partition, (low, high) in zip(self.partitions, even_ranges(len(self.partitions)), strict=True):
+            partition.key_from, partition.key_to = low, high
 
     def add_partitions(self, count: int) -> None:
         for _ in range(count):

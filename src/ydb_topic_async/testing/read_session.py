@@ -36,7 +36,7 @@ from typing import Any
 
 from . import read_wire
 from .partition_log import Consumer, Partition, Topic
-from .stored import StorageError, StoredRow, read_size
+from .stored import ROW_DATA, StorageError, StoredRow, read_size
 
 MAX_RESPONSE_BYTES = 4 * 1024 * 1024
 """A ReadResponse is cut at about this size even when the client's credit allows more."""
@@ -286,7 +286,8 @@ class ReadSession:
                 continue
             state.read_offset = chunk[-1][0] + 1  # the last row's offset
             if state.consumer is not None:
-                state.consumer.record_read(partition, state.read_offset, now_ns)
+                nbytes = sum(len(row[ROW_DATA]) for row in chunk)
+                state.consumer.record_read(partition, state.read_offset, now_ns, nbytes)
             return state, chunk
         return None
 

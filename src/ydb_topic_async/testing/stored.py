@@ -125,6 +125,8 @@ class TopicSettings:
     partition_write_burst_bytes: int = DEFAULT_WRITE_SPEED
     attributes: dict[str, str] = field(default_factory=dict)
     metering_mode: int = 0
+    metrics_level: int | None = None
+    """The topic's metrics level, when one was set (YDB keeps it unset by default)."""
 
     @property
     def autopartitioned(self) -> bool:

@@ -2,11 +2,13 @@
 
 As in YDB (``ydb/services/persqueue_v1/actors/write_session_actor``):
 
-- The source id is the ``message_group_id`` when one is given, else the ``producer_id``; with a
-  source id, deduplication is on: a message whose seq_no the source already wrote to the
-  partition (or a lower one) is answered "skipped, already written" and not stored again. With
-  neither there is no deduplication. ``message_group_id`` and ``producer_id``, when both given,
-  must be equal.
+- The source id is the ``message_group_id`` when one is given (not empty), else the
+  ``producer_id``; with a source id, deduplication is on: a message whose seq_no the source
+  already wrote to the partition (or a lower one) is answered "skipped, already written" and not
+  stored again. With neither there is no deduplication. A ``producer_id`` is accepted with no
+  (or an empty) ``message_group_id``, the same one, or a partition; a different group is
+  BAD_REQUEST ("unsupported producer_id / message_group_id / partition_id settings in init
+  request", ``TWriteSessionTopicApiActor::HandleInit``).
 - A new source id is placed by the MD5 of its name (see ``Topic.partition_for_key``) and keeps
   its partition across sessions; after a split it moves to the child owning its key, seq_nos
   and all. Asking for an explicit partition other than the bound one (or its descendant) is
@@ -186,9 +188,13 @@ class WriteService:
         if len(producer_id) > MAX_PRODUCER_ID_LENGTH:
             raise StorageError("BAD_REQUEST", f"producer_id is longer than {MAX_PRODUCER_ID_LENGTH} characters")
         how = init.WhichOneof("partitioning")
-        if how == "message_group_id" and producer_id and init.message_group_id != producer_id:
-            raise StorageError("BAD_REQUEST", "message_group_id must equal producer_id when both are set")
-        source_id = init.message_group_id if how == "message_group_id" else producer_id
+        group = init.message_group_id if how == "message_group_id" else ""
+        if producer_id and group and group != producer_id:
+            # YDB accepts a producer id only with no message group, the same one, or a partition.
+            raise StorageError(
+                "BAD_REQUEST", "unsupported producer_id / message_group_id / partition_id settings in init request"
+            )
+        source_id = group or producer_id
         if how in ("partition_id", "partition_with_generation"):
             partition = self._explicit_partition(topic, init, how, source_id)
         elif source_id:

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .._context import ClientContext
-from .._errors import AlreadyExistsError, InvalidArgumentError, SchemeError
+from .._errors import AlreadyExistsError, InternalError, InvalidArgumentError, SchemeError
 from .._proto import ydb_topic_pb2 as pb
 from .._validate import check_int, check_optional_int
 from . import types as t
@@ -76,6 +76,7 @@ class TopicAdmin:
         attributes: Mapping[str, str] | None = None,
         consumers: Sequence[t.ConsumerSettings | str] = (),
         auto_partitioning: t.AutoPartitioningSettings | None = None,
+        metrics_level: int | None = None,
         exists_ok: bool = False,
         timeout: float | None = None,
     ) -> None:
@@ -86,7 +87,11 @@ class TopicAdmin:
         ``exists_ok=True`` makes the call safe to repeat (scripts, application start-up) on any
         server: a topic already at ``path`` is left as it is, whatever its settings, and transient
         failures are retried, since creating twice can no longer fail.
+
+        ``metrics_level`` (a ``MetricsLevel`` or another unsigned 32-bit int) sets how much the
+        topic reports to YDB's monitoring; ``None`` leaves it to the database.
         """
+        _check_metrics_level(metrics_level, "metrics_level")
         for value, what in (
             (min_active_partitions, "min_active_partitions"),
             (max_active_partitions, "max_active_partitions"),
@@ -125,6 +130,8 @@ class TopicAdmin:
             request.retention_period.CopyFrom(t.to_duration(retention_period, "retention_period"))
         if supported_codecs:
             request.supported_codecs.codecs.extend(t.check_codecs(supported_codecs, "supported_codecs"))
+        if metrics_level is not None:
+            request.metrics_level = int(metrics_level)
         try:
             await self._call(
                 "CreateTopic", request, pb.CreateTopicResponse, None, idempotent=exists_ok, timeout=timeout
@@ -168,6 +175,39 @@ class TopicAdmin:
         )
         return t.topic_from_proto(result, full)
 
+    async def start_offsets(self, path: str, *, timeout: float | None = None) -> dict[int, int]:
+        """Per partition, the first offset still stored (retention moves it up), as aiokafka's
+        ``beginning_offsets``.
+
+        Parameters:
+            path: The topic, absolute or relative to the driver's database.
+            timeout: Seconds the whole call may take, retries included.
+
+        Returns:
+            ``{partition_id: offset}`` for every partition, active or not (a split partition
+            keeps its messages until they expire).
+        """
+        return {pid: start for pid, (start, _) in (await self._offset_bounds(path, timeout)).items()}
+
+    async def end_offsets(self, path: str, *, timeout: float | None = None) -> dict[int, int]:
+        """Per partition, the offset the next message written to it will get (one past the last
+        stored), as aiokafka's ``end_offsets``; equal to the start offset when the partition holds
+        nothing.
+
+        Parameters:
+            path: The topic, absolute or relative to the driver's database.
+            timeout: Seconds the whole call may take, retries included.
+
+        Returns:
+            ``{partition_id: offset}`` for every partition, active or not.
+        """
+        return {pid: end for pid, (_, end) in (await self._offset_bounds(path, timeout)).items()}
+
+    async def _offset_bounds(self, path: str, timeout: float | None) -> dict[int, tuple[int, int]]:
+        """``{partition_id: (start offset, end offset)}`` from one described state of the topic."""
+        description = await self.describe_topic(path, include_stats=True, timeout=timeout)
+        return offset_bounds(description)
+
     async def describe_partition(
         self,
         path: str,
@@ -196,13 +236,34 @@ class TopicAdmin:
         return t.partition_from_proto(result.partition)
 
     async def describe_consumer(
-        self, path: str, consumer: str, *, include_stats: bool = True, timeout: float | None = None
+        self,
+        path: str,
+        consumer: str,
+        *,
+        include_stats: bool = True,
+        include_location: bool = False,
+        timeout: float | None = None,
     ) -> t.ConsumerDescription:
-        """A consumer and, per partition, its committed offset and lag."""
+        """A consumer and, per partition, how far it has read and committed.
+
+        Parameters:
+            path: The topic, absolute or relative to the driver's database.
+            consumer: The consumer's name.
+            include_stats: Ask for the statistics (the default): per partition the offsets, the
+                reading session, the last read time, the read, write and commit time lags and the
+                bytes read per minute, hour and day (``ConsumerPartitionInfo``), and the consumer's
+                own over all partitions (``ConsumerDescription.stats``). Without them the
+                offsets are 0 and the times None.
+            include_location: Ask for each partition's node and generation
+                (``ConsumerPartitionInfo.location``).
+            timeout: Seconds the whole call may take, retries included.
+        """
         if not consumer or not isinstance(consumer, str):
             raise InvalidArgumentError("consumer must be a non-empty string")
         full = self.full_path(path)
-        request = pb.DescribeConsumerRequest(path=full, consumer=consumer, include_stats=include_stats)
+        request = pb.DescribeConsumerRequest(
+            path=full, consumer=consumer, include_stats=include_stats, include_location=include_location
+        )
         result = await self._call(
             "DescribeConsumer",
             request,
@@ -231,12 +292,21 @@ class TopicAdmin:
         drop_consumers: Sequence[str] = (),
         alter_consumers: Sequence[t.AlterConsumerSettings] = (),
         set_auto_partitioning: t.AutoPartitioningSettings | None = None,
+        set_metrics_level: int | None = None,
+        reset_metrics_level: bool = False,
         timeout: float | None = None,
     ) -> None:
         """Change a topic's settings and consumers; only the given settings change.
 
-        An empty value in ``alter_attributes`` removes that attribute.
+        An empty value in ``alter_attributes`` removes that attribute. ``set_metrics_level``
+        sets the topic's metrics level (see ``MetricsLevel``); ``reset_metrics_level=True``
+        unsets it, leaving it to the database (not both). A consumer's
+        ``availability_period`` is set or reset through ``alter_consumers``
+        (``AlterConsumerSettings``).
         """
+        _check_metrics_level(set_metrics_level, "set_metrics_level")
+        if set_metrics_level is not None and reset_metrics_level:
+            raise InvalidArgumentError("set_metrics_level and reset_metrics_level exclude each other")
         for value, what in (
             (set_min_active_partitions, "set_min_active_partitions"),
             (set_max_active_partitions, "set_max_active_partitions"),
@@ -285,6 +355,10 @@ class TopicAdmin:
             request.set_partition_write_speed_bytes_per_second = set_partition_write_speed_bytes_per_second
         if set_partition_write_burst_bytes is not None:
             request.set_partition_write_burst_bytes = set_partition_write_burst_bytes
+        if set_metrics_level is not None:
+            request.set_metrics_level = int(set_metrics_level)
+        elif reset_metrics_level:
+            request.reset_metrics_level.SetInParent()
         await self._call("AlterTopic", request, pb.AlterTopicResponse, None, idempotent=False, timeout=timeout)
 
     async def drop_topic(self, path: str, *, timeout: float | None = None) -> None:
@@ -317,6 +391,19 @@ class TopicAdmin:
         await self._call("CommitOffset", request, pb.CommitOffsetResponse, None, idempotent=True, timeout=timeout)
 
 
+def offset_bounds(description: t.TopicDescription) -> dict[int, tuple[int, int]]:
+    """``{partition_id: (start offset, end offset)}`` of a description made with stats."""
+    bounds = {}
+    for partition in description.partitions:
+        stats = partition.stats
+        if stats is None:
+            raise InternalError(
+                f"the server described partition {partition.partition_id} of {description.path} without its offsets"
+            )
+        bounds[partition.partition_id] = (stats.start_offset, stats.end_offset)
+    return bounds
+
+
 def _fill_auto_partitioning(msg: Any, settings: t.AutoPartitioningSettings) -> None:
     msg.strategy = int(settings.strategy)
     speed = msg.partition_write_speed
@@ -342,4 +429,16 @@ def _alter_consumer_to_proto(c: t.AlterConsumerSettings) -> pb.AlterConsumer:
         msg.set_read_from.CopyFrom(t.to_timestamp(c.read_from, "read_from"))
     if c.supported_codecs is not None:
         msg.set_supported_codecs.codecs.extend(t.check_codecs(c.supported_codecs, f"consumer {c.name!r}"))
+    if c.availability_period is not None:
+        if c.reset_availability_period:
+            raise InvalidArgumentError(
+                f"consumer {c.name!r}: availability_period and reset_availability_period exclude each other"
+            )
+        msg.set_availability_period.CopyFrom(t.to_duration(c.availability_period, "availability_period"))
+    elif c.reset_availability_period:
+        msg.reset_availability_period.SetInParent()
     return msg
+
+
+def _check_metrics_level(level: int | None, what: str) -> None:
+    check_optional_int(level, what, maximum=2**32 - 1)

@@ -32,6 +32,16 @@ class AutoPartitioningStrategy(IntEnum):
     PAUSED = 4
 
 
+class MetricsLevel(IntEnum):
+    """How much a topic reports to YDB's monitoring (``metrics_level``); YDB leaves it unset by
+    default, which means the database's setting."""
+
+    DISABLED = 0
+    DATABASE = 1
+    OBJECT = 2
+    DETAILED = 3
+
+
 @dataclass(frozen=True)
 class AutoPartitioningSettings:
     """Auto-partitioning strategy and the write-speed thresholds that trigger it."""
@@ -43,8 +53,40 @@ class AutoPartitioningSettings:
 
 
 @dataclass(frozen=True)
+class ConsumerStats:
+    """A consumer's progress over all partitions (``describe_consumer`` or ``describe_topic``
+    with ``include_stats``).
+
+    Attributes:
+        min_partitions_last_read_time: The earliest of the partitions' last read times (None when
+            a partition was never read).
+        max_read_time_lag: The largest read lag of a partition: how long its oldest message not
+            yet sent to a reader has waited.
+        max_write_time_lag: The largest delay between a message's creation and its write, over
+            the messages read lately.
+        max_committed_time_lag: The largest commit lag of a partition: how long its oldest
+            message not yet committed has waited.
+        bytes_read_per_minute: Bytes of message data read in the last minute (hour, day). YDB's
+            ``describe_consumer`` leaves these at 0 (its partitions carry them); ``describe_topic``
+            sums them.
+    """
+
+    min_partitions_last_read_time: dt.datetime | None = None
+    max_read_time_lag: dt.timedelta | None = None
+    max_write_time_lag: dt.timedelta | None = None
+    max_committed_time_lag: dt.timedelta | None = None
+    bytes_read_per_minute: int = 0
+    bytes_read_per_hour: int = 0
+    bytes_read_per_day: int = 0
+
+
+@dataclass(frozen=True)
 class ConsumerSettings:
-    """A consumer of a topic: its name and options (as created, or as described)."""
+    """A consumer of a topic: its name and options (as created, or as described).
+
+    ``stats`` is filled by ``describe_topic(include_stats=True)`` and ``describe_consumer``
+    with stats; it is not a setting and does not take part in comparisons.
+    """
 
     name: str
     important: bool = False
@@ -52,17 +94,24 @@ class ConsumerSettings:
     supported_codecs: Sequence[int] = ()
     attributes: Mapping[str, str] = field(default_factory=dict)
     availability_period: dt.timedelta | None = None
+    stats: ConsumerStats | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
 class AlterConsumerSettings:
-    """Changes to one consumer; ``None`` leaves a setting as it is."""
+    """Changes to one consumer; ``None`` (``False`` for the resets) leaves a setting as it is.
+
+    ``availability_period`` sets how long the consumer's uncommitted messages are kept past
+    the topic's retention; ``reset_availability_period=True`` removes it (not both at once).
+    """
 
     name: str
     important: bool | None = None
     read_from: dt.datetime | None = None
     supported_codecs: Sequence[int] | None = None
     attributes: Mapping[str, str] | None = None
+    availability_period: dt.timedelta | None = None
+    reset_availability_period: bool = False
 
 
 @dataclass(frozen=True)
@@ -91,8 +140,10 @@ class PartitionLocation:
 class PartitionInfo:
     """One partition of a topic. Inactive partitions were split; their children take the writes.
 
-    ``from_bound``/``to_bound``: the partition's key range ``[from_bound, to_bound)`` when the
-    topic is auto-partitioned (``None``: an open end, or no range reported).
+    ``from_bound``/``to_bound``: the partition's key range ``[from_bound, to_bound)``, which YDB
+    gives every partition of a topic created with more than one and the partitions a split
+    creates (``None``: an open end, or no range: a topic of one partition, a partition added
+    later by ``alter_topic``).
     """
 
     partition_id: int
@@ -127,6 +178,8 @@ class TopicDescription:
     created_at: dt.datetime | None = None
     """When the topic was created (its schema entry's plan step, in milliseconds); a topic that is
     dropped and created again under the same path gets a new one. None when the server omits it."""
+    metrics_level: int | None = None
+    """The topic's metrics level (see ``MetricsLevel``), or None when it is not set."""
 
     def consumer(self, name: str) -> ConsumerSettings | None:
         """The consumer called ``name``, if the topic has one."""
@@ -139,7 +192,29 @@ class TopicDescription:
 
 @dataclass(frozen=True)
 class ConsumerPartitionInfo:
-    """One partition as seen by one consumer: how far it has read and committed."""
+    """One partition as seen by one consumer: how far it has read and committed.
+
+    The offsets, names and statistics are those of ``describe_consumer(include_stats=True)``
+    (zero, empty or None without stats).
+
+    Attributes:
+        start_offset: The partition's first stored offset; ``end_offset`` the next one to be written.
+        committed_offset: The consumer's committed offset: the next offset it resumes from.
+        last_read_offset: The offset after the last message sent to a reader of the consumer.
+        read_session_id: The read session that holds the partition now ("" when none does).
+        reader_name: That session's reader name.
+        partition_read_session_create_time: When that session took the partition.
+        connection_node_id: The node the reading session is connected to (0: none).
+        last_read_time: When a reader was last sent messages of the partition.
+        max_read_time_lag: How long the oldest message not yet sent to a reader has waited.
+        max_write_time_lag: The largest delay between a message's creation and its write, over
+            the messages read lately.
+        max_committed_time_lag: How long the oldest message not yet committed has waited: the
+            consumer's time lag.
+        bytes_read_per_minute: Bytes of message data read in the last minute (hour, day).
+        partition_stats: The partition's own statistics (size, write times, bytes written).
+        location: The partition's node and generation (with ``include_location``).
+    """
 
     partition_id: int
     active: bool
@@ -151,11 +226,27 @@ class ConsumerPartitionInfo:
     last_read_offset: int
     read_session_id: str
     reader_name: str
+    partition_read_session_create_time: dt.datetime | None = None
+    connection_node_id: int = 0
+    last_read_time: dt.datetime | None = None
+    max_read_time_lag: dt.timedelta | None = None
+    max_write_time_lag: dt.timedelta | None = None
+    max_committed_time_lag: dt.timedelta | None = None
+    bytes_read_per_minute: int = 0
+    bytes_read_per_hour: int = 0
+    bytes_read_per_day: int = 0
+    partition_stats: PartitionStats | None = None
+    location: PartitionLocation | None = None
 
     @property
     def lag(self) -> int:
         """Messages written but not yet committed by this consumer."""
         return max(0, self.end_offset - max(self.committed_offset, self.start_offset))
+
+    @property
+    def time_lag(self) -> dt.timedelta | None:
+        """How long the oldest message not yet committed has waited (``max_committed_time_lag``)."""
+        return self.max_committed_time_lag
 
 
 @dataclass(frozen=True)
@@ -165,6 +256,11 @@ class ConsumerDescription:
     path: str
     consumer: ConsumerSettings
     partitions: tuple[ConsumerPartitionInfo, ...]
+
+    @property
+    def stats(self) -> ConsumerStats | None:
+        """The consumer's statistics over all partitions (with ``include_stats``), else None."""
+        return self.consumer.stats
 
     @property
     def total_lag(self) -> int:
@@ -254,6 +350,21 @@ def consumer_from_proto(msg: Any) -> ConsumerSettings:
         supported_codecs=tuple(msg.supported_codecs.codecs),
         attributes=dict(msg.attributes),
         availability_period=from_duration(msg.availability_period, msg.HasField("availability_period")),
+        stats=consumer_stats_from_proto(msg.consumer_stats) if msg.HasField("consumer_stats") else None,
+    )
+
+
+def consumer_stats_from_proto(msg: Any) -> ConsumerStats:
+    return ConsumerStats(
+        min_partitions_last_read_time=from_timestamp(
+            msg.min_partitions_last_read_time, msg.HasField("min_partitions_last_read_time")
+        ),
+        max_read_time_lag=from_duration(msg.max_read_time_lag, msg.HasField("max_read_time_lag")),
+        max_write_time_lag=from_duration(msg.max_write_time_lag, msg.HasField("max_write_time_lag")),
+        max_committed_time_lag=from_duration(msg.max_committed_time_lag, msg.HasField("max_committed_time_lag")),
+        bytes_read_per_minute=msg.bytes_read.per_minute,
+        bytes_read_per_hour=msg.bytes_read.per_hour,
+        bytes_read_per_day=msg.bytes_read.per_day,
     )
 
 
@@ -320,6 +431,7 @@ def topic_from_proto(msg: Any, path: str) -> TopicDescription:
         metering_mode=MeteringMode(msg.metering_mode),
         store_size_bytes=msg.topic_stats.store_size_bytes,
         created_at=_plan_step_time(msg.self.created_at.plan_step),
+        metrics_level=msg.metrics_level if msg.HasField("metrics_level") else None,
     )
 
 
@@ -334,6 +446,7 @@ def consumer_description_from_proto(msg: Any, path: str) -> ConsumerDescription:
     parts = []
     for p in msg.partitions:
         stats = p.partition_consumer_stats
+        has = stats.HasField
         parts.append(
             ConsumerPartitionInfo(
                 partition_id=p.partition_id,
@@ -346,6 +459,25 @@ def consumer_description_from_proto(msg: Any, path: str) -> ConsumerDescription:
                 last_read_offset=stats.last_read_offset,
                 read_session_id=stats.read_session_id,
                 reader_name=stats.reader_name,
+                partition_read_session_create_time=from_timestamp(
+                    stats.partition_read_session_create_time, has("partition_read_session_create_time")
+                ),
+                connection_node_id=stats.connection_node_id,
+                last_read_time=from_timestamp(stats.last_read_time, has("last_read_time")),
+                max_read_time_lag=from_duration(stats.max_read_time_lag, has("max_read_time_lag")),
+                max_write_time_lag=from_duration(stats.max_write_time_lag, has("max_write_time_lag")),
+                max_committed_time_lag=from_duration(stats.max_committed_time_lag, has("max_committed_time_lag")),
+                bytes_read_per_minute=stats.bytes_read.per_minute,
+                bytes_read_per_hour=stats.bytes_read.per_hour,
+                bytes_read_per_day=stats.bytes_read.per_day,
+                partition_stats=(
+                    partition_stats_from_proto(p.partition_stats) if p.HasField("partition_stats") else None
+                ),
+                location=(
+                    PartitionLocation(p.partition_location.node_id, p.partition_location.generation)
+                    if p.HasField("partition_location")
+                    else None
+                ),
             )
         )
     return ConsumerDescription(path=path, consumer=consumer_from_proto(msg.consumer), partitions=tuple(parts))

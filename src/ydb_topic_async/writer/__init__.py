@@ -2,7 +2,8 @@
 writer spreads messages over a topic's partitions by key; the transactional writer publishes
 when a transaction commits."""
 
-from .keyed import KeyedWriter
+from .keyed import KeyedWriter, PartitionWriterStatus
+from .keyed_tx import KeyedTxWriter
 from .messages import InitInfo, Message, Skipped, WriteResult, WriteStatistics, Written, WrittenInTx
 from .partitioning import PARTITION_KEY_METADATA, Partitioner, PartitionFunction, partition_for_key
 from .settings import (
@@ -20,10 +21,12 @@ __all__ = [
     "DEFAULT_MAX_BUFFER_MESSAGES",
     "PARTITION_KEY_METADATA",
     "InitInfo",
+    "KeyedTxWriter",
     "KeyedWriter",
     "KeyedWriterOptions",
     "Message",
     "PartitionFunction",
+    "PartitionWriterStatus",
     "Partitioner",
     "Skipped",
     "TopicWriter",

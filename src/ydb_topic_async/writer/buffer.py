@@ -32,7 +32,9 @@ if TYPE_CHECKING:
 class PendingMessage:
     """One accepted message, as it will be (re)sent."""
 
-    __slots__ = ("created_ns", "data", "data_len", "encoded", "error", "future", "metadata", "seq_no", "size")
+    __slots__ = (
+        "codec", "created_ns", "data", "data_len", "encoded", "error", "future", "metadata", "seq_no", "size",
+    )
 
     def __init__(
         self,
@@ -53,6 +55,9 @@ class PendingMessage:
         """Bytes counted against the buffer limit: payload plus metadata."""
         self.encoded: bytes | None = None
         """The payload after the writer's codec, kept so a resend does not compress again."""
+        self.codec = 0
+        """The codec ``encoded`` is in when the writer picks codecs itself (``codec="auto"``);
+        0 otherwise (the writer's one codec)."""
         self.future: asyncio.Future[WriteResult] | None = None
         self.error: BaseException | None = None
         """Why this message cannot be sent (too large once encoded, its encoder failed); such a

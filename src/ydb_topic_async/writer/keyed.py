@@ -21,8 +21,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import time
 from collections import deque
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, overload
 
@@ -33,8 +35,11 @@ from .._errors import (
     OverloadedError,
     WriterClosedError,
 )
+from .._futures import deadline
 from .._limits import MAX_PRODUCER_ID_LENGTH
 from .._retry import RetryState
+from .._stream import ConnectionState
+from .._validate import check_timeout
 from ..observability.logging import sdk_logger
 from .messages import (
     InitInfo,
@@ -44,6 +49,7 @@ from .messages import (
     OneMessage,
     Skipped,
     WriteResult,
+    WriteStatistics,
     is_many,
     payload_bytes,
 )
@@ -62,6 +68,31 @@ _LANE_SUFFIX_ROOM = 11
 
 Key = str | bytes
 """A message key: ``str`` is hashed as UTF-8."""
+
+DEFAULT_IDLE_TIMEOUT = 30.0
+"""Seconds a partition's writer may stay idle before the keyed writer closes it (the C++ SDK's
+producer closes its sub-sessions after the same ``SubSessionIdleTimeout``)."""
+
+
+@dataclass(frozen=True)
+class PartitionWriterStatus:
+    """How the writer of one partition of a ``KeyedWriter`` fares (``KeyedWriter.partition_writers``).
+
+    The fields are those of a ``TopicWriter``: ``producer_id`` is ``{producer_id}_{partition_id}``;
+    ``buffered_messages``/``buffered_bytes`` count what it holds unacknowledged.
+    """
+
+    partition_id: int
+    producer_id: str
+    connection_state: ConnectionState
+    session_id: str
+    init_info: InitInfo | None
+    buffered_messages: int
+    buffered_bytes: int
+    reconnects: int
+    last_error: BaseException | None
+    last_write_statistics: WriteStatistics | None
+    selected_codec: int | None
 
 
 class _LaneWriter(TopicWriter):
@@ -98,13 +129,24 @@ class _LaneWriter(TopicWriter):
         return isinstance(error, OverloadedError)
 
 
+class _LaneBroken(Exception):
+    """A lane's writer failed (OVERLOADED) before it took the messages handed to it."""
+
+    def __init__(self, lane: _Lane) -> None:
+        super().__init__(lane.partition_id)
+        self.lane = lane
+
+
 class _Entry:
     """One accepted message, until the partition it finally lands in acknowledges it."""
 
-    __slots__ = ("created_at", "data", "done", "index", "key", "metadata", "partition_id", "result", "seq_no")
+    __slots__ = (
+        "created_at", "data", "done", "index", "key", "metadata", "partition_id", "result", "seq_no", "size",
+    )
 
     def __init__(self, data: bytes, metadata: MetadataInput | None, created_at: dt.datetime | None, key: bytes) -> None:
         self.data = data
+        self.size = len(data)
         self.metadata = metadata
         self.created_at = created_at
         self.key = key
@@ -122,7 +164,9 @@ class _Entry:
 class _Lane:
     """The writer of one partition and its unacknowledged entries, in seq_no order."""
 
-    __slots__ = ("failed", "lock", "next_seq_no", "partition_id", "pending", "writer")
+    __slots__ = (
+        "failed", "last_used", "lock", "next_seq_no", "partition_id", "pending", "retired", "writer",
+    )
 
     def __init__(self, partition_id: int, writer: _LaneWriter, next_seq_no: int) -> None:
         self.partition_id = partition_id
@@ -132,6 +176,13 @@ class _Lane:
         self.lock = asyncio.Lock()
         """Held while numbering and handing over a call's messages: seq_nos must grow."""
         self.failed = False
+        self.retired = False
+        """Closed for being idle: a write that still holds it takes the partition's new lane."""
+        self.last_used = time.monotonic()
+
+    def idle(self) -> bool:
+        """Nothing waits for an acknowledgement and nothing is being handed over."""
+        return not self.lock.locked() and all(entry.done for entry in self.pending)
 
 
 class KeyedWriter(ClosesOnExit):
@@ -142,8 +193,11 @@ class KeyedWriter(ClosesOnExit):
     runs while the topic keeps its partitions); each partition gets its own producer id,
     ``{producer_id}_{partition_id}``, so exactly-once deduplication holds as with ``TopicWriter``.
     When an auto-partitioned topic splits a partition, keys follow the new partitions' key
-    ranges, and a key's later messages are stored after its earlier ones. Partitions added by
-    ``alter_topic`` are used by keyed writers opened afterwards.
+    ranges, and a key's later messages are stored after its earlier ones. A topic created with
+    one partition and grown by ``alter_topic`` is laid out as a new topic of that size for keyed
+    writers opened afterwards; partitions added to a topic created with several have no key
+    range, and the default partitioner refuses such a topic (``InvalidArgumentError`` at
+    ``open``), as YDB's producers do.
 
     ``write`` buffers, ``write_with_ack`` waits for the server, ``flush`` waits for everything
     written so far, ``close`` (on exit) flushes and stops. The options are ``TopicWriter``'s;
@@ -156,6 +210,13 @@ class KeyedWriter(ClosesOnExit):
     by the writer: ``Message.seq_no`` is not accepted. A message whose acknowledgement was lost
     as its partition split, and which that partition had stored, resolves as ``Skipped``. Placing
     a split partition's messages again reads the topic's partitions, retried under ``retry``.
+
+    A partition's writer that has nothing unacknowledged and was not written to for
+    ``idle_timeout`` seconds is closed (its stream too); the next write to that partition opens
+    a new one, which goes on with the same producer id and numbers, so a keyed writer over many
+    partitions keeps streams only to those it writes to. ``partition_writers`` shows the open
+    ones; ``connection_state``, ``reconnects``, ``last_error``, ``buffered_messages`` and the
+    others sum them up as ``TopicWriter``'s members do for one.
     """
 
     def __init__(
@@ -165,12 +226,17 @@ class KeyedWriter(ClosesOnExit):
         path: str,
         settings: WriterSettings,
         partitioner: Partitioner = "ydb",
+        idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
     ) -> None:
         self._partitioner = check_partitioner(partitioner)
-        if settings.partition_id is not None or not settings.auto_seqno:
+        idle = check_timeout(idle_timeout, "idle_timeout")
+        if idle == 0:
+            raise InvalidArgumentError("idle_timeout must be a positive number of seconds or None (never close)")
+        self._idle_timeout = idle
+        if settings.partition_id is not None or settings.message_group_id is not None or not settings.auto_seqno:
             raise InvalidArgumentError(
                 "a keyed writer picks partitions and numbers messages itself:"
-                " partition_id and auto_seqno are not its options"
+                " partition_id, message_group_id and auto_seqno are not its options"
             )
         producer_id = settings.producer_id
         if not producer_id or len(producer_id) > MAX_PRODUCER_ID_LENGTH - _LANE_SUFFIX_ROOM:
@@ -180,6 +246,8 @@ class KeyedWriter(ClosesOnExit):
             )
         self.path = context.full_path(path)
         self.producer_id = producer_id
+        self.codec = settings.codec
+        """The ``codec`` option of every partition's writer (a codec id or ``"auto"``)."""
         self._context = context
         self._admin = admin
         self._retry = settings.retry or context.stream_retry
@@ -201,6 +269,13 @@ class KeyedWriter(ClosesOnExit):
         self._steady.set()
         self._overloads: dict[int, RetryState] = {}
         """Partition id -> its streak of overloads (until a message of it is acknowledged)."""
+        self._pending_messages = 0
+        self._pending_bytes = 0
+        self._closed_reconnects = 0
+        """Reconnects of partition writers closed since (idle or replaced), and the replacements."""
+        self._last_lane_error: BaseException | None = None
+        self._last_acked: _Lane | None = None
+        self._reaper: asyncio.Task[None] | None = None
         self._open_lock = asyncio.Lock()
         self._supervisor: asyncio.Task[None] | None = None
         self._failure: BaseException | None = None
@@ -223,9 +298,12 @@ class KeyedWriter(ClosesOnExit):
             if self._routes is None:
                 description = await self._admin.describe_topic(self.path)
                 self._routes = KeyRouter(description, self._partitioner)
-                self._supervisor = asyncio.get_running_loop().create_task(
-                    self._supervise(), name=f"keyed writer {self.path}"
-                )
+                loop = asyncio.get_running_loop()
+                self._supervisor = loop.create_task(self._supervise(), name=f"keyed writer {self.path}")
+                if self._idle_timeout is not None:
+                    self._reaper = loop.create_task(
+                        self._close_idle(self._idle_timeout), name=f"keyed writer {self.path}: idle partitions"
+                    )
 
     async def close(self, timeout: float | None = None) -> None:
         """Wait for every acknowledgement, then stop; raises the writer's failure if it failed.
@@ -260,10 +338,12 @@ class KeyedWriter(ClosesOnExit):
     async def _shutdown(self, reason: BaseException) -> None:
         self._closed = True
         self._stopping = True
-        supervisor, self._supervisor = self._supervisor, None
-        if supervisor is not None:
-            supervisor.cancel()
-            await asyncio.wait([supervisor])
+        tasks = [task for task in (self._supervisor, self._reaper) if task is not None]
+        self._supervisor = self._reaper = None
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks)
         lanes, self._lanes = list(self._lanes.values()), {}
         for lane in lanes:
             with contextlib.suppress(Exception):
@@ -292,9 +372,47 @@ class KeyedWriter(ClosesOnExit):
             settings = self._lane_settings.replace(
                 producer_id=self._lane_producer_id(partition_id), partition_id=partition_id
             )
-            writer = _LaneWriter(self._context, self._admin, self.path, settings, seq_no_base=base)
+            writer = self._new_lane_writer(settings, base)
             lane = self._lanes[partition_id] = _Lane(partition_id, writer, next_seq_no)
         return lane
+
+    def _new_lane_writer(self, settings: WriterSettings, seq_no_base: int | None) -> _LaneWriter:
+        return _LaneWriter(self._context, self._admin, self.path, settings, seq_no_base=seq_no_base)
+
+    async def _close_idle(self, timeout: float) -> None:
+        """Close the partition writers idle for ``timeout`` seconds, for as long as the keyed writer is open."""
+        while True:
+            await asyncio.sleep(max(timeout / 4, 0.01))
+            if not self._steady.is_set():
+                continue  # a recovery is moving messages between lanes
+            now = time.monotonic()
+            for lane in list(self._lanes.values()):
+                if (
+                    now - lane.last_used >= timeout
+                    and not lane.failed
+                    and lane.writer.seq_no_base is not None
+                    and lane.idle()
+                ):
+                    await self._retire(lane)
+
+    async def _retire(self, lane: _Lane) -> None:
+        """Close an idle lane; the partition's next lane goes on with its numbers."""
+        pid = lane.partition_id
+        lane.retired = True
+        if self._lanes.get(pid) is lane:
+            del self._lanes[pid]
+        self._numbering[pid] = (lane.writer.seq_no_base, lane.next_seq_no)
+        logger.debug("keyed writer %s: closing the idle writer of partition %d", self.path, pid)
+        with contextlib.suppress(Exception):
+            await lane.writer.close()
+        self._forget(lane, None)
+
+    def _forget(self, lane: _Lane, error: BaseException | None) -> None:
+        """Keep what a closed lane's writer went through for the keyed writer's totals."""
+        self._closed_reconnects += lane.writer.reconnects
+        error = error or lane.writer.last_error
+        if error is not None:
+            self._last_lane_error = error
 
     # --- writing --------------------------------------------------------------------------
 
@@ -345,18 +463,29 @@ class KeyedWriter(ClosesOnExit):
             if lane.failed:
                 continue  # being replaced: wait for that
             try:
-                await self._hand_over(lane, entries)
-            except OverloadedError:
+                lane = await self._hand_over(lane, entries)
+            except _LaneBroken as broken:
                 # The lane broke before taking them (its partition split or is overloaded).
-                self._lane_failed(lane)
+                self._lane_failed(broken.lane)
                 continue
+            await self._handed_over(lane, entries)
             return entries
 
-    async def _hand_over(self, lane: _Lane, entries: list[_Entry]) -> None:
-        """Give ``entries`` to ``lane``'s writer: numbered after its last seq_no, except those it
-        had already, which keep their number so that the server can drop what it stored."""
+    async def _handed_over(self, lane: _Lane, entries: list[_Entry]) -> None:
+        """Told when ``lane`` took a call's ``entries`` (a subclass may wait for them)."""
+
+    async def _hand_over(self, lane: _Lane, entries: list[_Entry]) -> _Lane:
+        """Give ``entries`` to ``lane``'s writer (or, if it was closed meanwhile for being idle,
+        to its partition's new one): numbered after its last seq_no, except those it had already,
+        which keep their number so that the server can drop what it stored. Returns the lane
+        that took them."""
         pid = lane.partition_id
-        async with lane.lock:
+        await lane.lock.acquire()
+        while lane.retired:
+            lane.lock.release()
+            lane = self._lane(pid)
+            await lane.lock.acquire()
+        try:
             numbers: list[int] = []
             free = lane.next_seq_no
             for entry in entries:
@@ -367,8 +496,12 @@ class KeyedWriter(ClosesOnExit):
                 Message(e.data, seq_no=n, created_at=e.created_at, metadata=e.metadata)
                 for e, n in zip(entries, numbers, strict=True)
             ]
-            futures = await lane.writer.write_with_ack_future(messages)
+            try:
+                futures = await lane.writer.write_with_ack_future(messages)
+            except OverloadedError:
+                raise _LaneBroken(lane) from None
             lane.next_seq_no = free
+            lane.last_used = time.monotonic()
             for entry, number, future in zip(entries, numbers, futures, strict=True):
                 entry.partition_id = pid
                 entry.seq_no = number
@@ -376,8 +509,13 @@ class KeyedWriter(ClosesOnExit):
                     self._next_index += 1
                     entry.index = self._next_index
                     self._order.append(entry)
+                    self._pending_messages += 1
+                    self._pending_bytes += entry.size
                 lane.pending.append(entry)
                 future.add_done_callback(partial(self._on_ack, lane, entry))
+        finally:
+            lane.lock.release()
+        return lane
 
     def _on_ack(self, lane: _Lane, entry: _Entry, future: asyncio.Future[WriteResult]) -> None:
         if future.cancelled():
@@ -385,6 +523,7 @@ class KeyedWriter(ClosesOnExit):
         error = future.exception()
         if error is None:
             self._overloads.pop(lane.partition_id, None)
+            self._last_acked = lane
             self._settle(entry, future.result())
             while lane.pending and lane.pending[0].done:
                 lane.pending.popleft()
@@ -396,8 +535,12 @@ class KeyedWriter(ClosesOnExit):
             self._fail(error)
 
     def _settle(self, entry: _Entry, result: WriteResult) -> None:
+        if entry.done:
+            return  # failed with the keyed writer already
         entry.done = True
         entry.data = b""
+        self._pending_messages -= 1
+        self._pending_bytes -= entry.size
         if entry.result is not None and not entry.result.done():
             entry.result.set_result(result)
         order = self._order
@@ -431,6 +574,111 @@ class KeyedWriter(ClosesOnExit):
         except TimeoutError:
             raise OperationTimeoutError(f"keyed writer flush timed out after {timeout:.3g}s") from None
 
+    @overload
+    async def write_with_ack_future(self, messages: OneMessage, *, key: Key) -> asyncio.Future[WriteResult]: ...  # type: ignore[overload-overlap]  # a str is one message, not a sequence of them
+
+    @overload
+    async def write_with_ack_future(
+        self, messages: ManyMessages, *, key: Key
+    ) -> list[asyncio.Future[WriteResult]]: ...
+
+    async def write_with_ack_future(
+        self, messages: OneMessage | ManyMessages, *, key: Key
+    ) -> asyncio.Future[WriteResult] | list[asyncio.Future[WriteResult]]:
+        """Buffer like ``write`` and return the acknowledgement future(s) instead of waiting."""
+        entries = await self._accept(messages, key, True)
+        futures = [e.result for e in entries if e.result is not None]
+        return futures if is_many(messages) else futures[0]
+
+    # --- introspection --------------------------------------------------------------------
+
+    async def wait_init(self, timeout: float | None = None) -> dict[int, InitInfo]:
+        """Read the topic's partitions (``open``) and wait for the first handshake of every
+        partition writer open now; return their answers by partition id (empty when nothing was
+        written yet). ``OperationTimeoutError`` when ``timeout`` passes first."""
+        timeout = check_timeout(timeout)
+        try:
+            async with deadline(timeout):
+                await self.open()
+                return {lane.partition_id: await lane.writer.wait_init() for lane in list(self._lanes.values())}
+        except TimeoutError:
+            raise OperationTimeoutError(f"keyed writer for {self.path} did not connect within {timeout}s") from None
+
+    @property
+    def init_info(self) -> dict[int, InitInfo]:
+        """The first handshake's answer of each open partition writer that had one."""
+        return {pid: info for pid, lane in self._lanes.items() if (info := lane.writer.init_info) is not None}
+
+    @property
+    def partition_writers(self) -> dict[int, PartitionWriterStatus]:
+        """How the writer of each partition open now fares (closed idle ones are not shown)."""
+        return {
+            pid: PartitionWriterStatus(
+                partition_id=pid,
+                producer_id=writer.producer_id,
+                connection_state=writer.connection_state,
+                session_id=writer.session_id,
+                init_info=writer.init_info,
+                buffered_messages=writer.buffered_messages,
+                buffered_bytes=writer.buffered_bytes,
+                reconnects=writer.reconnects,
+                last_error=writer.last_error,
+                last_write_statistics=writer.last_write_statistics,
+                selected_codec=writer.selected_codec,
+            )
+            for pid, writer in ((pid, lane.writer) for pid, lane in sorted(self._lanes.items()))
+        }
+
+    @property
+    def connection_state(self) -> ConnectionState:
+        """The worst state of its partition writers: ``RECONNECTING`` while one reconnects or is
+        being replaced (a split, an overload), ``CONNECTING`` before the topic's partitions are
+        read or while one connects; ``CONNECTED`` otherwise (also with no partition writer open)."""
+        if self._closed:
+            return ConnectionState.CLOSED
+        if self._failure is not None:
+            return ConnectionState.FAILED
+        if self._routes is None:
+            return ConnectionState.CONNECTING
+        states = {lane.writer.connection_state for lane in self._lanes.values()}
+        if not self._steady.is_set() or states & {ConnectionState.RECONNECTING, ConnectionState.FAILED}:
+            return ConnectionState.RECONNECTING
+        if ConnectionState.CONNECTING in states:
+            return ConnectionState.CONNECTING
+        return ConnectionState.CONNECTED
+
+    @property
+    def reconnects(self) -> int:
+        """Streams opened to replace lost ones, over all partition writers (closed ones
+        included), and the partition writers replaced after a split or an overload."""
+        return self._closed_reconnects + sum(lane.writer.reconnects for lane in self._lanes.values())
+
+    @property
+    def last_error(self) -> BaseException | None:
+        """The latest failure a partition writer open now saw, else the latest one of a partition
+        writer closed since (None before any)."""
+        for lane in reversed(list(self._lanes.values())):
+            if lane.writer.last_error is not None:
+                return lane.writer.last_error
+        return self._last_lane_error
+
+    @property
+    def buffered_messages(self) -> int:
+        """Messages accepted and not yet acknowledged."""
+        return self._pending_messages
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Payload bytes of the messages accepted and not yet acknowledged."""
+        return self._pending_bytes
+
+    @property
+    def last_write_statistics(self) -> WriteStatistics | None:
+        """Server timings of the latest acknowledgement batch of any partition (its
+        ``partition_id`` says which), or None before any ack."""
+        lane = self._last_acked
+        return lane.writer.last_write_statistics if lane is not None else None
+
     # --- failures, overloads and splits ------------------------------------------------------
 
     def _lane_failed(self, lane: _Lane) -> None:
@@ -460,6 +708,8 @@ class KeyedWriter(ClosesOnExit):
             await lane.writer.close(timeout=0)
         if self._lanes.get(pid) is lane:
             del self._lanes[pid]
+        self._forget(lane, error)
+        self._closed_reconnects += 1  # its successor replaces it
         entries = [e for e in lane.pending if not e.done]
         lane.pending.clear()
         base = lane.writer.seq_no_base
@@ -501,12 +751,11 @@ class KeyedWriter(ClosesOnExit):
         for entry in entries:
             groups.setdefault(target(entry), []).append(entry)
         for pid, group in groups.items():
-            lane = self._lane(pid)
             try:
-                await self._hand_over(lane, group)
-            except OverloadedError:
-                lane.pending.extend(group)
-                self._lane_failed(lane)
+                await self._hand_over(self._lane(pid), group)
+            except _LaneBroken as broken:
+                broken.lane.pending.extend(group)
+                self._lane_failed(broken.lane)
 
     async def _back_off(self, partition_id: int, error: BaseException) -> None:
         streak = self._overloads.get(partition_id)
@@ -539,6 +788,7 @@ class KeyedWriter(ClosesOnExit):
         self._steady.set()  # writes waiting for a recovery see the failure
 
     def _fail_pending(self, error: BaseException) -> None:
+        self._pending_messages = self._pending_bytes = 0
         for entry in self._order:
             if not entry.done:
                 entry.done = True
@@ -571,4 +821,4 @@ def _entry(message: OneMessage, key: bytes, tag: tuple[str, bytes] | None, now: 
     raise InvalidArgumentError(f"a message must be bytes, str or Message, not {type(message).__name__}")
 
 
-__all__ = ["Key", "KeyedWriter"]
+__all__ = ["DEFAULT_IDLE_TIMEOUT", "Key", "KeyedWriter", "PartitionWriterStatus"]

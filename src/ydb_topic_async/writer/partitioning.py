@@ -7,7 +7,8 @@
   partition with the greatest ``from_bound`` not above it. The 8 bytes travel with the message
   as its ``__partition_key`` metadata item, as those producers send them. A topic whose
   partitions have no key ranges is laid out as YDB lays out a new topic's ranges
-  (``_key_ranges.even_bounds``).
+  (``_key_ranges.even_bounds``); one where some partitions have ranges and others (added later
+  by ``alter_topic``) none is refused, as those producers refuse it.
 - ``"kafka"``: Kafka's default partitioner, ``(murmur2(key) & 0x7fffffff) % n`` over the active
   partitions in id order (murmur2 seeded with ``0x9747b28c``), for topics with a fixed number of
   partitions: Kafka and YDB producers of other languages that use it agree on a key's partition.
@@ -138,7 +139,16 @@ class KeyRouter:
                 f'partitioner="kafka" needs a fixed number of partitions, and topic {description.path} is'
                 ' auto-partitioned: use the default partitioner ("ydb"), which follows its key ranges'
             )
-        if auto or any(p.from_bound is not None or p.to_bound is not None for p in active):
+        unbounded = [p.partition_id for p in active if p.from_bound is None and p.to_bound is None]
+        if auto or len(unbounded) < len(active):
+            if partitioner == "ydb" and len(active) > 1 and unbounded:
+                # A partition added by alter_topic to a topic with key ranges gets none; YDB's
+                # producers refuse such a topic too (they could not tell which keys it holds).
+                raise InvalidArgumentError(
+                    f"topic {description.path} has partitions with key ranges and partitions without"
+                    f" ({unbounded}, added after it was created): the default partitioner cannot place keys"
+                    ' there; use partitioner="kafka" or a function'
+                )
             pairs = sorted((p.from_bound or b"", p.partition_id) for p in active)
         else:
             # No ranges from the server: the ranges YDB gives a topic with this many partitions.

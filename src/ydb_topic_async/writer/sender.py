@@ -50,14 +50,17 @@ class SenderSettings:
     path: str
     producer_id: str
     partition_id: int | None
+    message_group_id: str | None
     direct_write: bool
     session_metadata: Mapping[str, str]
     codec: int
+    """The writer's codec (RAW when ``auto_encoders`` is given: the codecs are picked per batch)."""
     encoder: _codecs.Transform
     retry: RetryPolicy
     max_request_size: int
     token_refresh_interval: float
     init_timeout: float
+    auto_encoders: Mapping[int, _codecs.Transform] | None = None
 
 
 class WriterSender:
@@ -96,7 +99,9 @@ class WriterSender:
         self.log_fields = writer_fields(settings.path, settings.producer_id, settings.partition_id)
         """The ``extra`` of this writer's log records (updated by each handshake)."""
         self.batcher = RequestBatcher(
-            BatchSettings(settings.codec, settings.encoder, settings.max_request_size), buffer, self._dropped
+            BatchSettings(settings.codec, settings.encoder, settings.max_request_size, settings.auto_encoders),
+            buffer,
+            self._dropped,
         )
         self.keeper = StreamKeeper(
             self._describe,
@@ -176,6 +181,8 @@ class WriterSender:
                 init.partition_with_generation.generation = self._generation
             else:
                 init.partition_id = s.partition_id
+        elif s.message_group_id:
+            init.message_group_id = s.message_group_id
         elif s.producer_id:
             # As the official SDKs do: older YDB versions refuse a producer id without a
             # message group or partition.
@@ -229,7 +236,10 @@ class WriterSender:
     def _handle_init(self, init: Any) -> None:
         supported = tuple(init.supported_codecs.codecs)
         codec = self._settings.codec
-        if supported and codec not in supported:
+        selector = self.batcher.selector
+        if selector is not None:
+            selector.allow(supported)
+        elif supported and codec not in supported:
             raise UnsupportedCodecError(
                 f"the topic accepts codecs {[_codecs.codec_name(c) for c in supported]},"
                 f" not the writer's {_codecs.codec_name(codec)}; nothing was sent"

@@ -13,7 +13,7 @@ import dataclasses
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypedDict, cast
+from typing import Any, Final, Literal, TypedDict, cast
 
 from .. import _codecs
 from .._errors import InvalidArgumentError
@@ -21,19 +21,21 @@ from .._limits import MAX_PRODUCER_ID_LENGTH, MIN_MAX_MESSAGE_SIZE, REQUEST_SIZE
 from .._retry import RetryPolicy
 from .._validate import check_optional_int, check_seconds, check_timeout, check_utf8
 
+AUTO_CODEC: Final = "auto"
+"""``codec="auto"``: the writer picks, batch by batch, the codec that makes its batches smallest."""
 DEFAULT_MAX_BUFFER_MESSAGES = 100_000
 DEFAULT_MAX_BUFFER_BYTES = 64 * 1024 * 1024
 
 
 class KeyedWriterOptions(TypedDict, total=False):
     """The keyword arguments of ``driver.topic.keyed_writer``: those of ``driver.topic.writer``
-    except ``partition_id`` and ``auto_seqno`` (the keyed writer picks partitions and numbers
-    messages itself)."""
+    except ``partition_id``, ``message_group_id`` and ``auto_seqno`` (the keyed writer picks
+    partitions and numbers messages itself)."""
 
     producer_id: str | None
     direct_write: bool
     session_metadata: Mapping[str, str] | None
-    codec: int | None
+    codec: int | Literal["auto"] | None
     encoders: Mapping[int, _codecs.Transform] | None
     auto_created_at: bool
     max_buffer_messages: int | None
@@ -49,6 +51,7 @@ class WriterOptions(KeyedWriterOptions, total=False):
     """The keyword arguments of ``driver.topic.writer`` (the fields of ``WriterSettings``)."""
 
     partition_id: int | None
+    message_group_id: str | None
     auto_seqno: bool
 
 
@@ -64,9 +67,10 @@ class WriterSettings:
 
     producer_id: str | None = None
     partition_id: int | None = None
+    message_group_id: str | None = None
     direct_write: bool = False
     session_metadata: Mapping[str, str] | None = None
-    codec: int | None = None
+    codec: int | Literal["auto"] | None = None
     encoders: Mapping[int, _codecs.Transform] | None = None
     auto_seqno: bool = True
     auto_created_at: bool = True
@@ -78,11 +82,33 @@ class WriterSettings:
     token_refresh_interval: float = 5.0
     init_timeout: float = 30.0
     encoder: _codecs.Transform = field(init=False, repr=False, compare=False)
-    """The function of ``codec`` (from ``encoders`` or the built-in ones)."""
+    """The function of ``codec`` (from ``encoders`` or the built-in ones); with ``codec="auto"``
+    RAW's, the others being in ``encoder_table``."""
+    encoder_table: Mapping[int, _codecs.Transform] = field(init=False, repr=False, compare=False)
+    """Every encoder the writer has: the built-in ones and ``encoders``."""
 
     def __post_init__(self) -> None:
         assign = object.__setattr__  # frozen: the checked (normalised) values replace the given ones
         producer_id = self.producer_id
+        group = self.message_group_id
+        if group is not None:
+            if not isinstance(group, str) or not group or len(group) > MAX_PRODUCER_ID_LENGTH:
+                raise InvalidArgumentError(
+                    f"message_group_id must be a non-empty string of at most {MAX_PRODUCER_ID_LENGTH} characters"
+                )
+            check_utf8(group, "message_group_id")
+            if self.partition_id is not None:
+                raise InvalidArgumentError(
+                    "message_group_id and partition_id exclude each other: a write session is placed by one of them"
+                )
+            if producer_id is None:
+                producer_id = ""  # the message group is the deduplication identity
+                assign(self, "producer_id", producer_id)
+            elif producer_id and producer_id != group:
+                raise InvalidArgumentError(
+                    "YDB accepts a message_group_id only without a producer_id or equal to it (it refuses other"
+                    f" pairs with BAD_REQUEST): got producer_id={producer_id!r}, message_group_id={group!r}"
+                )
         if producer_id is None:
             assign(self, "producer_id", uuid.uuid4().hex)
         elif not isinstance(producer_id, str) or len(producer_id) > MAX_PRODUCER_ID_LENGTH:
@@ -105,10 +131,14 @@ class WriterSettings:
         if self.retry is not None and not isinstance(self.retry, RetryPolicy):
             raise InvalidArgumentError(f"retry must be a RetryPolicy or None, got {self.retry!r}")
         check_optional_int(self.max_request_size, "max_request_size", minimum=MIN_MAX_MESSAGE_SIZE)
-        codec = int(_codecs.Codec.RAW) if self.codec is None else _codecs.check_codec_id(self.codec)
-        assign(self, "codec", codec)
         encoders = _codecs.merge_codecs(_codecs.BUILTIN_ENCODERS, self.encoders)
-        assign(self, "encoder", _codecs.lookup(encoders, codec, "encoder"))
+        assign(self, "encoder_table", encoders)
+        if self.codec == AUTO_CODEC:
+            assign(self, "encoder", encoders[_codecs.Codec.RAW])
+        else:
+            codec = int(_codecs.Codec.RAW) if self.codec is None else _codecs.check_codec_id(self.codec)
+            assign(self, "codec", codec)
+            assign(self, "encoder", _codecs.lookup(encoders, codec, "encoder"))
         assign(self, "auto_seqno", bool(self.auto_seqno))
         assign(self, "auto_created_at", bool(self.auto_created_at))
         assign(self, "direct_write", bool(self.direct_write))
@@ -136,6 +166,7 @@ class WriterSettings:
 
 
 __all__ = [
+    "AUTO_CODEC",
     "DEFAULT_MAX_BUFFER_BYTES",
     "DEFAULT_MAX_BUFFER_MESSAGES",
     "KeyedWriterOptions",

@@ -21,8 +21,18 @@ from typing import TYPE_CHECKING, Unpack, overload
 from .._errors import InternalError, InvalidArgumentError, TransactionEndedError, WriterClosedError
 from .._futures import suppress_future_errors
 from .._retry import RetryPolicy
+from .._stream import ConnectionState
 from ..query._binding import bind
-from .messages import InitInfo, ManyMessages, Messages, OneMessage, Skipped, WriteResult, WrittenInTx
+from .messages import (
+    InitInfo,
+    ManyMessages,
+    Messages,
+    OneMessage,
+    Skipped,
+    WriteResult,
+    WriteStatistics,
+    WrittenInTx,
+)
 from .settings import WriterOptions, WriterSettings
 from .writer import TopicWriter
 
@@ -50,14 +60,20 @@ class TxWriter:
     ) -> None:
         binding = bind(tx)
         binding.check_accepting()
-        if settings.producer_id == "" and (settings.retry is None or settings.retry.max_attempts != 1):
+        deduplicated = bool(settings.producer_id or settings.message_group_id)
+        if not deduplicated and (settings.retry is None or settings.retry.max_attempts != 1):
             raise InvalidArgumentError(
                 "a transactional writer retries only with a producer id: without one, a message resent"
                 " after a lost acknowledgement would be committed twice (pass producer_id=..., or no retry)"
             )
         self._writer: TopicWriter | None = TopicWriter(context, admin, path, settings)
+        self._inner = self._writer
+        """The writer, kept after the transaction ends for what it shows (state, statistics)."""
         self._transport = context.transport
         self.path = self._writer.path
+        self.producer_id = self._writer.producer_id
+        self.message_group_id = self._writer.message_group_id
+        self.codec = self._writer.codec
         self._binding = binding
         self._futures: list[asyncio.Future[WriteResult]] = []
         self._writing = 0
@@ -84,6 +100,12 @@ class TxWriter:
         if self._ended is None and self._writer is not None:
             await self._writer.__aexit__(exc_type, exc, tb)
 
+    async def open(self) -> None:
+        """Begin the transaction if it has not begun and start connecting in the background
+        (``write`` does both too)."""
+        writer = await self._bind()
+        await writer.open()
+
     async def close(self, timeout: float | None = None) -> None:
         """Wait for the acknowledgement of everything written, then stop writing (early, before the
         commit). The transaction's end does this by itself."""
@@ -94,6 +116,11 @@ class TxWriter:
     def closed(self) -> bool:
         """True once closed, or once the transaction ended."""
         return self._writer is None or self._writer.closed
+
+    @property
+    def failure(self) -> BaseException | None:
+        """The error that ended the writer for good (every later call raises it), or None."""
+        return self._inner.failure
 
     def _check_usable(self) -> None:
         if self._ended is not None:
@@ -147,6 +174,23 @@ class TxWriter:
             return [f.result() for f in futures]
         return result.result()
 
+    @overload
+    async def write_with_ack_future(self, messages: OneMessage) -> asyncio.Future[WriteResult]: ...  # type: ignore[overload-overlap]  # a str is one message, not a sequence of them
+
+    @overload
+    async def write_with_ack_future(self, messages: ManyMessages) -> list[asyncio.Future[WriteResult]]: ...
+
+    async def write_with_ack_future(
+        self, messages: Messages
+    ) -> asyncio.Future[WriteResult] | list[asyncio.Future[WriteResult]]:
+        """Buffer like ``write`` and return the acknowledgement future(s) (``WrittenInTx``); the
+        first write through this writer returns once acknowledged, its futures done."""
+        result, futures = await self._accept(messages)
+        if not self._first_written:
+            self._first_written = True
+            await self._wait_acked(futures)
+        return result
+
     async def _accept(
         self, messages: Messages
     ) -> tuple[asyncio.Future[WriteResult] | list[asyncio.Future[WriteResult]], list[asyncio.Future[WriteResult]]]:
@@ -188,12 +232,50 @@ class TxWriter:
 
     @property
     def init_info(self) -> InitInfo | None:
-        return self._writer.init_info if self._writer is not None else None
+        """The first handshake's answer, or None before it."""
+        return self._inner.init_info
 
     @property
     def buffered_messages(self) -> int:
         """Messages written and not yet acknowledged."""
         return self._writer.buffered_messages if self._writer is not None else 0
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes of messages written and not yet acknowledged."""
+        return self._writer.buffered_bytes if self._writer is not None else 0
+
+    @property
+    def session_id(self) -> str:
+        """The current (or last) stream's session id; empty before the first handshake."""
+        return self._inner.session_id
+
+    @property
+    def last_write_statistics(self) -> WriteStatistics | None:
+        """Server timings of the latest acknowledgement batch, or None before any ack."""
+        return self._inner.last_write_statistics
+
+    @property
+    def selected_codec(self) -> int | None:
+        """The codec of the latest batch sent (see ``TopicWriter.selected_codec``)."""
+        return self._inner.selected_codec
+
+    @property
+    def connection_state(self) -> ConnectionState:
+        """Where the connection stands; ``CLOSED`` once the transaction ended."""
+        if self._writer is None:
+            return ConnectionState.CLOSED
+        return self._writer.connection_state
+
+    @property
+    def reconnects(self) -> int:
+        """How many times a new stream replaced a lost one."""
+        return self._inner.reconnects
+
+    @property
+    def last_error(self) -> BaseException | None:
+        """The failure that ended the latest stream or connection attempt (None before any)."""
+        return self._inner.last_error
 
     # --- transaction hooks -------------------------------------------------------------------
 

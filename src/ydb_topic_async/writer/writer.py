@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, overload
 
 from .._closing import ClosesOnExit
+from .._codecs import Codec
 from .._errors import InvalidArgumentError, MessageTooLargeError, OperationTimeoutError, WriterClosedError
 from .._futures import wait_within
 from .._limits import MAX_SEQ_NO, MESSAGE_OVERHEAD, REQUEST_OVERHEAD
@@ -36,7 +37,7 @@ from .messages import (
     payload_bytes,
 )
 from .sender import SenderSettings, WriterSender
-from .settings import WriterSettings
+from .settings import AUTO_CODEC, WriterSettings
 
 if TYPE_CHECKING:
     from .._context import ClientContext
@@ -88,8 +89,14 @@ class TopicWriter(ConnectionStatus, ClosesOnExit):
         self._admin = admin
         self.path = full_path
         self.producer_id = producer_id
-        self.codec = codec = settings.codec
-        assert codec is not None
+        self.message_group_id = settings.message_group_id
+        """The session's message group (the deduplication identity when ``producer_id`` is
+        empty), or None: the producer id's."""
+        self.codec = settings.codec
+        """The ``codec`` option: a codec id, or ``"auto"`` (see ``selected_codec``)."""
+        auto = settings.codec == AUTO_CODEC
+        codec = int(Codec.RAW) if auto else settings.codec
+        assert isinstance(codec, int)
         self._auto_seqno = settings.auto_seqno
         self._auto_created_at = settings.auto_created_at
         self._buffer_wait_timeout = settings.buffer_wait_timeout
@@ -106,6 +113,7 @@ class TopicWriter(ConnectionStatus, ClosesOnExit):
                 path=full_path,
                 producer_id=producer_id,
                 partition_id=partition_id,
+                message_group_id=settings.message_group_id,
                 direct_write=settings.direct_write,
                 session_metadata=settings.session_metadata or {},
                 codec=codec,
@@ -114,6 +122,7 @@ class TopicWriter(ConnectionStatus, ClosesOnExit):
                 max_request_size=max_request_size,
                 token_refresh_interval=settings.token_refresh_interval,
                 init_timeout=settings.init_timeout,
+                auto_encoders=settings.encoder_table if auto else None,
             ),
             buffer,
             self._on_init,
@@ -505,6 +514,16 @@ class TopicWriter(ConnectionStatus, ClosesOnExit):
     def buffered_bytes(self) -> int:
         """Bytes of messages accepted and not yet acknowledged."""
         return self._buffer.nbytes
+
+    @property
+    def selected_codec(self) -> int | None:
+        """The codec of the latest batch sent: the ``codec`` option, or with ``codec="auto"`` the
+        one picked for it (None before the first batch)."""
+        selector = self._sender.batcher.selector
+        if selector is None:
+            assert isinstance(self.codec, int)
+            return self.codec
+        return selector.chosen
 
     @property
     def session_id(self) -> str:
