@@ -19,6 +19,10 @@ As in YDB (``ydb/services/persqueue_v1/actors/read_session_actor`` and ``partiti
   BAD_REQUEST (the session ends), as is a CommitOffsetRequest without ranges. A range after a
   gap waits, unanswered, until the gap is filled; the CommitOffsetResponse then carries the new
   committed offset.
+- ``partition_max_in_flight_bytes`` (InitRequest): a partition whose messages sent and not yet
+  committed hold that many payload bytes gets no more ReadResponses until commits bring it
+  below (one response may go past it), as YDB's ``TInFlightController`` (``partition_actor``:
+  ``Add(offset, size)`` per message read, ``Remove(committed offset)`` on each commit); 0: no limit.
 - A StopPartitionSessionResponse the server did not ask for (no graceful stop pending) is
   BAD_REQUEST; for a partition session the server already forgot, it is ignored.
 - A topic dropped under an open session ends it with SCHEME_ERROR.
@@ -87,6 +91,15 @@ class PartitionSessionState:
     end_sent: bool = False
     pending_commits: list[tuple[int, int]] = field(default_factory=list)
     created_ns: int = 0
+    in_flight: deque[tuple[int, int]] = field(default_factory=deque)
+    """(offset, payload bytes) of the messages sent and not committed (under a partition limit)."""
+    in_flight_bytes: int = 0
+
+    def release_in_flight(self) -> None:
+        """The committed offset moved: what lies below it is no longer in flight."""
+        in_flight = self.in_flight
+        while in_flight and in_flight[0][0] < self.committed:
+            self.in_flight_bytes -= in_flight.popleft()[1]
 
 
 class ReadSession:
@@ -95,9 +108,16 @@ class ReadSession:
     _ids = itertools.count(1)
 
     def __init__(
-        self, consumer: str | None, reader_name: str, auto_partitioning: bool, selectors: dict[str, Selector]
+        self,
+        consumer: str | None,
+        reader_name: str,
+        auto_partitioning: bool,
+        selectors: dict[str, Selector],
+        partition_limit: int = 0,
     ) -> None:
         self.id = f"local-read-{next(self._ids)}-{uuid.uuid4().hex[:8]}"
+        self.partition_limit = partition_limit
+        """``partition_max_in_flight_bytes`` (0: no limit)."""
         self.consumer_name = consumer
         self.reader_name = reader_name
         self.auto_partitioning = auto_partitioning
@@ -301,7 +321,13 @@ class ReadService:
         if not selectors:
             assert missing is not None
             raise missing
-        return ReadSession(init.consumer or None, init.reader_name, init.auto_partitioning_support, selectors)
+        return ReadSession(
+            init.consumer or None,
+            init.reader_name,
+            init.auto_partitioning_support,
+            selectors,
+            init.partition_max_in_flight_bytes,
+        )
 
     def _join(self, session: ReadSession) -> None:
         for path, selector in session.selectors.items():
@@ -392,6 +418,7 @@ class ReadService:
                 raise _bad(f"trying to commit to future: commit {commit} endOffset {partition.end_offset}")
             consumer.commit(partition, commit)
             state.committed = commit
+            state.release_in_flight()
             self.server.storage.notify()
         read_from = max(state.selector.read_from_ns, consumer.read_from_ns if consumer else 0)
         if read_from:
@@ -467,6 +494,7 @@ class ReadService:
             if committed == state.committed:
                 continue  # behind a gap: answered once the gap is filled
             state.committed = committed
+            state.release_in_flight()
             state.consumer.commit(partition, committed)
             reply.commit_offset_response.partitions_committed_offsets.add(
                 partition_session_id=state.session_id, committed_offset=committed
@@ -503,9 +531,12 @@ class ReadService:
         """One ReadResponse of one partition within the session's credit, or None when there is nothing to send."""
         budget = min(session.credit, MAX_RESPONSE_BYTES)
         now = self.server.clock.now_ns()
+        limit = session.partition_limit
         for state in session.next_turn():
             if not state.started or state.stopping:
                 continue
+            if limit and state.in_flight_bytes >= limit:
+                continue  # waits for commits (the commit wakes the stream)
             partition = state.partition
             max_lag = state.selector.max_lag_ns
             if max_lag:
@@ -515,6 +546,10 @@ class ReadService:
             if not chunk:
                 continue
             state.read_offset = chunk[-1][0] + 1  # the last row's offset
+            if limit:
+                for row in chunk:
+                    state.in_flight.append((row[0], len(row[7])))
+                    state.in_flight_bytes += len(row[7])
             if state.consumer is not None:
                 state.consumer.record_read(partition, state.read_offset, now)
             stats = self.server.stats
