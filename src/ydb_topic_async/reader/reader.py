@@ -352,7 +352,7 @@ class TopicReader(ConnectionStatus, ClosesOnExit):
         message, not at the call, so an idle reader still waits (up to ``timeout``) for one
         and a batch is never empty; under load, a batch that is full at once returns at once.
 
-        Args:
+        Parameters:
             max_messages: The most messages in the batch (at least one is always returned).
             max_bytes: The most payload bytes in the batch (its first message may exceed it).
             timeout: Seconds to wait for the first message (``None``: no limit).
@@ -556,7 +556,7 @@ class TopicReader(ConnectionStatus, ClosesOnExit):
         contiguous) until committed explicitly with ``commit(skipped)``; the partition is
         otherwise read from the committed offset again after a restart or a rebalance.
 
-        Args:
+        Parameters:
             partition_session: A partition session this reader holds.
             position: An offset (at least the committed offset: YDB reads no lower with a
                 consumer, and at most the partition's end offset), or a ``datetime`` (naive
