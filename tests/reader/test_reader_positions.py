@@ -265,3 +265,20 @@ async def test_a_long_backward_seek_is_read_again_within_the_buffer(driver: yta.
         assert _offsets(again) == list(range(200)) and [m.data for m in again] == payloads
         # What was read again came a window at a time (its stream's credit is the buffer's size).
         assert reader.peak_buffered_bytes <= 2 * buffer + 64 * 1024
+
+
+async def test_when_reading_again_fails_everything_uncommitted_is_delivered_again(
+    server: LocalTopicServer, driver: yta.Driver, topic: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    await fill(driver, topic, _payloads(0, 10))
+    async with driver.topic.reader(topic, consumer="consumer") as reader:
+        first = await _take(reader, 10)
+        await _commit_through(reader, first[:2])  # committed offset 2
+        before = reader.read_session_id
+        server.faults.fail_next("StreamRead", "UNAVAILABLE")  # the stream the seek opens
+        await reader.seek(first[0].partition_session, 6)
+        again = await _take(reader, 8)
+        # A new read stream: the partition starts over at its committed offset (a superset of the seek).
+        assert _offsets(again) == list(range(2, 10))
+        assert reader.read_session_id != before and first[0].partition_session.closed
+    assert any("after a seek failed" in r.getMessage() for r in caplog.records)

@@ -1,9 +1,9 @@
 """What the framework integrations share: the runtime that owns a driver, named writers and
 supervised consumers, and the supervision loop itself (restart with backoff, logging).
 
-Start-up order: driver, then writers, then consumers. Shutdown runs in reverse: consumers finish
-the message in hand and their readers wait for commit acknowledgements, writers flush every
-accepted message, and the driver closes last.
+Start-up order: driver, then writers, then consumers. Shutdown runs in reverse: consumers let
+the handler calls in progress finish and their readers wait for commit acknowledgements,
+writers flush every accepted message, and the driver closes last.
 """
 
 from __future__ import annotations
