@@ -113,13 +113,16 @@ class CommitTracker:
                 continue
             # The server refuses a range below the committed offset or over one sent before
             # (the session ends): after a backward seek, or a message committed twice, send
-            # only what is new.
-            unsent = {id(run) for run in ranges}
-            sent = [(0, session.committed_offset)]
-            sent += [(run[0], run[1]) for run in session._recorded if id(run) not in unsent]
-            new = subtract_ranges(merge_ranges(ranges), merge_ranges(sent))
-            if not new:
-                continue
+            # only what is new. (Usually nothing else is recorded: every recorded range is
+            # one of these.)
+            new = merge_ranges(ranges)
+            if len(session._recorded) != len(ranges) or new[0][0] < session.committed_offset:
+                unsent = {id(run) for run in ranges}
+                sent = [(0, session.committed_offset)]
+                sent += [(run[0], run[1]) for run in session._recorded if id(run) not in unsent]
+                new = subtract_ranges(new, merge_ranges(sent))
+                if not new:
+                    continue
             item = offsets.add(partition_session_id=session.id)
             for start, end in new:
                 item.offsets.add(start=start, end=end)
