@@ -22,12 +22,14 @@ from ._version import __version__
 from .observability import MetricsRecorder, NoopMetrics, OpenTelemetryTracing
 from .query import QueryClient, Transaction, TransactionState
 from .reader import (
+    CommitAck,
     MessageBatch,
     MessageColumns,
     PartitionSession,
     PartitionSessionState,
     PartitionStatus,
     ReaderOptions,
+    SkippedOffsets,
     StartOffsets,
     TopicMessage,
     TopicReader,
@@ -120,12 +122,14 @@ __all__ = [
     "WrittenInTx",
     "partition_for_key",
     # Reading.
+    "CommitAck",
     "MessageBatch",
     "MessageColumns",
     "PartitionSession",
     "PartitionSessionState",
     "PartitionStatus",
     "ReaderOptions",
+    "SkippedOffsets",
     "StartOffsets",
     "TopicMessage",
     "TopicReader",

@@ -131,6 +131,22 @@ async def test_commits_out_of_order_ack_only_when_contiguous(driver: yta.Driver,
     assert await _committed(driver, topic) == {0: 10}
 
 
+async def test_offsets_committed_twice_are_sent_once(server: LocalTopicServer, driver: yta.Driver, topic: str) -> None:
+    """YDB ends a read session that commits a range overlapping one it sent before and that is
+    not committed yet (``TReadSessionActor::Handle(TEvCommitRange)``, ydb/services/persqueue_v1:
+    "has already committed offsets, double committing is forbiden"); the local server does too."""
+    await fill(driver, topic, [b"m%d" % i for i in range(10)])
+    async with driver.topic.reader(topic, consumer="consumer") as reader:
+        batch = await reader.receive_batch(timeout=10)
+        reader.commit(batch[7])  # sent, and held by the server behind offsets 0..6
+        reader.commit(batch[7])  # the same again
+        await asyncio.sleep(0.1)
+        reader.commit(batch[7])
+        await reader.commit_with_ack(batch, timeout=10)  # [0, 10) over the [7, 8) sent before
+        assert reader.reconnects == 0 and reader.connection_state is yta.ConnectionState.CONNECTED
+    assert server.storage.committed_offsets(topic, "consumer") == {0: 10}
+
+
 async def test_commit_range_starts_at_committed_offset(driver: yta.Driver, topic: str) -> None:
     """A read that starts past the committed offset commits the skipped offsets too (gap filling)."""
     await fill(driver, topic, [b"g%d" % i for i in range(10)])

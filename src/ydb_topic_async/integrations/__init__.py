@@ -4,6 +4,6 @@
 adapters live in ``ydb_topic_async.integrations.fastapi`` and ``...aiohttp`` (optional extras).
 """
 
-from ._supervisor import Consumer, Handler, TopicRuntime, WriterSpec
+from ._supervisor import BatchHandler, Consumer, Handler, TopicRuntime, WriterSpec
 
-__all__ = ["Consumer", "Handler", "TopicRuntime", "WriterSpec"]
+__all__ = ["BatchHandler", "Consumer", "Handler", "TopicRuntime", "WriterSpec"]

@@ -1,20 +1,23 @@
 """What the framework integrations share: the runtime that owns a driver, named writers and
 supervised consumers, and the supervision loop itself (restart with backoff, logging).
 
-Start-up order: driver, then writers, then consumers. Shutdown runs in reverse: consumers finish
-the message in hand and their readers wait for commit acknowledgements, writers flush every
-accepted message, and the driver closes last.
+Start-up order: driver, then writers, then consumers. Shutdown runs in reverse: consumers let
+the handler calls in progress finish and their readers wait for commit acknowledgements,
+writers flush every accepted message, and the driver closes last.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import inspect
 import random
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Unpack
+
+import anyio
+import anyio.abc
 
 from .. import (
     BackoffSchedule,
@@ -22,7 +25,8 @@ from .. import (
     Credentials,
     Driver,
     InvalidArgumentError,
-    ReaderClosedError,
+    MessageBatch,
+    PartitionSession,
     ReaderOptions,
     RetryPolicy,
     RetryState,
@@ -58,23 +62,53 @@ class WriterSpec:
         return f"WriterSpec({self.path!r}, **{self.options!r})"
 
 
-class Consumer:
-    """Read ``topics`` as ``consumer`` and pass each message to ``handler``, committing after it.
+BatchHandler = Callable[[MessageBatch], Awaitable[None]]
+"""An async function called with each batch (messages of one partition session, in order); the
+batch is committed after it returns."""
 
-    A failure of the handler or of the reader is logged with its traceback and the consumer
+DEFAULT_MAX_IN_FLIGHT_BYTES = 8 * 1024 * 1024
+
+
+class Consumer:
+    """Read ``topics`` as ``consumer`` and pass each message (or batch) to a handler, committing after it.
+
+    Partitions are handled as lanes: one per partition session, whose messages go to the handler
+    one call at a time and in offset order, each committed once its handler call returns (in
+    order: at-least-once). ``concurrency`` bounds the handler calls running at once across the
+    lanes. The default, 1, is one call at a time for the whole consumer (handlers written for
+    that need no locks); raise it to handle partitions concurrently. The handler is either
+    ``handler(message)`` or ``batch_handler(batch)`` (a ``MessageBatch`` of one partition
+    session: ``max_batch_messages``, ``max_batch_bytes`` and ``batch_window``, the seconds a
+    batch is filled for once its first message is there, shape it).
+
+    ``max_in_flight_bytes`` bounds the payload bytes received and not yet handled across the
+    lanes: reception waits above it. For a bound per partition, pass the reader option
+    ``partition_max_in_flight_bytes`` (messages handed out and not committed, which here is
+    received and not handled). When the server takes a partition away (a rebalance), its lane
+    handles what it already received and commits it before the partition is released, within
+    the reader's ``graceful_stop_timeout``; what is left then is delivered to the new owner.
+
+    A failure of a handler or of the reader is logged with its traceback and the consumer
     restarts with a new reader after a jittered backoff that doubles from ``initial_backoff`` up
     to ``max_backoff`` seconds (and starts over once a message was handled since the previous
-    failure). Messages that were not committed are delivered again after a restart: handlers
-    must tolerate duplicates (at-least-once).
-    ``reader_options`` are the keyword arguments of ``driver.topic.reader``.
+    failure). Handler calls already running in other lanes finish first; none starts after a
+    failure. Messages that were not committed are delivered again after a restart: handlers
+    must tolerate duplicates (at-least-once). ``reader_options`` are the keyword arguments of
+    ``driver.topic.reader`` (an ``on_partition_stop`` given there is called too).
     """
 
     def __init__(
         self,
         topics: TopicsArg,
         consumer: str,
-        handler: Handler,
+        handler: Handler | None = None,
         *,
+        batch_handler: BatchHandler | None = None,
+        concurrency: int = 1,
+        max_in_flight_bytes: int = DEFAULT_MAX_IN_FLIGHT_BYTES,
+        max_batch_messages: int | None = None,
+        max_batch_bytes: int | None = None,
+        batch_window: float | None = None,
         initial_backoff: float = 0.5,
         max_backoff: float = 30.0,
         name: str | None = None,
@@ -87,12 +121,36 @@ class Consumer:
             raise InvalidArgumentError(
                 f"need 0 < initial_backoff <= max_backoff, got {initial_backoff!r} and {max_backoff!r}"
             )
+        if (handler is None) == (batch_handler is None):
+            raise InvalidArgumentError("give either handler (called per message) or batch_handler (per batch)")
+        if not callable(handler if handler is not None else batch_handler):
+            raise InvalidArgumentError("the handler must be an async function")
+        for value, what, minimum in (
+            (concurrency, "concurrency", 1),
+            (max_in_flight_bytes, "max_in_flight_bytes", 1),
+        ):
+            if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+                raise InvalidArgumentError(f"{what} must be a positive int, got {value!r}")
+        for limit, what in ((max_batch_messages, "max_batch_messages"), (max_batch_bytes, "max_batch_bytes")):
+            if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
+                raise InvalidArgumentError(f"{what} must be a positive int or None, got {limit!r}")
+        if batch_window is not None and (
+            not isinstance(batch_window, (int, float)) or isinstance(batch_window, bool) or batch_window < 0
+        ):
+            raise InvalidArgumentError(f"batch_window must be None or a number of seconds >= 0, got {batch_window!r}")
         self.topics = topics
         self.consumer = consumer
         self.handler = handler
+        self.batch_handler = batch_handler
+        self.concurrency = concurrency
+        self.max_in_flight_bytes = max_in_flight_bytes
+        self.max_batch_messages = max_batch_messages
+        self.max_batch_bytes = max_batch_bytes
+        self.batch_window = batch_window
         self.initial_backoff = initial_backoff
         self.max_backoff = max_backoff
         self.name = name or f"{consumer}@{topics if isinstance(topics, str) else '...'}"
+        self._user_on_partition_stop = reader_options.pop("on_partition_stop", None)
         self.reader_options = reader_options
         self.restarts = 0
         """How many times this consumer was restarted after a failure."""
@@ -100,8 +158,7 @@ class Consumer:
         """How many messages the handler finished (and that were then committed)."""
         self.last_error: BaseException | None = None
         """The most recent failure, kept for health checks."""
-        self._reader: TopicReader | None = None
-        self._busy = False
+        self._run: _Run | None = None
         self._stopping = False
 
     def stopping(self) -> bool:
@@ -142,37 +199,26 @@ class Consumer:
         await retry_call(attempt, retry, on_retry=restarting)
 
     async def _consume(self, driver: Driver) -> None:
-        reader = driver.topic.reader(self.topics, consumer=self.consumer, **self.reader_options)
-        self._reader = reader
+        run = _Run(self)
+        options: ReaderOptions = {**self.reader_options, "on_partition_stop": run.partition_stopped}
+        reader = driver.topic.reader(self.topics, consumer=self.consumer, **options)
+        run.reader = reader
+        self._run = run
         try:
             async with reader:
-                while not self.stopping():
-                    try:
-                        message = await reader.receive_message()
-                    except ReaderClosedError:
-                        if self.stopping():
-                            return  # ``stop`` closed the reader while we waited
-                        raise
-                    self._busy = True
-                    try:
-                        await self.handler(message)
-                        reader.commit(message)
-                    finally:
-                        self._busy = False
-                    self.handled += 1
+                await run.dispatch()
         finally:
-            self._reader = None
+            self._run = None
 
     async def stop(self, task: asyncio.Task[None], timeout: float) -> None:
-        """Finish the message in hand, wait for commit acks (up to ``timeout``), end ``task``."""
+        """Let the handler calls in progress finish (nothing new starts), wait for their commits'
+        acknowledgements (up to ``timeout`` in all), end ``task``."""
         self._stopping = True
-        reader = self._reader
-        if reader is None:
+        run = self._run
+        if run is None:
             task.cancel()  # between readers (backing off): nothing is in hand, nothing to commit
-        elif not self._busy:
-            # Waiting for a message: closing the reader waits for commit acks and wakes the loop.
-            with contextlib.suppress(Exception):
-                await reader.close(timeout)
+        else:
+            run.halt()
         done, _ = await asyncio.wait([task], timeout=timeout)
         if not done:
             logger.warning("consumer %s did not stop within %.1fs; cancelling it", self.name, timeout)
@@ -180,6 +226,137 @@ class Consumer:
             await asyncio.wait([task])
         if not task.cancelled() and task.exception() is not None:
             logger.error("consumer %s failed while stopping", self.name, exc_info=task.exception())
+
+
+class _Lane:
+    """One partition session's batches, handled one after another in the order received."""
+
+    def __init__(self, session: PartitionSession) -> None:
+        self.session = session
+        self.queue: asyncio.Queue[tuple[MessageBatch, int] | None] = asyncio.Queue()
+
+
+class _Run:
+    """One reader's life in a ``Consumer``: the loop that receives and deals batches to the
+    lanes, the lanes (tasks of one task group), and what stops them."""
+
+    def __init__(self, consumer: Consumer) -> None:
+        self._consumer = consumer
+        self.reader: TopicReader | None = None
+        self._lanes: dict[PartitionSession, _Lane] = {}
+        self._calls = asyncio.Semaphore(consumer.concurrency)
+        self._in_flight = 0
+        self._room = asyncio.Event()
+        self._room.set()
+        self._halted = False
+        self._failure: BaseException | None = None
+        self._receiving: anyio.CancelScope | None = None
+
+    def halted(self) -> bool:
+        """Whether nothing new may start (``halt``)."""
+        return self._halted
+
+    def halt(self, failure: BaseException | None = None) -> None:
+        """Stop receiving and starting handler calls (those running finish); ``failure`` is raised
+        once every lane is done."""
+        if failure is not None and self._failure is None:
+            self._failure = failure
+        self._halted = True
+        if self._receiving is not None:
+            self._receiving.cancel()
+        for lane in self._lanes.values():
+            lane.queue.put_nowait(None)
+
+    async def partition_stopped(self, session: PartitionSession) -> None:
+        """The reader ended ``session`` (after a graceful stop: once what it handed out was
+        committed, or its ``graceful_stop_timeout`` passed): its lane ends after its current call."""
+        lane = self._lanes.pop(session, None)
+        if lane is not None:
+            lane.queue.put_nowait(None)
+        callback = self._consumer._user_on_partition_stop
+        if callback is not None:
+            result = callback(session)
+            if inspect.isawaitable(result):
+                await result
+
+    async def dispatch(self) -> None:
+        """Receive and deal batches to the lanes until halted; then let the lanes finish, and
+        raise the failure that halted them, if any."""
+        async with anyio.create_task_group() as lanes:
+            try:
+                await self._deal(lanes)
+            except Exception as exc:
+                self.halt(exc)  # the lanes finish the calls they are in, then end
+            finally:
+                self._receiving = None
+        if self._failure is not None:
+            raise self._failure
+
+    async def _deal(self, lanes: anyio.abc.TaskGroup) -> None:
+        reader = self.reader
+        assert reader is not None
+        consumer = self._consumer
+        while not self.halted():
+            batch: MessageBatch | None = None
+            with anyio.CancelScope() as self._receiving:
+                while self._in_flight >= consumer.max_in_flight_bytes:
+                    self._room.clear()
+                    await self._room.wait()
+                batch = await reader.receive_batch(
+                    consumer.max_batch_messages, consumer.max_batch_bytes, max_wait=consumer.batch_window
+                )
+            self._receiving = None
+            if batch is None or self.halted():
+                return  # halted while waiting: a batch taken is delivered again
+            session = batch.partition_session
+            if session.closed:
+                continue  # its partition was taken away: delivered again to the new owner
+            lane = self._lanes.get(session)
+            if lane is None:
+                lane = self._lanes[session] = _Lane(session)
+                lanes.start_soon(self._handle, lane, name=f"ydb-topic consumer lane {session.partition_id}")
+            nbytes = sum(len(message.data) for message in batch.messages)
+            self._in_flight += nbytes
+            lane.queue.put_nowait((batch, nbytes))
+
+    async def _handle(self, lane: _Lane) -> None:
+        reader = self.reader
+        assert reader is not None
+        consumer = self._consumer
+        while True:
+            item = await lane.queue.get()
+            if item is None:
+                break
+            batch, nbytes = item
+            try:
+                if not self.halted() and not lane.session.closed:
+                    if consumer.batch_handler is not None:
+                        async with self._calls:
+                            if self.halted():
+                                continue
+                            await consumer.batch_handler(batch)
+                        reader.commit(batch)
+                        consumer.handled += len(batch)
+                    else:
+                        assert consumer.handler is not None
+                        for message in batch:
+                            async with self._calls:
+                                if self.halted() or lane.session.closed:
+                                    break
+                                await consumer.handler(message)
+                            reader.commit(message)
+                            consumer.handled += 1
+            except Exception as exc:
+                self.halt(exc)
+            finally:
+                self._in_flight -= nbytes
+                self._room.set()
+        # Whatever is still queued will be delivered again: give its room back.
+        while not lane.queue.empty():
+            item = lane.queue.get_nowait()
+            if item is not None:
+                self._in_flight -= item[1]
+        self._room.set()
 
 
 class TopicRuntime:

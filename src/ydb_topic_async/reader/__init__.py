@@ -1,11 +1,13 @@
 """The topic reader: ``driver.topic.reader(...)``."""
 
 from .messages import (
+    CommitAck,
     MessageBatch,
     MessageColumns,
     PartitionSession,
     PartitionSessionState,
     PartitionStatus,
+    SkippedOffsets,
     StartOffsets,
     TopicMessage,
     TopicSelector,
@@ -13,12 +15,14 @@ from .messages import (
 from .reader import ReaderOptions, TopicReader, TopicsArg
 
 __all__ = [
+    "CommitAck",
     "MessageBatch",
     "MessageColumns",
     "PartitionSession",
     "PartitionSessionState",
     "PartitionStatus",
     "ReaderOptions",
+    "SkippedOffsets",
     "StartOffsets",
     "TopicMessage",
     "TopicReader",

@@ -12,14 +12,36 @@ offset reaches its range end, or fails when the session ends first.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._proto import ydb_topic_pb2 as pb
 from .messages import PartitionSession
 
-GAP_ADVICE = "commits are contiguous from the committed offset; commit every message or whole batches"
+GAP_ADVICE = (
+    "commits are contiguous from the committed offset; commit every message or whole batches"
+    " (and, after a forward seek, the SkippedOffsets it returned)"
+)
 """Why a commit behind a gap waits, and what to do about it (for log messages)."""
+
+
+def subtract_ranges(ranges: list[tuple[int, int]], covered: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The parts of sorted, merged ``ranges`` outside sorted, merged ``covered``."""
+    out: list[tuple[int, int]] = []
+    index = 0
+    for start, end in ranges:
+        while index < len(covered) and covered[index][1] <= start:
+            index += 1
+        position = index
+        while start < end and position < len(covered) and covered[position][0] < end:
+            cover_start, cover_end = covered[position]
+            if cover_start > start:
+                out.append((start, cover_start))
+            start = max(start, cover_end)
+            position += 1
+        if start < end:
+            out.append((start, end))
+    return out
 
 
 def merge_ranges(ranges: Sequence[Sequence[int]]) -> list[tuple[int, int]]:
@@ -48,6 +70,8 @@ class CommitTracker:
     def __init__(self, wake_sender: asyncio.Event) -> None:
         self._pending: dict[PartitionSession, list[list[int]]] = {}
         self._wake_sender = wake_sender
+        self.on_committed: Callable[[PartitionSession], None] | None = None
+        """Told of each session whose committed offset moved forward."""
 
     def add(self, session: PartitionSession, start: int, end: int, want_ack: bool) -> asyncio.Future[None] | None:
         """Record ``[start, end)`` for ``session``; return an ack future when asked for one."""
@@ -87,8 +111,20 @@ class CommitTracker:
             session._commit_run = None  # sent: the next commit starts a new range
             if session.closed:
                 continue
+            # The server refuses a range below the committed offset or over one sent before
+            # (the session ends): after a backward seek, or a message committed twice, send
+            # only what is new. (Usually nothing else is recorded: every recorded range is
+            # one of these.)
+            new = merge_ranges(ranges)
+            if len(session._recorded) != len(ranges) or new[0][0] < session.committed_offset:
+                unsent = {id(run) for run in ranges}
+                sent = [(0, session.committed_offset)]
+                sent += [(run[0], run[1]) for run in session._recorded if id(run) not in unsent]
+                new = subtract_ranges(new, merge_ranges(sent))
+                if not new:
+                    continue
             item = offsets.add(partition_session_id=session.id)
-            for start, end in merge_ranges(ranges):
+            for start, end in new:
                 item.offsets.add(start=start, end=end)
         return request if len(offsets) else None
 
@@ -100,6 +136,8 @@ class CommitTracker:
             run = session._commit_run
             if run is not None and run[1] <= committed_offset:
                 session._commit_run = None  # no longer recorded: the next commit starts anew
+            if self.on_committed is not None:
+                self.on_committed(session)
         waiters = session._ack_waiters
         if not waiters:
             return

@@ -54,6 +54,7 @@ class ReadBuffer:
         "buffered_bytes",
         "credit_ready",
         "nonempty",
+        "partition_limit",
         "peak_buffered_bytes",
         "release_threshold",
         "server_credit",
@@ -65,8 +66,12 @@ class ReadBuffer:
         release_threshold: int,
         on_drained: Callable[[PartitionSession], None],
         wake_sender: asyncio.Event,
+        partition_limit: int = 0,
     ) -> None:
         self.buffer_size = buffer_size
+        self.partition_limit = partition_limit
+        """``partition_max_in_flight_bytes``: a partition session whose messages handed out and
+        not committed reach this many bytes is not taken from until commits free room (0: no limit)."""
         self.release_threshold = max(1, min(release_threshold, buffer_size))
         self.buffered_bytes = 0
         """Bytes of messages received and not yet handed to the user (decoded sizes)."""
@@ -137,20 +142,82 @@ class ReadBuffer:
 
     def drop_session(self, session: PartitionSession) -> int:
         """Discard what is buffered for ``session``; return how many messages were dropped."""
+        dropped = self._drop(lambda entry: entry.session is session)
+        session._buffered = 0
+        return dropped
+
+    def drop_replay(self, session: PartitionSession, replay: object) -> int:
+        """Discard the parts a backward seek of ``session`` read again; return how many messages."""
+        return self._drop(lambda entry: entry.replay is replay)
+
+    def _drop(self, dropping: Callable[[BufferedPart], bool]) -> int:
         self._sync()
         kept: deque[BufferedPart] = deque()
         dropped = 0
         for entry in self._queue:
-            if entry.session is session:
+            if dropping(entry):
                 dropped += entry.left
                 self.release(entry.bytes_left)
+                entry.session._buffered -= 1
+                if not entry.session._buffered:
+                    self._on_drained(entry.session)
             else:
                 kept.append(entry)
         self._queue = kept
-        session._buffered = 0
         if not kept:
             self.nonempty.clear()
         return dropped
+
+    def skip_to(self, session: PartitionSession, offset: int) -> None:
+        """Pass over the buffered messages of ``session``'s own stream below ``offset`` (a
+        forward seek): they are not handed out, their bytes go back."""
+        self._sync()
+        kept: deque[BufferedPart] = deque()
+        for entry in self._queue:
+            if entry.session is session and entry.replay is None:
+                before = entry.bytes_left
+                entry.skip_to(offset)
+                self.release(before - entry.bytes_left)
+                if not entry.left:
+                    session._buffered -= 1
+                    if not session._buffered:
+                        self._on_drained(session)
+                    continue
+            kept.append(entry)
+        self._queue = kept
+        if kept:
+            self.nonempty.set()  # what was held back may be taken now
+        else:
+            self.nonempty.clear()
+
+    def paused_changed(self, session: PartitionSession) -> None:
+        """``session``'s hold or in-flight limit changed: wake receivers if it may be taken from."""
+        session._paused = session._hold or session._over_limit
+        if not session._paused and session._buffered:
+            self.nonempty.set()
+
+    def settle(self) -> None:
+        """Bring the partition sessions up to date with what single-message receives handed out."""
+        self._sync()
+
+    def drained(self, session: PartitionSession) -> None:
+        """Tell the stream's side that ``session`` may have nothing left to hand out."""
+        if not session._buffered:
+            self._on_drained(session)
+
+    def release_in_flight(self, session: PartitionSession) -> None:
+        """``session``'s committed offset moved: what it covers is no longer in flight."""
+        marks = session._in_flight_marks
+        if not marks:
+            return
+        committed = session.committed_offset
+        in_flight = session._in_flight
+        while marks and marks[0][0] <= committed:
+            in_flight -= marks.popleft()[1]
+        session._in_flight = in_flight
+        if session._over_limit and in_flight < self.partition_limit:
+            session._over_limit = False
+            self.paused_changed(session)
 
     # --- the user side -----------------------------------------------------------------
 
@@ -164,8 +231,101 @@ class ReadBuffer:
             self._wake_sender.set()
 
     def __bool__(self) -> bool:
+        """Whether a message can be taken now (some may wait: see ``_front``)."""
         self._sync()
-        return bool(self._queue)
+        return self._front() is not None
+
+    def _front(self) -> BufferedPart | None:
+        """The first part whose messages may be handed out now, moved to the front of the queue
+        (``_sync`` first). Parts of a paused session wait (a backward seek being read again, or
+        over the in-flight limit); the first part of another session that may go is the
+        earliest of that session, so each session's order is kept."""
+        queue = self._queue
+        if not queue:
+            return None
+        part = queue[0]
+        if not part.session._paused:
+            return part
+        for index, part in enumerate(queue):
+            session = part.session
+            if not session._paused or (part.replay is not None and not session._over_limit):
+                if index:
+                    del queue[index]
+                    queue.appendleft(part)
+                return part
+        return None
+
+    def front_session(self) -> PartitionSession | None:
+        """The partition session the next take hands out from."""
+        self._sync()
+        part = self._front()
+        return None if part is None else part.session
+
+    def _parts_of(self, session: PartitionSession) -> list[BufferedPart]:
+        """The buffered parts of ``session`` that may be handed out now, in order."""
+        parts = []
+        for part in self._queue:
+            if part.session is session:
+                if session._paused and (part.replay is None or session._over_limit):
+                    break
+                parts.append(part)
+        return parts
+
+    def holds_enough(self, session: PartitionSession, max_messages: int | None, max_bytes: int | None) -> bool:
+        """Whether what may be taken of ``session`` fills a batch of these limits (never without one)."""
+        self._sync()
+        count = 0
+        nbytes = 0
+        for part in self._parts_of(session):
+            count += part.left
+            if max_messages is not None and count >= max_messages:
+                return True
+            if max_bytes is not None:
+                nbytes += part.payload_bytes()
+                if nbytes >= max_bytes:
+                    return True
+        return False
+
+    async def decode_session(self, session: PartitionSession, max_messages: int | None, max_bytes: int | None) -> None:
+        """Decode ahead what a take of ``session``'s messages within these limits will need,
+        part after part (the state may move on meanwhile: takes check again)."""
+        self._sync()
+        for part in self._parts_of(session):
+            planned = part.planned_count(max_messages, max_bytes)
+            await part.decode_ahead(planned)
+            if max_messages is not None:
+                max_messages -= planned
+                if max_messages <= 0:
+                    return
+
+    def pop_more(self, batch: MessageBatch, max_messages: int | None, max_bytes: int | None) -> MessageBatch:
+        """``batch`` and the messages of its session after it that are at hand, within these
+        limits (for the whole batch); never raises a decoding error (that message stays next)."""
+        session = batch.partition_session
+        batches = [batch]
+        count = len(batch)
+        nbytes = sum(len(m.data) for m in batch) if max_bytes is not None else 0
+        while max_messages is None or count < max_messages:
+            self._sync()
+            part = self._front()
+            if part is None or part.session is not session or part.head_failed():
+                break
+            room = None if max_messages is None else max_messages - count
+            if self.partition_limit:
+                room = self._within_limit(part, part.left if room is None else room)
+            room_bytes = None if max_bytes is None else max_bytes - nbytes
+            if room_bytes is not None and part.next_size() > room_bytes:
+                break
+            if part.compressed and not part.ready:
+                break  # not decoded yet: left for the next receive (a take only hands out what is at hand)
+            more, error = part.take(part.left if room is None else room, room_bytes)
+            self._finish(part, len(more))
+            assert error is None
+            batches.append(more)
+            count += len(more)
+            if room_bytes is not None:
+                nbytes += sum(len(m.data) for m in more)
+        return MessageBatch._joined(batches)
 
     @property
     def messages(self) -> int:
@@ -176,13 +336,15 @@ class ReadBuffer:
     def front_ready(self, max_messages: int | None, max_bytes: int | None) -> bool:
         """Whether the next take (``pop`` with these limits) finds its payloads at hand."""
         self._sync()
-        part = self._queue[0]
+        part = self._front()
+        assert part is not None
         return not part.compressed or part.ready >= part.planned_count(max_messages, max_bytes)
 
     async def decode_front(self, max_messages: int | None, max_bytes: int | None) -> None:
         """Decode what the next take needs (the state may have moved on meanwhile: check again)."""
         self._sync()
-        part = self._queue[0]
+        part = self._front()
+        assert part is not None
         await part.decode_ahead(part.planned_count(max_messages, max_bytes))
 
     def pop(self, max_messages: int | None, max_bytes: int | None) -> MessageBatch:
@@ -190,8 +352,12 @@ class ReadBuffer:
 
         Raises the error of a front message that cannot be handed out (taking it out)."""
         self._sync()
-        part = self._queue[0]
-        batch, error = part.take(part.left if max_messages is None else max_messages, max_bytes)
+        part = self._front()
+        assert part is not None
+        count = part.left if max_messages is None else max_messages
+        if self.partition_limit:
+            count = self._within_limit(part, count)
+        batch, error = part.take(count, max_bytes)
         self._finish(part, len(batch))
         if error is not None:
             raise decode_error(batch[0], error)
@@ -217,9 +383,9 @@ class ReadBuffer:
                 self._sync()  # the credit of what the cursor handed out goes back now
             return message
         self._sync()
-        if self.credit_ready or not self._queue:
+        part = self._front()
+        if self.credit_ready or part is None:
             return None
-        part = self._queue[0]
         if part.compressed:
             return self.pop(1, None)[0] if part.ready else None
         # Point the cursor at the rest of the part's current server batch, or at about half a
@@ -230,7 +396,12 @@ class ReadBuffer:
         self._cursor_info = part.run
         self._cursor_records = part.run.records
         self._cursor_index = index
-        self._cursor_stop = min(part.run_end, index + max(1, self.release_threshold // (2 * part.share or 1)))
+        stop = min(part.run_end, index + max(1, self.release_threshold // (2 * part.share or 1)))
+        if self.partition_limit:
+            # The cursor hands out at most what fits under the partition's in-flight limit.
+            room = self.partition_limit - part.session._in_flight
+            stop = min(stop, index + max(1, room // (part.share or 1)))
+        self._cursor_stop = stop
         self._cursor_start = part.commit_start
         self._cursor_session = part.session
         return self.pop_one()
@@ -262,8 +433,24 @@ class ReadBuffer:
                 self.nonempty.clear()
         self.release(freed)
         session = part.session
-        session._delivered_end = part.commit_start
+        end = session._delivered_end = part.commit_start
+        if self.partition_limit:
+            self._count_in_flight(session, end, freed)
         if not left:
             session._buffered -= 1
             if not session._buffered:
                 self._on_drained(session)
+        if part.replay is not None:
+            part.replay.taken(freed, not left)
+
+    def _within_limit(self, part: BufferedPart, count: int) -> int:
+        """``count`` cut to what fits under the part's partition in-flight limit (at least one)."""
+        room = self.partition_limit - part.session._in_flight
+        return min(count, max(1, room // (part.share or 1)))
+
+    def _count_in_flight(self, session: PartitionSession, end: int, nbytes: int) -> None:
+        """``nbytes`` of ``session`` up to offset ``end`` were handed out: in flight until committed."""
+        session._in_flight += nbytes
+        session._in_flight_marks.append((end, nbytes))
+        if session._in_flight >= self.partition_limit and not session._over_limit:
+            session._over_limit = session._paused = True

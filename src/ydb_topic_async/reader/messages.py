@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
+from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
@@ -118,9 +119,16 @@ class PartitionSession:
         "_buffered",
         "_commit_run",
         "_delivered_end",
+        "_hold",
+        "_in_flight",
+        "_in_flight_marks",
         "_next_commit_start",
+        "_over_limit",
         "_owner",
+        "_paused",
         "_recorded",
+        "_replay",
+        "_skip_to",
         "_stop_deadline",
         "child_partition_ids",
         "committed_offset",
@@ -166,6 +174,21 @@ class PartitionSession:
         """The commit tracker of the reader that received the session."""
         self._ack_waiters: list[tuple[int, Any]] = []
         self._stop_deadline: float | None = None
+        self._skip_to = 0
+        """Messages the stream delivers below this offset are dropped as they arrive (a forward
+        seek past what was received; 0: none)."""
+        self._replay: Any = None
+        """The backward seek being served (a ``replay.Replay``), None when there is none."""
+        self._hold = False
+        """The stream's own messages of this session wait until the replay was handed out."""
+        self._over_limit = False
+        """Handed out and not committed reached ``partition_max_in_flight_bytes``."""
+        self._paused = False
+        """``_hold or _over_limit``: some of its buffered messages may not be handed out now."""
+        self._in_flight = 0
+        """Bytes handed out and not yet committed (counted only under ``partition_max_in_flight_bytes``)."""
+        self._in_flight_marks: deque[tuple[int, int]] = deque()
+        """(commit end, bytes) of each take counted in ``_in_flight``, in the order taken."""
 
     @property
     def closed(self) -> bool:
@@ -177,6 +200,42 @@ class PartitionSession:
             f"PartitionSession(id={self.id}, topic={self.topic_path!r}, partition={self.partition_id}, "
             f"state={self.state.value}, committed={self.committed_offset})"
         )
+
+
+@dataclass(frozen=True)
+class CommitAck:
+    """The server acknowledged a commit: ``partition_session``'s committed offset is now
+    ``committed_offset`` (every offset below it is committed). Given to a reader's ``on_commit``."""
+
+    partition_session: PartitionSession
+    committed_offset: int
+
+    @property
+    def topic_path(self) -> str:
+        """The topic's full path."""
+        return self.partition_session.topic_path
+
+    @property
+    def partition_id(self) -> int:
+        """The partition whose committed offset moved."""
+        return self.partition_session.partition_id
+
+
+@dataclass(frozen=True)
+class SkippedOffsets:
+    """The offsets ``[start, end)`` a forward ``TopicReader.seek`` passed over in one partition
+    session. They stay uncommitted until this object is committed (``reader.commit(skipped)``):
+    commits are contiguous, so until then the consumer's committed offset cannot move past
+    ``start``."""
+
+    partition_session: PartitionSession
+    start: int
+    end: int
+
+    @property
+    def commit_range(self) -> tuple[int, int]:
+        """The offsets ``[start, end)`` committing this object marks processed."""
+        return self.start, self.end
 
 
 class TopicMessage:
@@ -356,6 +415,19 @@ class MessageBatch:
         batch._large = large
         batch.partition_session = partition_session
         return batch
+
+    @classmethod
+    def _joined(cls, batches: list[MessageBatch]) -> MessageBatch:
+        """One batch of consecutive batches of one partition session (in offset order)."""
+        if len(batches) == 1:
+            return batches[0]
+        first = batches[0]
+        if all(batch._messages is None for batch in batches):
+            runs = [run for batch in batches for run in batch._runs]
+            count = sum(batch._count for batch in batches)
+            large = any(batch._large for batch in batches)
+            return cls.of_runs(runs, count, first.partition_session, first._start, batches[-1]._end, large)
+        return cls([message for batch in batches for message in batch], first.partition_session)
 
     def _build(self) -> Iterator[TopicMessage]:
         # Runs once per message. Records are visited one at a time (see ``records_between``).

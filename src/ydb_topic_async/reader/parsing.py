@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any, cast
 
 from .._proto import ydb_topic_pb2 as pb
+from .._stream import StreamMethod
 
 LARGE_RESPONSE = 1 << 20
 """Responses at least this large (serialized) are walked for large payloads."""
@@ -47,6 +48,15 @@ _DATA = 5
 _LENGTH_DELIMITED = 2
 _OTHER_SERVER_MESSAGES = frozenset(range(3, 12)) - {_READ_RESPONSE}
 """FromServer's other ``server_message`` members."""
+
+
+STREAM_READ = StreamMethod(
+    "/Ydb.Topic.V1.TopicService/StreamRead",
+    pb.StreamReadMessage.FromClient,
+    pb.StreamReadMessage.FromServer,
+    "read stream",
+)
+"""The read stream's method (its responses parsed by a ``ReadResponseParser``)."""
 
 
 class _GiveUp(Exception):

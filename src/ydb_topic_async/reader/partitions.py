@@ -218,7 +218,7 @@ class PartitionSessions:
             await self._confirm_start(session)
 
     def _stop_ready(self, session: PartitionSession) -> bool:
-        if session._buffered:
+        if session._buffered or session._replay is not None:
             return False
         if self._consumer is None or session.committed_offset >= session._delivered_end:
             return True
@@ -227,7 +227,7 @@ class PartitionSessions:
     def _parent_finished(self, session: PartitionSession) -> bool:
         if session.closed:
             return True
-        if session._buffered:
+        if session._buffered or session._replay is not None:
             return False
         return self._consumer is None or session.committed_offset >= session._next_commit_start
 
@@ -263,6 +263,8 @@ class PartitionSessions:
         if session.closed:
             return
         session.state = PartitionSessionState.CLOSED
+        if session._replay is not None:
+            session._replay.cancel()  # a backward seek's reading ends with the session
         if self._consumer is None and session._delivered_end > 0:
             self._resume[(session.topic_path, session.partition_id)] = session._delivered_end
         self.sessions.pop(session.id, None)
@@ -302,8 +304,10 @@ class PartitionSessions:
     def on_status(self, response: Any) -> None:
         waiters = self._status_waiters.pop(response.partition_session_id, [])
         session = self.sessions.get(response.partition_session_id)
-        if session is not None and response.committed_offset > session.committed_offset:
-            self._commits.on_ack(session, response.committed_offset)
+        if session is not None:
+            session.partition_end_offset = max(session.partition_end_offset, response.partition_offsets.end)
+            if response.committed_offset > session.committed_offset:
+                self._commits.on_ack(session, response.committed_offset)
         status = PartitionStatus(
             partition_start_offset=response.partition_offsets.start,
             partition_end_offset=response.partition_offsets.end,

@@ -13,14 +13,49 @@ its messages, so taking a single message releases its share.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from itertools import islice
 from typing import Any
 
 from .. import _codecs
 from .decoding import RAW_CODECS, declared_size, decode_payloads
 from .messages import MessageBatch, PartitionSession, Run, TopicMessage
+from .parsing import ExternalPayloads, external_of
 from .wire import DETACH_SIZE, _DetachedInfo, _ServerBatchInfo, records_between
+
+
+def server_batches(
+    part: Any, external: ExternalPayloads | None, index: int, decoders: Mapping[int, _codecs.Transform]
+) -> tuple[list[_ServerBatchInfo], int, bool]:
+    """The server batches of a response's ``index``-th partition data ``part`` that hold
+    messages, how many messages they hold, and whether some payloads need decoding.
+
+    Nothing per message here: a part's messages stay as received until a receive takes them;
+    ``external``: the large payloads the parser left in the received bytes (see ``parsing``).
+    """
+    batches: list[_ServerBatchInfo] = []
+    messages = 0
+    compressed = False
+    for batch_index, batch in enumerate(part.batches):
+        records = batch.message_data
+        if not records:
+            continue
+        codec = batch.codec
+        views = None if external is None else external_of(external, index, batch_index, records)
+        if views is not None:
+            # Payloads still in the received bytes: raw ones are copied out as they are taken,
+            # the way compressed ones are decoded.
+            decoder = bytes if codec in RAW_CODECS else _codecs.lookup(decoders, codec, "decoder")
+            info = _ServerBatchInfo(batch, decoder, views)
+            compressed = True
+        elif codec in RAW_CODECS:
+            info = _ServerBatchInfo(batch)
+        else:
+            info = _ServerBatchInfo(batch, _codecs.lookup(decoders, codec, "decoder"))
+            compressed = True
+        batches.append(info)
+        messages += len(records)
+    return batches, messages, compressed
 
 
 class BufferedPart:
@@ -40,6 +75,7 @@ class BufferedPart:
         "left",
         "message_index",
         "ready",
+        "replay",
         "run",
         "run_end",
         "session",
@@ -88,6 +124,9 @@ class BufferedPart:
         """How many of the next messages have their payload at hand (compressed parts only)."""
         self.decoded: deque[bytes | BaseException] = deque()
         """The decoded payloads (or decoding errors) of the compressed messages among those."""
+        self.replay: Any = None
+        """The backward seek (a ``replay.Replay``) that read this part again, None for a part
+        of the reader's own stream."""
 
     @property
     def bytes_left(self) -> int:
@@ -242,6 +281,55 @@ class BufferedPart:
                 index = 0
         self.advance(batch_index, index, taken, start)
         return MessageBatch(messages, session), error
+
+    def skip_to(self, offset: int) -> int:
+        """Pass over the messages below ``offset`` without handing them out (a forward seek);
+        the next message's commit range starts at ``offset`` at the earliest, so committing it
+        does not commit what was passed over. Returns how many messages were passed over."""
+        if self.commit_start < offset:
+            self.commit_start = offset
+        skipped = 0
+        batches = self.batches
+        batch_index = self.batch_index
+        index = self.message_index
+        left = self.left
+        ready = self.ready
+        decoded = self.decoded
+        while skipped < left:
+            info = batches[batch_index]
+            records = info.records
+            if records[index].offset >= offset:
+                break
+            if skipped < ready and info.decoder is not None:
+                decoded.popleft()  # its decoded payload (a decoded batch's messages each have one)
+            skipped += 1
+            index += 1
+            if index == len(records):
+                batch_index += 1
+                index = 0
+        if skipped:
+            self.advance(batch_index, index, skipped, self.commit_start)
+            if self.compressed:
+                self.ready = max(0, ready - skipped)
+        return skipped
+
+    def head_failed(self) -> bool:
+        """Whether the next message is one whose payload could not be decoded."""
+        return (
+            self.compressed
+            and self.ready > 0
+            and self.run.decoder is not None
+            and isinstance(self.decoded[0], BaseException)
+        )
+
+    def next_size(self) -> int:
+        """The payload size of the next message (decoded when at hand, else as declared)."""
+        info = self.run
+        if self.compressed and self.ready and info.decoder is not None:
+            head = self.decoded[0]
+            if not isinstance(head, BaseException):
+                return len(head)
+        return declared_size(info, info.records[self.message_index])
 
     def _large(self) -> bool:
         """Whether some payloads may be large enough to detach (judged by the average charge)."""

@@ -8,6 +8,8 @@ failure is raised by every later call.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import datetime as dt
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypedDict
@@ -24,11 +26,19 @@ from .._errors import (
 from .._futures import deadline, suppress_future_errors, wait_within
 from .._retry import RetryPolicy
 from .._stream import ConnectionState, ConnectionStatus
-from .._validate import check_seconds, check_timeout
+from .._validate import check_optional_int, check_seconds, check_timeout
 from ..observability.logging import sdk_logger
 from .commits import GAP_ADVICE, CommitTracker
-from .messages import MessageBatch, PartitionSession, PartitionStatus, TopicMessage, TopicSelector
-from .session import OnPartitionStart, OnPartitionStop, ReaderConnection, ReaderSettings
+from .messages import (
+    MessageBatch,
+    PartitionSession,
+    PartitionSessionState,
+    PartitionStatus,
+    SkippedOffsets,
+    TopicMessage,
+    TopicSelector,
+)
+from .session import OnCommit, OnPartitionStart, OnPartitionStop, ReaderConnection, ReaderSettings
 from .tx import TxReads
 
 if TYPE_CHECKING:
@@ -49,6 +59,8 @@ class ReaderOptions(TypedDict, total=False):
     credit_release_fraction: float
     token_refresh_interval: float
     init_timeout: float
+    partition_max_in_flight_bytes: int | None
+    on_commit: OnCommit | None
 
 
 logger = sdk_logger("reader")
@@ -57,7 +69,7 @@ DEFAULT_BUFFER_SIZE = 50 * 1024 * 1024
 GAP_WARNING_DELAY = 2.0
 """Seconds a ``commit_with_ack`` may wait behind uncommitted earlier offsets before it warns."""
 TopicsArg = str | TopicSelector | Sequence[str | TopicSelector]
-Committable = TopicMessage | MessageBatch
+Committable = TopicMessage | MessageBatch | SkippedOffsets
 
 
 class TopicReader(ConnectionStatus, ClosesOnExit):
@@ -75,6 +87,15 @@ class TopicReader(ConnectionStatus, ClosesOnExit):
     after the last message handed out. ``graceful_stop_timeout`` bounds how long a partition the
     server takes away waits for commits of the messages already handed out. ``init_timeout``
     bounds each handshake (the InitRequest write and the InitResponse read together).
+
+    ``partition_max_in_flight_bytes`` bounds, per partition session, the bytes handed out and
+    not yet committed: a partition at the limit is not taken from (others are) until commits
+    free room; one receive may cross it. The server is told too and stops sending such a
+    partition (YDB counts the bytes it sent and not committed). ``None`` or 0: no limit.
+    ``on_commit(ack)`` is called with a ``CommitAck`` (topic, partition, committed offset) each
+    time the server moves a partition session's committed offset; it runs on the reader's task
+    and must return quickly; an exception it raises is logged and ignored.
+    ``seek``, ``seek_to_beginning`` and ``seek_to_end`` move a partition session's position.
 
     ``retry``: by default the reader reconnects for as long as it is open (``driver.stream_retry``),
     and uncommitted messages are delivered again after a reconnect; a policy with a budget
@@ -102,6 +123,8 @@ class TopicReader(ConnectionStatus, ClosesOnExit):
         credit_release_fraction: float = 0.25,
         token_refresh_interval: float = 5.0,
         init_timeout: float = 30.0,
+        partition_max_in_flight_bytes: int | None = None,
+        on_commit: OnCommit | None = None,
     ) -> None:
         if consumer is not None and (not isinstance(consumer, str) or not consumer):
             raise InvalidArgumentError(f"consumer must be a non-empty string or None, got {consumer!r}")
@@ -120,7 +143,12 @@ class TopicReader(ConnectionStatus, ClosesOnExit):
             raise InvalidArgumentError(f"retry must be a RetryPolicy or None, got {retry!r}")
         if reader_name is not None and not isinstance(reader_name, str):
             raise InvalidArgumentError(f"reader_name must be a string or None, got {reader_name!r}")
-        for name, fn in (("on_partition_start", on_partition_start), ("on_partition_stop", on_partition_stop)):
+        in_flight_limit = check_optional_int(partition_max_in_flight_bytes, "partition_max_in_flight_bytes") or 0
+        for name, fn in (
+            ("on_partition_start", on_partition_start),
+            ("on_partition_stop", on_partition_stop),
+            ("on_commit", on_commit),
+        ):
             if fn is not None and not callable(fn):
                 raise InvalidArgumentError(f"{name} must be callable")
         selectors = [self._selector(context, t) for t in self._as_list(topics)]
@@ -150,6 +178,8 @@ class TopicReader(ConnectionStatus, ClosesOnExit):
                 graceful_stop_timeout=graceful_stop_timeout,
                 token_refresh_interval=token_refresh_interval,
                 init_timeout=init_timeout,
+                partition_max_in_flight_bytes=in_flight_limit,
+                on_commit=on_commit,
             ),
             buffer_size_bytes,
             int(buffer_size_bytes * credit_release_fraction),
@@ -306,22 +336,74 @@ class TopicReader(ConnectionStatus, ClosesOnExit):
             ) from None
 
     async def receive_batch(
-        self, max_messages: int | None = None, max_bytes: int | None = None, timeout: float | None = None
+        self,
+        max_messages: int | None = None,
+        max_bytes: int | None = None,
+        timeout: float | None = None,
+        max_wait: float | None = None,
     ) -> MessageBatch:
-        """The next messages of one partition session, in offset order; waits up to ``timeout``.
+        """The next messages of one partition session, in offset order.
 
-        ``max_messages``/``max_bytes`` (payload bytes) cap the batch; it always holds at least one
-        message. Raises ``OperationTimeoutError`` when nothing arrives in time. Cancelling the
-        call loses nothing: messages are taken only when it returns.
+        Without ``max_wait`` it returns as soon as a message is there: the batch is what was
+        received together with it (up to the limits). With ``max_wait`` it fills the batch:
+        once the first message is there, it waits up to ``max_wait`` seconds more for further
+        messages of the same partition session, and returns when the batch reaches
+        ``max_messages`` or ``max_bytes`` or the window ends. The window starts at the first
+        message, not at the call, so an idle reader still waits (up to ``timeout``) for one
+        and a batch is never empty; under load, a batch that is full at once returns at once.
+
+        Parameters:
+            max_messages: The most messages in the batch (at least one is always returned).
+            max_bytes: The most payload bytes in the batch (its first message may exceed it).
+            timeout: Seconds to wait for the first message (``None``: no limit).
+            max_wait: Seconds to go on filling the batch after its first message.
+
+        Returns:
+            The batch, of one partition session.
+
+        Raises:
+            OperationTimeoutError: No message arrived within ``timeout``.
+            InvalidArgumentError: A limit is not a positive int, or ``max_wait`` not a number of
+                seconds.
+
+        Cancelling the call loses nothing: messages are taken only when it returns.
         """
         for value, what in ((max_messages, "max_messages"), (max_bytes, "max_bytes")):
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise InvalidArgumentError(f"{what} must be a positive int or None, got {value!r}")
-        await self._wait(check_timeout(timeout), max_messages, max_bytes)
-        batch = self._buffer.pop(max_messages, max_bytes)
+        timeout = check_timeout(timeout)
+        if max_wait is None:
+            await self._wait(timeout, max_messages, max_bytes)
+            batch = self._buffer.pop(max_messages, max_bytes)
+        else:
+            batch = await self._receive_filled(check_seconds(max_wait, "max_wait"), max_messages, max_bytes, timeout)
         if self._tracing is not None:
             self._tracing.on_receive(self.consumer, batch.messages)
         return batch
+
+    async def _receive_filled(
+        self, window: float, max_messages: int | None, max_bytes: int | None, timeout: float | None
+    ) -> MessageBatch:
+        """``receive_batch`` with a window (see there)."""
+        buffer = self._buffer
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        await self._wait(timeout, max_messages, max_bytes)
+        session = buffer.front_session()
+        closes = loop.time() + window
+        while session is not None and not buffer.holds_enough(session, max_messages, max_bytes):
+            left = closes - loop.time()
+            if left <= 0 or self._closed or self._failure is not None:
+                break
+            buffer.nonempty.clear()  # set again by the next response (of any partition)
+            with contextlib.suppress(TimeoutError):
+                await wait_within(buffer.nonempty.wait(), left)
+        if session is not None:
+            # Decode ahead now: the take itself must not wait (a cancelled call takes nothing).
+            await buffer.decode_session(session, max_messages, max_bytes)
+        left_over = None if timeout is None else max(0.0, timeout - (loop.time() - started))
+        await self._wait(left_over, max_messages, max_bytes)
+        return buffer.pop_more(buffer.pop(max_messages, max_bytes), max_messages, max_bytes)
 
     async def receive_batch_with_tx(
         self,
@@ -329,6 +411,7 @@ class TopicReader(ConnectionStatus, ClosesOnExit):
         max_messages: int | None = None,
         max_bytes: int | None = None,
         timeout: float | None = None,
+        max_wait: float | None = None,
     ) -> MessageBatch:
         """``receive_batch`` whose offsets are committed by ``tx`` (begun here if it has not begun).
 
@@ -342,7 +425,7 @@ class TopicReader(ConnectionStatus, ClosesOnExit):
         if self._tx_reads is None:
             self._tx_reads = TxReads(self._context, self._conn, self.consumer)
         binding = await self._tx_reads.join(tx)
-        batch = await self.receive_batch(max_messages, max_bytes, timeout)
+        batch = await self.receive_batch(max_messages, max_bytes, timeout, max_wait)
         self._tx_reads.record(binding, batch)
         return batch
 
@@ -382,8 +465,10 @@ class TopicReader(ConnectionStatus, ClosesOnExit):
         self._check_usable()
         if self.consumer is None:
             raise CommitNotAllowedError("this reader reads without a consumer: there is nothing to commit to")
-        if not isinstance(item, (TopicMessage, MessageBatch)):
-            raise InvalidArgumentError(f"commit takes a TopicMessage or MessageBatch, not {type(item).__name__}")
+        if not isinstance(item, (TopicMessage, MessageBatch, SkippedOffsets)):
+            raise InvalidArgumentError(
+                f"commit takes a TopicMessage, MessageBatch or SkippedOffsets, not {type(item).__name__}"
+            )
         session = item.partition_session
         if session.closed:
             return None
@@ -450,6 +535,114 @@ class TopicReader(ConnectionStatus, ClosesOnExit):
         if not done:
             raise OperationTimeoutError(f"commit of offsets up to {end} was not acknowledged within {timeout}s")
         future.result()
+
+    # --- positions -----------------------------------------------------------------------------
+
+    async def seek(
+        self, partition_session: PartitionSession, position: int | dt.datetime, *, timeout: float | None = None
+    ) -> SkippedOffsets | None:
+        """Hand out ``partition_session``'s messages from ``position`` on, starting with the next receive.
+
+        ``position`` is an offset, or a time: the offset of the first message written then or
+        later (the partition's end offset when there is none yet). Buffered messages of the
+        session that the seek passes over are dropped. A forward seek (past what was handed
+        out) passes over messages without reading them; a backward one reads them again on a
+        short-lived second stream without a consumer, while the session's own messages wait.
+        Other partitions, and the stream, are not touched.
+
+        Committed offsets do not move: a seek commits nothing. Messages received before it can
+        still be committed. A forward seek returns the ``SkippedOffsets`` it passed over: they
+        stay uncommitted (and hold the consumer's committed offset back, commits being
+        contiguous) until committed explicitly with ``commit(skipped)``; the partition is
+        otherwise read from the committed offset again after a restart or a rebalance.
+
+        Parameters:
+            partition_session: A partition session this reader holds.
+            position: An offset (at least the committed offset: YDB reads no lower with a
+                consumer, and at most the partition's end offset), or a ``datetime`` (naive
+                means UTC).
+            timeout: Seconds for the server's answers a seek may need (the partition's end or
+                the offset of a time).
+
+        Returns:
+            The offsets a forward seek passed over, None otherwise.
+
+        Raises:
+            InvalidArgumentError: ``position`` is below the committed offset, past the
+                partition's end, or neither an offset nor a ``datetime``.
+            PartitionSessionClosedError: The session has ended or is being stopped, or is not
+                this reader's.
+            OperationTimeoutError: The server did not answer within ``timeout``.
+        """
+        timeout = check_timeout(timeout)
+        if isinstance(position, dt.datetime):
+            when = position if position.tzinfo is not None else position.replace(tzinfo=dt.UTC)
+            offset = await self._offset_at(partition_session, when, timeout)
+        elif isinstance(position, int) and not isinstance(position, bool) and position >= 0:
+            offset = position
+            if offset > max(partition_session.partition_end_offset, partition_session._next_commit_start):
+                await self.partition_status(partition_session, timeout)  # the end may have moved on
+        else:
+            raise InvalidArgumentError(f"position must be an offset (int >= 0) or a datetime, got {position!r}")
+        self._seekable(partition_session)
+        lower = partition_session.committed_offset if self.consumer is not None else 0
+        if offset < lower:
+            raise InvalidArgumentError(
+                f"cannot seek {partition_session!r} to offset {offset}: below the committed offset {lower}"
+                " (YDB reads no lower for a consumer; move it with driver.topic.commit_offset to read older messages)"
+            )
+        end = max(partition_session.partition_end_offset, partition_session._next_commit_start)
+        if offset > end:
+            raise InvalidArgumentError(
+                f"cannot seek {partition_session!r} to offset {offset}: past the partition's end offset {end}"
+            )
+        return self._conn.seek(partition_session, offset)
+
+    async def seek_to_beginning(
+        self, partition_session: PartitionSession, *, timeout: float | None = None
+    ) -> SkippedOffsets | None:
+        """``seek`` to the first offset the session can read: the committed offset (with a
+        consumer; YDB reads nothing below it) or the partition's first stored offset."""
+        status = await self.partition_status(partition_session, check_timeout(timeout))
+        start = status.partition_start_offset
+        if self.consumer is not None:
+            start = max(start, partition_session.committed_offset)
+        return await self.seek(partition_session, start, timeout=timeout)
+
+    async def seek_to_end(
+        self, partition_session: PartitionSession, *, timeout: float | None = None
+    ) -> SkippedOffsets | None:
+        """``seek`` to the partition's end offset (the next message written is the next handed
+        out); returns what it passed over, which stays uncommitted until committed."""
+        status = await self.partition_status(partition_session, check_timeout(timeout))
+        return await self.seek(partition_session, status.partition_end_offset, timeout=timeout)
+
+    def _seekable(self, session: PartitionSession) -> None:
+        self._check_usable()
+        if not isinstance(session, PartitionSession):
+            raise InvalidArgumentError(f"expected a PartitionSession, got {session!r}")
+        if session.state is not PartitionSessionState.ACTIVE or self._conn.sessions.get(session.id) is not session:
+            raise PartitionSessionClosedError(f"{session!r} is not an active partition session of this reader")
+
+    async def _offset_at(self, session: PartitionSession, when: dt.datetime, timeout: float | None) -> int:
+        """The offset of ``session``'s first readable message written at ``when`` or later (its
+        end offset when there is none)."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        status = await self.partition_status(session, timeout)
+        start = status.partition_start_offset
+        if self.consumer is not None:
+            start = max(start, session.committed_offset)
+        end = status.partition_end_offset
+        if start >= end or status.write_time_high_watermark < when:
+            return end  # nothing written since: the next message will be
+        left = None if timeout is None else max(0.0, timeout - (loop.time() - started))
+        self._seekable(session)
+        try:
+            offset = await wait_within(self._conn.first_offset_since(session, start, when), left)
+        except TimeoutError:
+            raise OperationTimeoutError(f"no offset for {when.isoformat()} in {session!r} within {timeout}s") from None
+        return end if offset is None else offset
 
     # --- introspection -------------------------------------------------------------------------
 

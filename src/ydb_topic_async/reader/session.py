@@ -13,28 +13,36 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import anyio.abc
 
 from .. import _codecs
 from .._errors import ConnectionLostError, PartitionSessionClosedError
 from .._futures import wait_within
 from .._proto import ydb_topic_pb2 as pb
 from .._retry import RetryPolicy
-from .._stream import BidiStream, RestartStream, StreamKeeper, StreamMethod, refresh_tokens, tokens_may_change
+from .._stream import BidiStream, RestartStream, StreamKeeper, refresh_tokens, tokens_may_change
 from ..observability.logging import reader_fields, sdk_logger
 from ..observability.metrics import reader_report
 from .commits import GAP_ADVICE, CommitTracker
-from .decoding import RAW_CODECS
 from .flow_control import ReadBuffer
-from .messages import PartitionSession, PartitionSessionState, PartitionStatus, TopicSelector
-from .parsing import ExternalPayloads, ReadResponseParser, external_of
+from .messages import (
+    CommitAck,
+    PartitionSession,
+    PartitionSessionState,
+    PartitionStatus,
+    SkippedOffsets,
+    TopicSelector,
+)
+from .parsing import STREAM_READ, ExternalPayloads, ReadResponseParser
 from .partitions import OnPartitionStart, OnPartitionStop, PartitionSessions, waits_for_drain_or_commits
-from .parts import BufferedPart
-from .wire import _ServerBatchInfo
+from .parts import BufferedPart, server_batches
+from .seeking import REPLAY_WINDOW, Replay, SideRead, position_of
 
 if TYPE_CHECKING:
     from .._transport import Transport
@@ -44,14 +52,10 @@ logger = sdk_logger("reader")
 
 ReadStream = BidiStream[pb.StreamReadMessage.FromClient, pb.StreamReadMessage.FromServer]
 
-STREAM_READ = StreamMethod(
-    "/Ydb.Topic.V1.TopicService/StreamRead",
-    pb.StreamReadMessage.FromClient,
-    pb.StreamReadMessage.FromServer,
-    "read stream",
-)
 
-__all__ = ["OnPartitionStart", "OnPartitionStop", "ReaderConnection", "ReaderSettings"]
+OnCommit = Callable[[CommitAck], None]
+
+__all__ = ["STREAM_READ", "OnCommit", "OnPartitionStart", "OnPartitionStop", "ReaderConnection", "ReaderSettings"]
 
 
 @dataclass
@@ -67,6 +71,8 @@ class ReaderSettings:
     graceful_stop_timeout: float
     token_refresh_interval: float
     init_timeout: float
+    partition_max_in_flight_bytes: int = 0
+    on_commit: OnCommit | None = None
 
 
 class ReaderConnection:
@@ -84,8 +90,11 @@ class ReaderConnection:
         self._settings = settings
         self._parser = ReadResponseParser()
         self.wake = asyncio.Event()
-        self.buffer = ReadBuffer(buffer_size, release_threshold, self._on_drained, self.wake)
+        self.buffer = ReadBuffer(
+            buffer_size, release_threshold, self._on_drained, self.wake, settings.partition_max_in_flight_bytes
+        )
         self.commits = CommitTracker(self.wake)
+        self.commits.on_committed = self._on_committed
         self.stream_id = 0
         self.read_session_id = ""
         self.closing = False
@@ -105,6 +114,8 @@ class ReaderConnection:
         self.sessions = self.partitions.sessions
         self._stream_error: BaseException | None = None
         self._stream_scope: anyio.CancelScope | None = None
+        self._task_group: anyio.abc.TaskGroup | None = None
+        """The current stream's tasks (a backward seek's reading joins them)."""
         self._restart: str | None = None
         """Why ``restart`` ended the current stream, until the keeper opens the next one."""
         self._replaced: list[PartitionSession] = []
@@ -172,6 +183,7 @@ class ReaderConnection:
         init.consumer = s.consumer or ""
         init.reader_name = s.reader_name
         init.auto_partitioning_support = s.auto_partitioning_support
+        init.partition_max_in_flight_bytes = s.partition_max_in_flight_bytes
         for selector in s.selectors:
             item = init.topics_read_settings.add(path=selector.path, partition_ids=selector.partition_ids)
             if selector.read_from is not None:
@@ -205,6 +217,7 @@ class ReaderConnection:
             self._stream_error = None
             async with anyio.create_task_group() as tg:
                 self._stream_scope = tg.cancel_scope
+                self._task_group = tg
                 tg.start_soon(self._guard, self._receive_loop, stream, tg.cancel_scope)
                 tg.start_soon(self._guard, self._send_loop, stream, tg.cancel_scope)
                 if self._settings.token_refresh_interval > 0 and tokens_may_change(self._transport):
@@ -213,6 +226,7 @@ class ReaderConnection:
                 raise self._stream_error
         finally:
             self._stream_scope = None
+            self._task_group = None
             stream.close()
 
     def restart(self, reason: str) -> None:
@@ -310,33 +324,23 @@ class ReaderConnection:
             session = self.sessions.get(part.partition_session_id)
             if session is None or session.state is not PartitionSessionState.ACTIVE:
                 continue  # data of a session already stopped: nobody reads it
-            batches: list[_ServerBatchInfo] = []
-            messages = 0
-            compressed = False
-            for batch_index, batch in enumerate(part.batches):
-                records = batch.message_data
-                if not records:
-                    continue
-                codec = batch.codec
-                views = None if external is None else external_of(external, index, batch_index, records)
-                if views is not None:
-                    # Payloads still in the received bytes: raw ones are copied out as they are
-                    # taken, the way compressed ones are decoded.
-                    decoder = bytes if codec in RAW_CODECS else _codecs.lookup(decoders, codec, "decoder")
-                    info = _ServerBatchInfo(batch, decoder, views)
-                    compressed = True
-                elif codec in RAW_CODECS:
-                    info = _ServerBatchInfo(batch)
-                else:
-                    info = _ServerBatchInfo(batch, _codecs.lookup(decoders, codec, "decoder"))
-                    compressed = True
-                batches.append(info)
-                messages += len(records)
+            batches, messages, compressed = server_batches(part, external, index, decoders)
             if not messages:
                 continue
             start = session._next_commit_start
-            session._next_commit_start = batches[-1].records[-1].offset + 1
+            end = batches[-1].records[-1].offset + 1
+            skip = session._skip_to
+            if skip:  # a forward seek past what had been received: drop what it passed over
+                if end > skip:
+                    session._skip_to = 0
+                else:
+                    end = skip
+            session._next_commit_start = end
             buffered = BufferedPart(session, batches, messages, nbytes, start, compressed)
+            if skip:
+                buffered.skip_to(skip)
+                if not buffered.left:
+                    continue  # all of it passed over: its bytes go back with the credit below
             buffer.push(buffered)
             if report.recording:  # only then: the payload sizes are summed over the part's messages
                 report.received(session.topic_path, session.partition_id, messages, buffered.payload_bytes())
@@ -389,6 +393,91 @@ class ReaderConnection:
             logger=logger,
             log_fields=lambda: self.log_fields,
         )
+
+    # --- commits acknowledged ---------------------------------------------------------------
+
+    def _on_committed(self, session: PartitionSession) -> None:
+        self.buffer.release_in_flight(session)
+        observer = self._settings.on_commit
+        if observer is not None:
+            try:
+                observer(CommitAck(session, session.committed_offset))
+            except Exception:
+                # An observer's bug must not end reading (or fail the transaction that committed).
+                logger.exception("topic reader: on_commit raised; ignored", extra=self.log_fields)
+
+    # --- seeking (see ``seeking``) ---------------------------------------------------------------
+
+    def seek(self, session: PartitionSession, offset: int) -> SkippedOffsets | None:
+        """Hand out ``session``'s messages from ``offset`` on (checked by the caller: at least the
+        committed offset, at most the partition's end); return what a forward seek passed over."""
+        buffer = self.buffer
+        buffer.settle()
+        resume = position_of(session)
+        replay: Replay | None = session._replay
+        if replay is not None:
+            replay.cancel()
+        if offset >= resume:
+            buffer.skip_to(session, offset)
+            if offset > session._next_commit_start:
+                session._skip_to = offset
+                session._next_commit_start = offset
+            session._delivered_end = offset
+            logger.debug("topic reader: %r sought forward to %d", session, offset, extra=self.log_fields)
+            return SkippedOffsets(session, resume, offset) if offset > resume else None
+        group = self._task_group
+        if group is None:
+            raise PartitionSessionClosedError(f"{session!r} has ended: its stream is gone")
+        replay = Replay(
+            session,
+            offset,
+            resume,
+            buffer=buffer,
+            window=min(REPLAY_WINDOW, buffer.buffer_size),
+            open_side=self._side_read,
+            failed=self._replay_failed,
+        )
+        session._replay = replay
+        session._hold = True
+        buffer.paused_changed(session)
+        group.start_soon(replay.run, name=f"topic reader replay {session.topic_path}:{session.partition_id}")
+        logger.debug("topic reader: %r sought back to %d (reading %r)", session, offset, replay, extra=self.log_fields)
+        return None
+
+    def _side_read(self, session: PartitionSession, start: int, read_from: dt.datetime | None = None) -> SideRead:
+        selector = next((s for s in self._settings.selectors if s.path == session.topic_path), None)
+        if selector is not None and selector.read_from is not None:
+            # What the session itself skips (written before the selector's read_from) stays skipped.
+            read_from = selector.read_from if read_from is None else max(read_from, selector.read_from)
+        return SideRead(
+            self._transport,
+            session.topic_path,
+            session.partition_id,
+            start,
+            window=min(REPLAY_WINDOW, self.buffer.buffer_size),
+            decoders=self._settings.decoders,
+            reader_name=self._settings.reader_name,
+            init_timeout=self._settings.init_timeout,
+            read_from=read_from,
+            max_lag=None if selector is None else selector.max_lag,
+        )
+
+    def _replay_failed(self, replay: Replay, error: BaseException) -> None:
+        logger.warning(
+            "topic reader: reading %r again after a seek failed (%r); reading everything uncommitted again",
+            replay.session, error, extra=self.log_fields,
+        )
+        self.restart(f"reading {replay.session!r} again after a seek failed ({error!r})")
+
+    async def first_offset_since(self, session: PartitionSession, start: int, when: dt.datetime) -> int | None:
+        """The offset of ``session``'s first message from ``start`` on written at ``when`` or
+        later (None: the partition ended before one)."""
+        async with self._side_read(session, start, when) as side:
+            got = await side.next_part()
+        if got is None:
+            return None
+        offset: int = got[0][0].records[0].offset
+        return offset
 
     # --- status and closing ----------------------------------------------------------------------
 

@@ -14,6 +14,10 @@ As in YDB (``ydb/services/persqueue_v1/actors/read_session_actor`` and ``partiti
   BAD_REQUEST (the session ends), as is a CommitOffsetRequest without ranges. A range after a
   gap waits, unanswered, until the gap is filled; the CommitOffsetResponse then carries the new
   committed offset.
+- ``partition_max_in_flight_bytes`` (InitRequest): a partition whose messages sent and not yet
+  committed hold that many payload bytes gets no more ReadResponses until commits bring it
+  below (one response may go past it), as YDB's ``TInFlightController`` (``partition_actor``:
+  ``Add(offset, size)`` per message read, ``Remove(committed offset)`` on each commit); 0: no limit.
 - A StopPartitionSessionResponse the server did not ask for (no graceful stop pending) is
   BAD_REQUEST; for a partition session the server already forgot, it is ignored.
 - A session with ``auto_partitioning_support`` that read a split partition to its end gets an
@@ -74,6 +78,15 @@ class PartitionSessionState:
     end_sent: bool = False
     pending_commits: list[tuple[int, int]] = field(default_factory=list)
     created_ns: int = 0
+    in_flight: deque[tuple[int, int]] = field(default_factory=deque)
+    """(offset, payload bytes) of the messages sent and not committed (under a partition limit)."""
+    in_flight_bytes: int = 0
+
+    def release_in_flight(self) -> None:
+        """The committed offset moved: what lies below it is no longer in flight."""
+        in_flight = self.in_flight
+        while in_flight and in_flight[0][0] < self.committed:
+            self.in_flight_bytes -= in_flight.popleft()[1]
 
 
 class ReadSession:
@@ -82,9 +95,16 @@ class ReadSession:
     _ids = itertools.count(1)
 
     def __init__(
-        self, consumer: str | None, reader_name: str, auto_partitioning: bool, selectors: dict[str, Selector]
+        self,
+        consumer: str | None,
+        reader_name: str,
+        auto_partitioning: bool,
+        selectors: dict[str, Selector],
+        partition_limit: int = 0,
     ) -> None:
         self.id = f"local-read-{next(self._ids)}-{uuid.uuid4().hex[:8]}"
+        self.partition_limit = partition_limit
+        """``partition_max_in_flight_bytes`` (0: no limit)."""
         self.consumer_name = consumer
         self.reader_name = reader_name
         self.auto_partitioning = auto_partitioning
@@ -171,6 +191,7 @@ class ReadSession:
                 raise bad_request(f"trying to commit to future: commit {commit} endOffset {partition.end_offset}")
             consumer.commit(partition, commit)
             state.committed = commit
+            state.release_in_flight()
             moved = True
         read_from = max(state.selector.read_from_ns, consumer.read_from_ns if consumer else 0)
         if read_from:
@@ -243,6 +264,7 @@ class ReadSession:
             if committed == state.committed:
                 continue  # behind a gap: answered once the gap is filled
             state.committed = committed
+            state.release_in_flight()
             state.consumer.commit(partition, committed)
             moved.append((state.session_id, committed))
         if moved:
@@ -273,9 +295,12 @@ class ReadSession:
         """The next messages to send, of one partition session, within the session's credit; None when
         there is nothing to send. The read position moves past them."""
         budget = min(self.credit, MAX_RESPONSE_BYTES)
+        limit = self.partition_limit
         for state in self.next_turn():
             if not state.started or state.stopping:
                 continue
+            if limit and state.in_flight_bytes >= limit:
+                continue  # waits for commits (the commit wakes the stream)
             partition = state.partition
             max_lag = state.selector.max_lag_ns
             if max_lag:
@@ -285,6 +310,10 @@ class ReadSession:
             if not chunk:
                 continue
             state.read_offset = chunk[-1][0] + 1  # the last row's offset
+            if limit:
+                for row in chunk:
+                    state.in_flight.append((row[0], len(row[ROW_DATA])))
+                    state.in_flight_bytes += len(row[ROW_DATA])
             if state.consumer is not None:
                 nbytes = sum(len(row[ROW_DATA]) for row in chunk)
                 state.consumer.record_read(partition, state.read_offset, now_ns, nbytes)

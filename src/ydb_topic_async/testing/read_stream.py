@@ -175,7 +175,13 @@ class ReadService:
         if not selectors:
             assert missing is not None
             raise missing
-        return ReadSession(init.consumer or None, init.reader_name, init.auto_partitioning_support, selectors)
+        return ReadSession(
+            init.consumer or None,
+            init.reader_name,
+            init.auto_partitioning_support,
+            selectors,
+            init.partition_max_in_flight_bytes,
+        )
 
     def _join(self, session: ReadSession) -> None:
         for path, selector in session.selectors.items():

@@ -1,0 +1,272 @@
+"""The supervised consumer's lanes: partitions handled concurrently, each in order, over the local server."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import defaultdict
+from collections.abc import AsyncIterator
+
+import pytest
+
+import ydb_topic_async as yta
+from ydb_topic_async.integrations import Consumer, Handler, TopicRuntime
+from ydb_topic_async.testing import LocalTopicServer
+
+from .._polling import eventually
+
+pytestmark = pytest.mark.timeout(120)
+
+
+async def _topic(driver: yta.Driver, name: str, partitions: int, per_partition: int, size: int = 0) -> None:
+    await driver.topic.create_topic(name, min_active_partitions=partitions, consumers=["group"])
+    for partition in range(partitions):
+        async with driver.topic.writer(name, producer_id=f"p{partition}", partition_id=partition) as writer:
+            await writer.write([f"{partition}:{i}".encode().ljust(size) for i in range(per_partition)])
+
+
+@contextlib.asynccontextmanager
+async def _running(server: LocalTopicServer, *consumers: Consumer) -> AsyncIterator[TopicRuntime]:
+    async with TopicRuntime(server.endpoint, server.database, consumers=consumers, shutdown_timeout=20) as runtime:
+        yield runtime
+
+
+class _Calls:
+    """Handler calls as they happen: how many ran at once, and what each saw."""
+
+    def __init__(self) -> None:
+        self.running = 0
+        self.most = 0
+        self.seen: list[tuple[str, int, int, int]] = []
+        """(consumer, partition session id, partition, offset) in the order handled."""
+
+    async def call(self, who: str, message: yta.TopicMessage, seconds: float) -> None:
+        self.running += 1
+        self.most = max(self.most, self.running)
+        try:
+            await asyncio.sleep(seconds)
+            self.seen.append((who, message.partition_session.id, message.partition_id, message.offset))
+        finally:
+            self.running -= 1
+
+    def handled(self) -> set[tuple[int, int]]:
+        return {(partition, offset) for _, _, partition, offset in self.seen}
+
+    def in_order_per_session(self) -> bool:
+        last: dict[tuple[str, int], int] = {}
+        for who, session, _, offset in self.seen:
+            if last.get((who, session), -1) >= offset:
+                return False
+            last[(who, session)] = offset
+        return True
+
+
+async def test_lanes_handle_partitions_concurrently_each_in_order_within_the_bound(
+    server: LocalTopicServer, driver: yta.Driver
+) -> None:
+    await _topic(driver, "lanes", 4, 30)
+    calls = _Calls()
+
+    async def handle(message: yta.TopicMessage) -> None:
+        await calls.call("a", message, 0.01)
+
+    consumer = Consumer("lanes", "group", handle, concurrency=3)
+    async with _running(server, consumer):
+        await eventually(lambda: len(calls.handled()) == 120, "every message handled", timeout=60)
+        await eventually(
+            lambda: server.storage.committed_offsets("lanes", "group") == {p: 30 for p in range(4)},
+            "every partition committed to its end",
+        )
+    assert calls.most == 3  # partitions overlapped, never more than the bound
+    assert calls.in_order_per_session()
+    assert consumer.handled == 120
+
+
+async def test_the_default_is_one_handler_call_at_a_time(server: LocalTopicServer, driver: yta.Driver) -> None:
+    await _topic(driver, "one-at-a-time", 3, 10)
+    calls = _Calls()
+
+    async def handle(message: yta.TopicMessage) -> None:
+        await calls.call("a", message, 0.005)
+
+    async with _running(server, Consumer("one-at-a-time", "group", handle)):
+        await eventually(lambda: len(calls.handled()) == 30, "every message handled", timeout=60)
+    assert calls.most == 1 and calls.in_order_per_session()
+
+
+async def test_a_batch_handler_gets_batches_of_one_partition_and_they_are_committed(
+    server: LocalTopicServer, driver: yta.Driver
+) -> None:
+    await _topic(driver, "batches", 2, 25)
+    batches: list[yta.MessageBatch] = []
+
+    async def handle(batch: yta.MessageBatch) -> None:
+        batches.append(batch)
+
+    consumer = Consumer(
+        "batches", "group", batch_handler=handle, concurrency=2, max_batch_messages=10, batch_window=0.05
+    )
+    async with _running(server, consumer):
+        await eventually(lambda: sum(len(b) for b in batches) >= 50, "every message handled", timeout=60)
+        await eventually(lambda: server.storage.committed_offsets("batches", "group") == {0: 25, 1: 25}, "committed")
+    assert all(1 <= len(b) <= 10 and len({m.partition_id for m in b}) == 1 for b in batches)
+    for partition in (0, 1):
+        offsets = [m.offset for b in batches if b.partition_id == partition for m in b]
+        assert offsets == list(range(25))
+    assert consumer.handled == 50
+
+
+async def test_reception_waits_while_the_bytes_in_flight_are_at_the_bound(
+    server: LocalTopicServer, driver: yta.Driver
+) -> None:
+    await _topic(driver, "bounded", 2, 5)
+    release = asyncio.Event()
+    seen: list[int] = []
+
+    async def handle(message: yta.TopicMessage) -> None:
+        seen.append(message.partition_id)
+        await release.wait()
+
+    # One byte: one batch at a time is received; the other partition waits although handlers could run.
+    consumer = Consumer("bounded", "group", handle, concurrency=2, max_in_flight_bytes=1)
+    async with _running(server, consumer):
+        await eventually(lambda: len(seen) == 1, "the first message handled")
+        await asyncio.sleep(0.3)  # the other partition's messages would have reached a handler by now
+        assert len(seen) == 1
+        release.set()
+        await eventually(lambda: len(seen) == 10, "every message handled")
+
+
+async def test_a_failing_handler_lets_the_other_lanes_finish_their_call_then_restarts(
+    server: LocalTopicServer, driver: yta.Driver
+) -> None:
+    await _topic(driver, "failing", 2, 3)
+    finished: list[tuple[int, int]] = []
+    failed = False
+    other_started = asyncio.Event()
+
+    async def handle(message: yta.TopicMessage) -> None:
+        nonlocal failed
+        if message.partition_id == 1 and message.offset == 0 and not failed:
+            await other_started.wait()
+            failed = True
+            raise RuntimeError("lane bug")
+        if message.partition_id == 0 and message.offset == 0:
+            other_started.set()
+            await asyncio.sleep(0.3)  # still running when the other lane fails: not cancelled
+        finished.append((message.partition_id, message.offset))
+
+    consumer = Consumer("failing", "group", handle, concurrency=2, initial_backoff=0.05, max_backoff=0.1)
+    async with _running(server, consumer):
+        await eventually(lambda: {(p, o) for p in (0, 1) for o in range(3)} <= set(finished), "all handled")
+        await eventually(lambda: server.storage.committed_offsets("failing", "group") == {0: 3, 1: 3}, "committed")
+    assert (0, 0) in finished and consumer.restarts == 1
+    assert isinstance(consumer.last_error, RuntimeError) and str(consumer.last_error) == "lane bug"
+
+
+async def test_stop_lets_the_calls_in_progress_finish_and_commit(server: LocalTopicServer, driver: yta.Driver) -> None:
+    await _topic(driver, "stopping", 3, 4)
+    entered: set[int] = set()
+    finished: list[tuple[int, int]] = []
+    all_in = asyncio.Event()
+
+    async def handle(message: yta.TopicMessage) -> None:
+        entered.add(message.partition_id)
+        if len(entered) == 3:
+            all_in.set()
+        await asyncio.sleep(0.3)
+        finished.append((message.partition_id, message.offset))
+
+    consumer = Consumer("stopping", "group", handle, concurrency=3)
+    async with _running(server, consumer):
+        await asyncio.wait_for(all_in.wait(), 30)
+    # The three calls in progress finished and were committed; nothing new started.
+    assert sorted(finished) == [(0, 0), (1, 0), (2, 0)]
+    assert server.storage.committed_offsets("stopping", "group") == {0: 1, 1: 1, 2: 1}
+
+
+async def test_two_consumers_share_a_topic_through_a_rebalance_losing_nothing(
+    server: LocalTopicServer, driver: yta.Driver
+) -> None:
+    """A second consumer joins midway (the server takes partitions from the first, which hands
+    over only after handling and committing what it had received), then the first stops.
+    Both keep little ahead (small reader buffers, the consumer's bound and the reader's per
+    partition), so most messages are still on the server when partitions change hands."""
+    partitions, per_partition = 4, 200
+    await _topic(driver, "shared", partitions, per_partition, size=100)
+    calls = _Calls()
+    everything = {(p, o) for p in range(partitions) for o in range(per_partition)}
+    committed_to_the_end = {p: per_partition for p in range(partitions)}
+
+    def handler(who: str) -> Handler:
+        async def handle(message: yta.TopicMessage) -> None:
+            await calls.call(who, message, 0.005)
+
+        return handle
+
+    def consumer(who: str) -> Consumer:
+        return Consumer(
+            "shared",
+            "group",
+            handler(who),
+            concurrency=4,
+            name=who,
+            max_in_flight_bytes=2000,
+            buffer_size_bytes=1024,
+            partition_max_in_flight_bytes=500,
+            graceful_stop_timeout=30.0,
+        )
+
+    first, second = consumer("first"), consumer("second")
+    first_runtime = TopicRuntime(server.endpoint, server.database, consumers=[first], shutdown_timeout=20)
+    second_runtime = TopicRuntime(server.endpoint, server.database, consumers=[second], shutdown_timeout=20)
+    await first_runtime.start()
+    try:
+        await eventually(lambda: len(calls.seen) >= 100, "the first consumer got going")
+        await second_runtime.start()
+        try:
+            await eventually(lambda: any(who == "second" for who, *_ in calls.seen), "the second got partitions")
+            joined = len(calls.seen)
+            await eventually(lambda: len(calls.seen) >= joined + 200, "both went on")
+            assert {who for who, *_ in calls.seen[joined:]} == {"first", "second"}  # sharing the topic
+            await first_runtime.close()  # the first stops: the second takes everything
+            stopped = len(calls.seen)
+            await eventually(lambda: calls.handled() == everything, "every message handled", timeout=60)
+            assert {who for who, *_ in calls.seen[stopped:]} == {"second"}
+            await eventually(
+                lambda: server.storage.committed_offsets("shared", "group") == committed_to_the_end,
+                "committed exactly up to the end",
+            )
+        finally:
+            await second_runtime.close()
+    finally:
+        await first_runtime.close()
+    assert calls.in_order_per_session()
+    per_partition_handlers: dict[int, set[str]] = defaultdict(set)
+    for who, _, partition, _ in calls.seen:
+        per_partition_handlers[partition].add(who)
+    assert all(whos == {"first", "second"} for whos in per_partition_handlers.values())  # each changed hands
+
+
+def test_consumer_configuration_mistakes_are_rejected_early() -> None:
+    async def handle(message: yta.TopicMessage) -> None:
+        pass
+
+    async def handle_batch(batch: yta.MessageBatch) -> None:
+        pass
+
+    def rejected(match: str) -> pytest.RaisesExc[yta.InvalidArgumentError]:
+        return pytest.raises(yta.InvalidArgumentError, match=match)
+
+    with rejected("either handler"):
+        Consumer("t", "c")
+    with rejected("either handler"):
+        Consumer("t", "c", handle, batch_handler=handle_batch)
+    with rejected("concurrency"):
+        Consumer("t", "c", handle, concurrency=0)
+    with rejected("max_in_flight_bytes"):
+        Consumer("t", "c", handle, max_in_flight_bytes=0)
+    with rejected("max_batch_messages"):
+        Consumer("t", "c", batch_handler=handle_batch, max_batch_messages=0)
+    with rejected("batch_window"):
+        Consumer("t", "c", batch_handler=handle_batch, batch_window=-1)
