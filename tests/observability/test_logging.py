@@ -225,6 +225,6 @@ async def test_no_token_key_or_password_of_any_kind_reaches_the_logs(
     text = _record_texts(records)
     if s.service is not None:
         assert "could not refresh its token" in text  # the failure path was logged
-    assert len(secrets) >= 3
+    assert len(secrets) >= 2  # a token before the outage (or the login), a new one after it
     for secret in secrets:
         assert secret not in text
