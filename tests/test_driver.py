@@ -196,7 +196,7 @@ async def test_token_provider_is_cached() -> None:
 async def test_static_credentials_log_in_and_are_required() -> None:
     async with LocalTopicServer(users={"alice": "wonderland"}) as srv:
         async with yta.Driver(srv.endpoint, srv.database) as anonymous:
-            with pytest.raises(yta.UnauthorizedError):
+            with pytest.raises(yta.UnauthenticatedError, match="Access denied without user token"):
                 await anonymous.topic.create_topic("t")
         async with yta.Driver(srv.endpoint, srv.database, yta.StaticCredentials("alice", "bad")) as wrong:
             with pytest.raises(yta.UnauthorizedError):

@@ -9,8 +9,14 @@ from ._credentials import (
     AccessTokenCredentials,
     AnonymousCredentials,
     Credentials,
+    FixedTokenSource,
+    JwtTokenSource,
+    MetadataUrlCredentials,
+    Oauth2TokenExchangeCredentials,
+    ServiceAccountCredentials,
     StaticCredentials,
     TokenProviderCredentials,
+    credentials_from_env,
 )
 from ._driver import Driver
 from ._errors import *  # noqa: F403 - the exception tree is public as a whole
@@ -81,10 +87,16 @@ __all__ = [
     "ConnectionState",
     "Credentials",
     "Driver",
+    "FixedTokenSource",
+    "JwtTokenSource",
+    "MetadataUrlCredentials",
+    "Oauth2TokenExchangeCredentials",
     "RetryPolicy",
     "RetryState",
+    "ServiceAccountCredentials",
     "StaticCredentials",
     "TokenProviderCredentials",
+    "credentials_from_env",
     "retry_call",
     # Topic administration (driver.topic).
     "AlterConsumerSettings",

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
 from ._context import ClientContext
-from ._credentials import AnonymousCredentials, Credentials
+from ._credentials import AnonymousCredentials, Credentials, connection_from_env, credentials_from_env
 from ._errors import ClosedError, InvalidArgumentError
 from ._limits import DEFAULT_MAX_MESSAGE_SIZE
 from ._retry import DEFAULT_RETRY, RECONNECT_FOREVER, RetryPolicy
@@ -72,8 +72,14 @@ class Driver:
             connection string with ``?database=``.
         database: The database path (``/local``); may instead come with the endpoint.
         credentials: ``AnonymousCredentials()`` (the default), ``AccessTokenCredentials``,
-            ``TokenProviderCredentials`` or ``StaticCredentials`` (user and password).
+            ``TokenProviderCredentials``, ``StaticCredentials`` (user and password),
+            ``ServiceAccountCredentials``, ``MetadataUrlCredentials`` or
+            ``Oauth2TokenExchangeCredentials`` (see the authentication guide), or
+            ``credentials_from_env()``.
         root_certificates: PEM bytes that replace the system trust store for TLS.
+        certificate_chain: A client certificate (PEM bytes, the chain) for mutual TLS, with
+            ``private_key``; only with a ``grpcs://`` endpoint.
+        private_key: The client certificate's PEM private key.
         application_name: Sent to the server with every call (``x-ydb-application-name``).
         discovery: Ask the endpoint for the cluster's nodes (``ListEndpoints``) in the
             background and spread new streams across them (default ``True``); until the first
@@ -110,6 +116,8 @@ class Driver:
         credentials: Credentials | None = None,
         *,
         root_certificates: bytes | None = None,
+        certificate_chain: bytes | None = None,
+        private_key: bytes | None = None,
         application_name: str | None = None,
         discovery: bool = True,
         discovery_interval: float = 60.0,
@@ -144,6 +152,8 @@ class Driver:
             database,
             credentials or AnonymousCredentials(),
             root_certificates=root_certificates,
+            certificate_chain=certificate_chain,
+            private_key=private_key,
             application_name=application_name,
             discovery=discovery,
             discovery_interval=discovery_interval,
@@ -169,6 +179,46 @@ class Driver:
         self._closing = False
         self._topic: TopicClient | None = None
         self._query: QueryClient | None = None
+
+    @classmethod
+    def from_env(
+        cls,
+        endpoint: str | None = None,
+        database: str | None = None,
+        credentials: Credentials | None = None,
+        *,
+        environ: Mapping[str, str] | None = None,
+        **options: Any,
+    ) -> Driver:
+        """A driver configured by environment variables (``os.environ``, or ``environ``), as
+        YDB's SDKs and tools name them; what is passed here wins over them.
+
+        - endpoint and database: ``YDB_CONNECTION_STRING`` (``grpcs://host:port/?database=/path``),
+          else ``YDB_ENDPOINT``; the database from the endpoint, else ``YDB_DATABASE``;
+        - credentials: ``credentials_from_env(environ)`` (the variables of YDB's SDKs, in their
+          order; the metadata service when none is set);
+        - TLS: ``YDB_SSL_ROOT_CERTIFICATES_FILE`` (or ``YDB_CA_FILE``) for the roots,
+          ``YDB_CLIENT_CERT_FILE`` and ``YDB_CLIENT_CERT_KEY_FILE`` (with
+          ``YDB_CLIENT_CERT_KEY_PASSWORD[_FILE]`` for an encrypted key) for mutual TLS.
+
+        ``options`` are the other ``Driver`` options. ``InvalidArgumentError`` names the variable
+        when one is missing or unusable.
+        """
+        settings = connection_from_env(environ)
+        endpoint = endpoint or settings.endpoint
+        if not endpoint:
+            raise InvalidArgumentError(
+                "no endpoint: set YDB_CONNECTION_STRING (e.g. grpcs://host:2135/?database=/path),"
+                " or YDB_ENDPOINT and YDB_DATABASE"
+            )
+        if database is None and parse_connection_string(endpoint)[1] is None:
+            database = settings.database
+        for name in ("root_certificates", "certificate_chain", "private_key"):
+            if options.get(name) is None:
+                options[name] = getattr(settings, name)
+        if credentials is None:
+            credentials = credentials_from_env(environ)
+        return cls(endpoint, database, credentials, **options)
 
     # --- lifecycle ------------------------------------------------------------------
 

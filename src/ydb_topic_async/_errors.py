@@ -16,7 +16,9 @@ The tree::
     │   ├── CommitNotAllowedError     commit on a reader without a consumer
     │   ├── CredentialsError          the credentials gave no usable token
     │   │   ├── InvalidTokenError     a token that is not a string, or not valid in a gRPC header
-    │   │   └── TokenProviderError    the token provider raised (retriable; the cause is chained)
+    │   │   ├── TokenProviderError    the token provider raised (retriable; the cause is chained)
+    │   │   ├── TokenRefreshError     no valid token: refreshing it keeps failing (retriable)
+    │   │   └── CredentialsRejectedError  the token service refused the credentials themselves
     │   └── MissingDependencyError    an optional feature's package is not installed (also an ImportError)
     ├── BufferFullTimeoutError        write() waited for buffer space longer than allowed (also TimeoutError)
     ├── OperationTimeoutError         a client-side deadline passed (also TimeoutError)
@@ -173,6 +175,29 @@ class TokenProviderError(CredentialsError):
 
     retriable = True
     backoff = "slow"
+
+
+class TokenRefreshError(CredentialsError):
+    """The credentials have no valid token: the token service could not be reached, or failed,
+    and the last token has expired (or none was obtained yet). The last failure is the
+    ``__cause__``.
+
+    Retried like an overloaded server, for as long as the caller's retry policy allows: the
+    credentials keep trying in the background and the next call picks up the new token.
+    """
+
+    retriable = True
+    backoff = "slow"
+
+
+class CredentialsRejectedError(CredentialsError):
+    """The token service refused the credentials themselves (a wrong or revoked key, an unknown
+    account, a malformed request from a bad configuration) and there is no valid token left.
+
+    Not retried: asking again with the same credentials cannot succeed. The credentials ask the
+    token service again only after a growing pause, so a loop of failing calls makes no storm of
+    requests.
+    """
 
 
 class MissingDependencyError(UsageError, ImportError):
@@ -480,6 +505,7 @@ __all__ = [
     "CommitNotAllowedError",
     "ConnectionLostError",
     "CredentialsError",
+    "CredentialsRejectedError",
     "DeadlineExceededError",
     "ExternalError",
     "GenericError",
@@ -510,6 +536,7 @@ __all__ = [
     "SessionBusyError",
     "SessionExpiredError",
     "TokenProviderError",
+    "TokenRefreshError",
     "TransactionEndedError",
     "TransportAbortedError",
     "TransportCancelledError",

@@ -395,19 +395,23 @@ async def refresh_tokens(
     log_fields: Callable[[], Mapping[str, Any]],
 ) -> None:
     """Every ``interval`` seconds, ask the credentials for a token; pass a new one to
-    ``on_new_token`` (the stream sends it in-band). A failed refresh is logged and tried again at
-    the next tick: the current token is still valid for a while."""
+    ``on_new_token`` (the stream sends it in-band). A failed refresh is logged (a WARNING for the
+    first of a streak, DEBUG for the rest) and tried again at the next tick: the current token is
+    still valid for a while."""
     last = transport.current_token
+    failing = False
     while True:
         await asyncio.sleep(interval)
         try:
             token = await transport.auth_token()
         except Exception:
-            logger.warning(
+            (logger.debug if failing else logger.warning)(
                 "%s could not refresh its token; trying again in %gs", describe(), interval,
                 exc_info=True, extra=log_fields(),
             )
+            failing = True
             continue
+        failing = False
         if token and token != last:
             last = token
             on_new_token(token)

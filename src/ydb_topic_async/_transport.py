@@ -20,13 +20,15 @@ from urllib.parse import parse_qs, urlsplit
 import grpc
 import grpc.aio
 
-from ._credentials import Credentials, StaticCredentials, fetch_token
+from ._credentials import Credentials, bind_credentials, fetch_token, unbind_credentials
 from ._errors import (
     ClosedError,
+    ConnectionLostError,
     DeadlineExceededError,
     InvalidArgumentError,
     InvalidEndpointError,
     OperationTimeoutError,
+    TransportError,
     YdbTopicError,
     error_from_grpc,
     raise_for_status,
@@ -68,6 +70,11 @@ SETTLE_LIMIT = 1.0
 """At most this long in all."""
 
 _SDK_BUILD_INFO = f"ydb-topic-async/{__version__}"
+_TLS_CLOSED = "Socket closed"
+_MTLS_HINT = (
+    " (the server closed the TLS connection: if it requires a client certificate, pass the driver"
+    " certificate_chain and private_key, or set YDB_CLIENT_CERT_FILE and YDB_CLIENT_CERT_KEY_FILE)"
+)
 
 
 @dataclass(frozen=True)
@@ -118,6 +125,19 @@ def parse_connection_string(value: str) -> tuple[Endpoint, str | None]:
     elif parts.path and parts.path != "/":
         database = parts.path
     return Endpoint(parts.hostname, port or (2135 if secure else 2136), secure), database
+
+
+def _check_client_certificate(endpoint: Endpoint, chain: bytes | None, key: bytes | None) -> None:
+    """A client certificate (mutual TLS) is a PEM chain and its PEM private key, over TLS."""
+    for name, value in (("certificate_chain", chain), ("private_key", key)):
+        if value is not None and (not isinstance(value, bytes) or b"-----BEGIN" not in value):
+            raise InvalidArgumentError(f"{name} must be PEM bytes")
+    if (chain is None) != (key is None):
+        raise InvalidArgumentError("a client certificate needs both certificate_chain and private_key")
+    if chain is not None and not endpoint.secure:
+        raise InvalidArgumentError(f"a client certificate needs a TLS endpoint (grpcs://), not {endpoint}")
+    if key is not None:
+        register_secret(key.decode("ascii", "replace"))
 
 
 def keepalive_options(interval: float | None, timeout: float) -> dict[str, int]:
@@ -181,6 +201,8 @@ class Transport:
         credentials: Credentials,
         *,
         root_certificates: bytes | None = None,
+        certificate_chain: bytes | None = None,
+        private_key: bytes | None = None,
         application_name: str | None = None,
         discovery: bool = True,
         discovery_interval: float = 60.0,
@@ -216,6 +238,7 @@ class Transport:
             raise InvalidArgumentError(f"retry must be a RetryPolicy, got {retry!r}")
         if root_certificates is not None and not isinstance(root_certificates, bytes):
             raise InvalidArgumentError("root_certificates must be PEM bytes")
+        _check_client_certificate(parsed_endpoint, certificate_chain, private_key)
         if application_name is not None:
             if not isinstance(application_name, str):
                 raise InvalidArgumentError(f"application_name must be a string, got {application_name!r}")
@@ -233,6 +256,8 @@ class Transport:
         self.retry = retry
         self.max_message_size = max_message_size
         self._root_certificates = root_certificates
+        self._certificate_chain = certificate_chain
+        self._private_key = private_key
         self._application_name = application_name
         self._discovery = bool(discovery)
         self._discovery_interval = discovery_interval
@@ -256,8 +281,7 @@ class Transport:
         self._stop_discovery = asyncio.Event()
         self._last_token: str | None = None
         self._closed = False
-        if isinstance(credentials, StaticCredentials):
-            credentials._attach(self, self._login)
+        bind_credentials(credentials, self, self._login)
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -294,8 +318,7 @@ class Transport:
         if self._closed:
             return
         self._closed = True
-        if isinstance(self.credentials, StaticCredentials):
-            self.credentials._detach(self)
+        await unbind_credentials(self.credentials, self)  # the credentials' background refresh for us ends
         task, self._discovery_task = self._discovery_task, None
         if task is not None:
             # A ListEndpoints call cancelled in flight would have its last event delivered after
@@ -318,7 +341,11 @@ class Transport:
         channel = self._channels.get(endpoint)
         if channel is None:
             if endpoint.secure:
-                creds = grpc.ssl_channel_credentials(root_certificates=self._root_certificates)
+                creds = grpc.ssl_channel_credentials(
+                    root_certificates=self._root_certificates,
+                    private_key=self._private_key,
+                    certificate_chain=self._certificate_chain,
+                )
                 channel = grpc.aio.secure_channel(endpoint.target, creds, options=self._channel_options)
             else:
                 channel = grpc.aio.insecure_channel(endpoint.target, options=self._channel_options)
@@ -436,11 +463,24 @@ class Transport:
         try:
             return await method(request, metadata=metadata, timeout=timeout)
         except grpc.aio.AioRpcError as exc:
-            error = error_from_grpc(exc)
+            error = self._explained(error_from_grpc(exc))
         except asyncio.CancelledError as exc:
             release_frames(exc)
             raise
         raise error  # outside the except block: the gRPC error (and its call) is not kept as context
+
+    def _explained(self, error: TransportError) -> TransportError:
+        """``error``, with a hint when a TLS server closed the connection of a client without a
+        certificate: a server that requires client certificates (mutual TLS) does just that, and
+        gRPC reports no more than "Socket closed"."""
+        if (
+            isinstance(error, ConnectionLostError)
+            and self.endpoint.secure
+            and self._certificate_chain is None
+            and _TLS_CLOSED in error.details
+        ):
+            return ConnectionLostError(error.details + _MTLS_HINT, error.code)
+        return error
 
     async def call_operation(
         self,

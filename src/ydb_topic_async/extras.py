@@ -1,4 +1,4 @@
-"""The optional extras (``spark``, ``fastapi``, ``aiohttp``, ``otel``): how to install
+"""The optional extras (``spark``, ``fastapi``, ``aiohttp``, ``otel``, ``cloud``): how to install
 one, and the ImportError that says so when a feature's package is missing."""
 
 from __future__ import annotations

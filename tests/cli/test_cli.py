@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import pathlib
 import re
 import signal
@@ -298,3 +299,66 @@ def test_in_process_main_returns_exit_codes(capsys: pytest.CaptureFixture[str]) 
     assert "topic" in capsys.readouterr().out
     assert main(["read"]) == 2
     assert "the following arguments are required: path" in capsys.readouterr().err
+
+
+# --- credentials and TLS from options and the environment -------------------------------------------
+
+
+async def cli_env(env: dict[str, str], *args: str) -> tuple[int, str, str]:
+    """The CLI as a process with ``env`` over a copy of the test's environment without YDB_ variables."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("YDB_")}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "ydb_topic_async.cli", *args, env={**clean, **env},
+        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 45)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def test_credentials_from_the_environment_and_options_over_them() -> None:
+    async with LocalTopicServer(tokens={"env-token": "env-user", "flag-token": "flag-user"}) as server:
+        env = {"YDB_CONNECTION_STRING": server.connection_string, "YDB_ACCESS_TOKEN_CREDENTIALS": "env-token"}
+        assert await cli_env(env, "topic", "create", "from-env") == (0, "created /local/from-env\n", "")
+        wrong = {**env, "YDB_ACCESS_TOKEN_CREDENTIALS": "wrong"}
+        assert (await cli_env(wrong, "topic", "describe", "from-env"))[0] == 1
+        assert (await cli_env(wrong, "--token", "flag-token", "topic", "describe", "from-env"))[0] == 0
+        # YDB CLI's YDB_TOKEN when the SDKs' variables say nothing; none at all is refused.
+        del env["YDB_ACCESS_TOKEN_CREDENTIALS"]
+        assert (await cli_env({**env, "YDB_TOKEN": "flag-token"}, "topic", "describe", "from-env"))[0] == 0
+        code, _, err = await cli_env(env, "topic", "describe", "from-env")
+        assert code == 1 and "Access denied without user token" in err
+
+
+async def test_a_service_account_key_file_option(tmp_path: pathlib.Path) -> None:
+    from ydb_topic_async.testing import IamTokenService
+
+    async with IamTokenService() as iam, LocalTopicServer(token_services=[iam]) as server:
+        key_file = tmp_path / "key.json"
+        key_file.write_text(json.dumps(iam.create_key("sa-cli")))
+        code, out, err = await cli_env(
+            {"YDB_ENDPOINT": server.endpoint, "YDB_DATABASE": server.database, "YDB_ANONYMOUS_CREDENTIALS": "1"},
+            "--sa-key-file", str(key_file), "--iam-endpoint", iam.endpoint, "topic", "create", "by-key",
+        )
+        assert (code, out, err) == (0, "created /local/by-key\n", "")
+        assert iam.tokens_issued == 1
+        code, _, err = await cli_env({}, "--sa-key-file", str(key_file), "--token", "t", "topic", "describe", "x")
+        assert code == 2 and "not allowed with argument" in err
+
+
+async def test_mutual_tls_options(tmp_path: pathlib.Path) -> None:
+    from ..credentials._pki import CertificateAuthority
+
+    ca = CertificateAuthority()
+    issued, client = ca.issue("localhost", server=True), ca.issue("cli", server=False)
+    for name, data in (("ca.pem", ca.cert), ("client.pem", client.cert), ("client.key", client.key)):
+        (tmp_path / name).write_bytes(data)
+    async with LocalTopicServer(tls=(issued.key, issued.cert), client_ca=ca.cert, require_client_cert=True) as server:
+        args = ("--endpoint", server.endpoint, "--database", server.database, "--ca-file", str(tmp_path / "ca.pem"))
+        code, out, err = await cli_env(
+            {}, *args, "--client-cert-file", str(tmp_path / "client.pem"),
+            "--client-cert-key-file", str(tmp_path / "client.key"), "topic", "create", "mutual",
+        )
+        assert (code, out, err) == (0, "created /local/mutual\n", "")
+        code, _, err = await cli_env({}, *args, "--timeout", "3", "topic", "describe", "mutual")
+        assert code == 1 and "if it requires a client certificate" in err, err

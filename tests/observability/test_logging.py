@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import traceback
@@ -11,6 +12,8 @@ import pytest
 import ydb_topic_async as yta
 from ydb_topic_async.observability.logging import REDACTED, register_secret, sdk_logger
 from ydb_topic_async.testing import LocalTopicServer
+
+from ..credentials._kinds import CLOUD_KINDS, setup
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -194,3 +197,34 @@ def test_masking_is_safe_while_another_thread_registers_secrets() -> None:
         logger.propagate = True
         logger.removeHandler(sink)
     assert errors == []
+
+
+@pytest.mark.parametrize("kind", [*CLOUD_KINDS, "static"])
+async def test_no_token_key_or_password_of_any_kind_reaches_the_logs(
+    kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every credentials kind, through broken streams, in-band refreshes and (for the kinds with a
+    token service) an outage of the token service that fails refreshes and logs them."""
+    caplog.set_level(logging.DEBUG, logger="ydb_topic_async")
+    async with (
+        setup(kind, 1.0) as s,
+        yta.Driver(s.server.endpoint, s.server.database, s.credentials, discovery=False) as driver,
+    ):
+        await _write_and_read(driver, s.server, f"secret-{kind}")
+        if s.service is not None:
+            async with s.service.down():
+                await asyncio.sleep(1.2)  # refreshes fail, the token expires
+                with pytest.raises(yta.OperationTimeoutError) as failure:
+                    await driver.topic.describe_topic(f"secret-{kind}", timeout=0.5)
+                assert "has no valid token" in str(failure.value)
+        else:
+            await asyncio.sleep(1.2)  # a login or two more
+        await driver.topic.describe_topic(f"secret-{kind}", timeout=10)
+        secrets = s.all_secrets()
+    records = [r for r in caplog.records if r.name.startswith("ydb_topic_async")]
+    text = _record_texts(records)
+    if s.service is not None:
+        assert "could not refresh its token" in text  # the failure path was logged
+    assert len(secrets) >= 2  # a token before the outage (or the login), a new one after it
+    for secret in secrets:
+        assert secret not in text

@@ -5,8 +5,12 @@
     ydb-topic-async read events --consumer analytics --count 2 --format json
     ydb-topic-async serve --port 2136
 
-The endpoint comes from ``--endpoint`` or ``YDB_ENDPOINT`` (default ``grpc://localhost:2136``),
-the database from ``--database``, ``YDB_DATABASE`` or the connection string (default ``/local``).
+The endpoint comes from ``--endpoint``, ``YDB_CONNECTION_STRING`` or ``YDB_ENDPOINT`` (default
+``grpc://localhost:2136``), the database from ``--database``, the endpoint's ``?database=``, or
+``YDB_DATABASE`` (default ``/local``). Credentials come from a credentials option, else from the
+environment as YDB's SDKs read it (``YDB_SERVICE_ACCOUNT_KEY_FILE_CREDENTIALS``, ...,
+``YDB_OAUTH2_KEY_FILE``, ``YDB_USER``), else ``YDB_TOKEN``, else none. TLS files come from
+``--ca-file``, ``--client-cert-file`` and ``--client-cert-key-file``, else YDB CLI's variables.
 Exit codes: 0 success, 1 the operation failed, 2 the command line is wrong, 130 interrupted.
 Every failure is reported as one line on standard error, without a traceback (``--traceback``
 shows it).
@@ -36,15 +40,20 @@ from urllib.parse import urlsplit
 from .. import (
     LZ4_CODEC,
     AccessTokenCredentials,
+    AnonymousCredentials,
     Codec,
     ConsumerSettings,
     Credentials,
     Driver,
     InvalidArgumentError,
+    MetadataUrlCredentials,
+    Oauth2TokenExchangeCredentials,
+    ServiceAccountCredentials,
     StaticCredentials,
     TopicSelector,
     YdbTopicError,
     __version__,
+    credentials_from_env,
     lz4_encode,
 )
 
@@ -75,13 +84,32 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("--traceback", action="store_true", help="show the traceback of an unexpected failure")
-    parser.add_argument("--endpoint", default=os.environ.get("YDB_ENDPOINT", "grpc://localhost:2136"),
-                        help="grpc://host:port or grpcs://host:port (default: YDB_ENDPOINT or grpc://localhost:2136)")
-    parser.add_argument("--database", default=os.environ.get("YDB_DATABASE"),
-                        help="database path (default: YDB_DATABASE, the endpoint's ?database=, or /local)")
-    parser.add_argument("--token", default=os.environ.get("YDB_TOKEN"), help="an access token")
-    parser.add_argument("--user", help="log in as this user (password from --password or YDB_PASSWORD)")
-    parser.add_argument("--password", default=os.environ.get("YDB_PASSWORD"))
+    parser.add_argument("--endpoint", default=None,
+                        help="grpc://host:port or grpcs://host:port (default: YDB_CONNECTION_STRING, YDB_ENDPOINT"
+                             " or grpc://localhost:2136)")
+    parser.add_argument("--database", default=None,
+                        help="database path (default: the endpoint's ?database=, YDB_DATABASE, or /local)")
+    auth = parser.add_argument_group(
+        "credentials", "at most one; without any, the environment's as YDB's SDKs read it, else YDB_TOKEN, else none"
+    )
+    chosen = auth.add_mutually_exclusive_group()
+    chosen.add_argument("--token", default=None, help="an access token (default: YDB_TOKEN)")
+    chosen.add_argument("--user", help="log in as this user (password from --password or YDB_PASSWORD)")
+    chosen.add_argument("--sa-key-file", metavar="PATH", help="a service account's authorized key file (IAM)")
+    chosen.add_argument("--use-metadata-credentials", action="store_true",
+                        help="the token of the instance's service account, from the metadata service")
+    chosen.add_argument("--oauth2-key-file", metavar="PATH",
+                        help="an OAuth 2.0 token exchange configuration file (YDB's format)")
+    auth.add_argument("--password", default=os.environ.get("YDB_PASSWORD"))
+    auth.add_argument("--iam-endpoint", metavar="URL",
+                      help="the IAM token service for --sa-key-file (host:port), or the token endpoint for"
+                           " --oauth2-key-file")
+    tls = parser.add_argument_group("TLS")
+    tls.add_argument("--ca-file", metavar="PATH", help="PEM roots to trust (default: YDB_CA_FILE)")
+    tls.add_argument("--client-cert-file", metavar="PATH",
+                     help="a client certificate for mutual TLS, PEM or PKCS#12 (default: YDB_CLIENT_CERT_FILE)")
+    tls.add_argument("--client-cert-key-file", metavar="PATH",
+                     help="its PEM private key (default: YDB_CLIENT_CERT_KEY_FILE)")
     parser.add_argument("--timeout", type=_positive_float, default=10.0,
                         help="seconds to wait for the server to answer at start (default: 10)")
     parser.set_defaults(usage=parser)
@@ -182,23 +210,48 @@ def _positive_float(text: str) -> float:
     return value
 
 
-def _credentials(args: argparse.Namespace) -> Credentials | None:
+def _credentials(args: argparse.Namespace) -> Credentials:
+    """The credentials option given, else the environment's (YDB's SDKs' variables), else
+    ``YDB_TOKEN`` (YDB CLI's), else none."""
     if args.user:
         if args.password is None:
             raise UsageFailure("--user needs --password (or YDB_PASSWORD)")
         return StaticCredentials(args.user, args.password)
     if args.token:
         return AccessTokenCredentials(args.token)
-    return None
+    if args.sa_key_file:
+        return ServiceAccountCredentials.from_file(args.sa_key_file, iam_endpoint=args.iam_endpoint)
+    if args.use_metadata_credentials:
+        return MetadataUrlCredentials()
+    if args.oauth2_key_file:
+        return Oauth2TokenExchangeCredentials.from_file(args.oauth2_key_file, token_endpoint=args.iam_endpoint)
+    token = os.environ.get("YDB_TOKEN")
+    return credentials_from_env(fallback=AccessTokenCredentials(token) if token else AnonymousCredentials())
+
+
+def _make_driver(args: argparse.Namespace) -> Driver:
+    """The driver the options and the environment describe (the options win)."""
+    env = dict(os.environ)
+    for option, variable in (("ca_file", "YDB_CA_FILE"), ("client_cert_file", "YDB_CLIENT_CERT_FILE"),
+                             ("client_cert_key_file", "YDB_CLIENT_CERT_KEY_FILE")):
+        if getattr(args, option):
+            env[variable] = getattr(args, option)
+            if option == "ca_file":
+                env.pop("YDB_SSL_ROOT_CERTIFICATES_FILE", None)
+    endpoint = args.endpoint or env.get("YDB_CONNECTION_STRING") or env.get("YDB_ENDPOINT") or "grpc://localhost:2136"
+    database = args.database
+    url = urlsplit(endpoint if "://" in endpoint else f"grpc://{endpoint}")
+    names_one = "database=" in url.query or url.path not in ("", "/")
+    if database is None and not names_one and not env.get("YDB_DATABASE"):
+        database = "/local"
+    # Driver.from_env takes YDB_DATABASE when neither the option nor the endpoint names a database.
+    return Driver.from_env(endpoint, database, _credentials(args), environ=env)
 
 
 @contextlib.asynccontextmanager
 async def _driver(args: argparse.Namespace) -> AsyncIterator[Driver]:
     """An open driver whose server answered within ``--timeout`` (else a clear error, exit 1)."""
-    database = args.database
-    if database is None and "database=" not in args.endpoint:
-        database = "/local"
-    driver = Driver(args.endpoint, database, _credentials(args))
+    driver = _make_driver(args)
     try:
         # Writers and readers reconnect forever; fail fast instead when nothing answers.
         await _connect(driver, args.timeout)

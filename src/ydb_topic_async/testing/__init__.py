@@ -7,6 +7,11 @@
 It speaks YDB's gRPC protocol for topics, transactions, discovery and auth, so the official YDB SDKs work
 against it too. ``server.storage`` exposes what it stores; ``server.faults`` breaks streams and
 injects statuses. Run it standalone with ``python -m ydb_topic_async.testing --port 2136``.
+
+The token services (``IamTokenService``, ``TokenExchangeService``, ``MetadataService``) stand in
+for the cloud's on loopback, so the cloud credentials can be tested offline; the server accepts
+the tokens they issue (``LocalTopicServer(token_services=[...])``) or pre-shared ones
+(``LocalTopicServer(tokens={token: user})``).
 """
 
 from ._serve import CannotServeError, serve_until_signalled, start_serving
@@ -14,6 +19,7 @@ from .faults import Faults
 from .partition_log import Partition, Topic, TopicStorage
 from .server import LocalTopicServer
 from .stored import StorageError, StoredMessage
+from .token_services import IamTokenService, MetadataService, TokenExchangeService, TokenService
 
 FaultInjector = Faults
 """Alias: the type of ``LocalTopicServer.faults``."""
@@ -22,10 +28,14 @@ __all__ = [
     "CannotServeError",
     "FaultInjector",
     "Faults",
+    "IamTokenService",
     "LocalTopicServer",
+    "MetadataService",
     "Partition",
     "StorageError",
     "StoredMessage",
+    "TokenExchangeService",
+    "TokenService",
     "Topic",
     "TopicStorage",
     "serve_until_signalled",

@@ -16,6 +16,13 @@ def _user(value: str) -> tuple[str, str]:
     return name, password
 
 
+def _token(value: str) -> tuple[str, str]:
+    token, sep, user = value.rpartition(":")
+    if not sep or not token or not user:
+        raise argparse.ArgumentTypeError("expected TOKEN:USER")
+    return token, user
+
+
 async def serve(args: argparse.Namespace) -> None:
     users = dict(args.user) if args.user else None
     server = await start_serving(
@@ -23,6 +30,7 @@ async def serve(args: argparse.Namespace) -> None:
         args.port,
         database=args.database,
         users=users,
+        tokens=dict(args.token) if args.token else None,
         token_ttl=args.token_ttl,
         data_dir=args.data_dir,
         write_quotas=args.write_quotas,
@@ -37,6 +45,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--database", default="/local", help="database path (default: /local)")
     parser.add_argument("--user", action="append", type=_user, metavar="NAME:PASSWORD",
                         help="require authentication; may be repeated")
+    parser.add_argument("--token", action="append", type=_token, metavar="TOKEN:USER",
+                        help="require authentication and accept this pre-shared token for USER; may be repeated")
     parser.add_argument("--token-ttl", type=float, default=None, metavar="SECONDS",
                         help="expire login tokens after this many seconds (default: never)")
     parser.add_argument("--data-dir", default=None, metavar="DIR",

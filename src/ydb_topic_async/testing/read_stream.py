@@ -26,6 +26,7 @@ import grpc
 
 from . import read_wire
 from ._inbox import Inbox, receive_handshake
+from .auth import TokenRefused, refused_in_band
 from .partition_log import Consumer, Partition, Topic
 from .read_balancer import ConsumerGroup, ReaderInfo
 from .read_session import PartitionSessionState, ReadSession, Selector, bad_request
@@ -110,6 +111,8 @@ class ReadService:
                     except StorageError as exc:
                         yield read_wire.error(exc.status, exc.message)
                         return
+                    except TokenRefused as exc:
+                        await context.abort(grpc.StatusCode.UNAUTHENTICATED, exc.details)
                 dropped = next((s.topic.path for s in session.selectors.values() if not s.topic.alive), None)
                 if dropped is not None:
                     yield read_wire.error("SCHEME_ERROR", f"topic {dropped} was dropped")
@@ -231,9 +234,10 @@ class ReadService:
         elif kind == "partition_session_status_request":
             session.report_status(request.partition_session_status_request.partition_session_id)
         elif kind == "update_token_request":
-            refusal = self.state.auth.check_token(request.update_token_request.token)
+            refusal = refused_in_band(self.state.auth, request.update_token_request.token)
             if refusal:
-                raise StorageError("UNAUTHORIZED", refusal)
+                raise TokenRefused(refusal)
+            self.state.stats.token_updates += 1
             session.send(read_wire.update_token_response())
         elif kind == "direct_read_ack":
             raise bad_request("direct read is not supported by the local server")

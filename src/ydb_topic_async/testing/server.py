@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -16,6 +16,7 @@ from google.protobuf.message import Message
 from .._proto import ydb_auth_pb2, ydb_discovery_pb2
 from .._proto import ydb_topic_pb2 as pb
 from ._replies import metadata, operation, rpc_handler, status_code
+from .auth import AuthInterceptor, TokenValidator
 from .control_plane import ControlPlane
 from .discovery import DiscoveryHandlers
 from .journal import close_journal, open_journal
@@ -40,12 +41,17 @@ class LocalTopicServer:
     """A YDB topic server for tests and examples: ``async with LocalTopicServer() as server``.
 
     It listens on ``host:port`` (port 0 picks a free one) and serves ``database``. With ``users``
-    (name -> password), every call needs a token from ``AuthService.Login``; tokens expire after
+    (name -> password), ``tokens`` (pre-shared token -> user) or ``token_services`` (the testing
+    IAM, token exchange and metadata services, whose issued tokens are accepted), every call but
+    ``AuthService.Login`` needs a valid ticket; others are refused with the gRPC status
+    ``UNAUTHENTICATED``, as YDB refuses them (see ``testing.auth``). Login tokens expire after
     ``token_ttl`` seconds when given. ``tls`` is a (PEM private key, PEM certificate chain) pair
-    to serve TLS instead of plaintext. ``storage`` holds every topic and message (for inspection),
-    ``faults`` breaks streams and injects statuses on purpose, ``stats`` counts requests and
-    messages. ``query`` holds the query sessions and transactions that topic writes and consumer
-    offsets join.
+    to serve TLS instead of plaintext; ``client_ca`` (PEM roots) makes it ask clients for a
+    certificate issued by them, and ``require_client_cert=True`` refuses connections without one
+    (mutual TLS, as YDB's ``client_certificate_authorization`` does). ``storage`` holds every
+    topic and message (for inspection), ``faults`` breaks streams and injects statuses on
+    purpose, ``stats`` counts requests and messages. ``query`` holds the query sessions and
+    transactions that topic writes and consumer offsets join.
 
     ``data_dir``: keep everything acknowledged in that directory, so that a server started
     later on it (after a stop or a crash of the process) continues where this one stopped.
@@ -64,6 +70,10 @@ class LocalTopicServer:
         token_ttl: float | None = None,
         graceful_stop_timeout: float = 10.0,
         tls: tuple[bytes, bytes] | None = None,
+        client_ca: bytes | None = None,
+        require_client_cert: bool = False,
+        tokens: Mapping[str, str] | None = None,
+        token_services: Sequence[TokenValidator] = (),
         data_dir: str | os.PathLike[str] | None = None,
         write_quotas: bool = False,
         retention_interval: float = 1.0,
@@ -72,6 +82,10 @@ class LocalTopicServer:
             raise ValueError("database must be an absolute path like '/local'")
         if not retention_interval > 0:
             raise ValueError("retention_interval must be positive")
+        if (client_ca is not None or require_client_cert) and tls is None:
+            raise ValueError("client certificates need TLS: pass tls=(key, certificate chain) too")
+        if require_client_cert and client_ca is None:
+            raise ValueError("require_client_cert needs client_ca: the PEM roots client certificates must chain to")
         self.state = state = ServerState(
             database.rstrip("/") or "/",
             host,
@@ -79,6 +93,8 @@ class LocalTopicServer:
             users=users,
             token_ttl=token_ttl,
             write_quotas=write_quotas,
+            tokens=tokens,
+            token_services=token_services,
         )
         """What the services share: storage, clock, faults, stats, auth, address (the attributes below)."""
         self.clock = state.clock
@@ -98,6 +114,10 @@ class LocalTopicServer:
         self.reads = ReadService(state, graceful_stop_timeout=graceful_stop_timeout)
         self._requested_port = port
         self._tls = tls
+        self._client_ca = client_ca
+        self._require_client_cert = require_client_cert
+        self.interceptor = AuthInterceptor(state.auth)
+        """Refuses calls without a valid ticket (``interceptor.refused`` counts them)."""
         self._server: grpc.aio.Server | None = None
         self._stopped: asyncio.Event | None = None
         """Set once a started server has stopped: what ``wait_closed`` waits on."""
@@ -174,6 +194,7 @@ class LocalTopicServer:
         open_journal(self.storage, self.data_dir, replay=not self._journal_replayed)
         self._journal_replayed = True
         server = grpc.aio.server(
+            interceptors=[self.interceptor],
             options=[
                 ("grpc.max_send_message_length", MAX_MESSAGE_SIZE),
                 ("grpc.max_receive_message_length", MAX_MESSAGE_SIZE),
@@ -190,7 +211,10 @@ class LocalTopicServer:
         try:
             if self._tls is not None:
                 key, chain = self._tls
-                self.port = server.add_secure_port(address, grpc.ssl_server_credentials([(key, chain)]))
+                credentials = grpc.ssl_server_credentials(
+                    [(key, chain)], root_certificates=self._client_ca, require_client_auth=self._require_client_cert
+                )
+                self.port = server.add_secure_port(address, credentials)
             else:
                 self.port = server.add_insecure_port(address)
             await server.start()

@@ -6,8 +6,8 @@ part (the control plane, retention) gets just that part. The state holds:
 
 - the address facts: database, host, port (known once the server listens), whether it serves TLS;
 - the storage and its clock;
-- the fault injector, the counters (``ServerStats``), the users and tokens (``Auth``) and the
-  admission ``Gate``;
+- the fault injector, the counters (``ServerStats``), who may call (``Auth``: users and their
+  login tokens, pre-shared tokens, trusted token services) and the admission ``Gate``;
 - the write quotas (None when writes are not throttled) and whether the server is stopping.
 
 ``admit`` is the check every call passes before it is served: the gate, then an injected failure.
@@ -15,8 +15,10 @@ part (the control plane, retention) gets just that part. The state holds:
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 from ._replies import status_code
-from .auth import Auth, Gate
+from .auth import Auth, Gate, TokenValidator
 from .clock import ServerClock
 from .faults import Faults
 from .partition_log import TopicStorage
@@ -39,6 +41,8 @@ class ServerState:
         users: dict[str, str] | None,
         token_ttl: float | None,
         write_quotas: bool,
+        tokens: Mapping[str, str] | None = None,
+        token_services: Sequence[TokenValidator] = (),
     ) -> None:
         self.database = database
         self.host = host
@@ -51,7 +55,7 @@ class ServerState:
         """The partition write quotas, or None when writes are not throttled."""
         self.faults = Faults()
         self.stats = ServerStats()
-        self.auth = Auth(users, token_ttl)
+        self.auth = Auth(users, token_ttl, tokens=tokens, token_services=token_services)
         self.gate = Gate(self.auth, database)
         self.closing = False
         """True while the server stops: stream handlers stop waiting (for write quota) and end."""

@@ -22,6 +22,8 @@ class ServerStats:
     """ReadResponses sent."""
     messages_sent: int = 0
     """Messages in the ReadResponses sent."""
+    token_updates: int = 0
+    """Tokens sent in-band (UpdateTokenRequest) on write and read streams, and accepted."""
 
     def snapshot(self) -> dict[str, int]:
         """The counters as a plain dict (to compare before and after)."""

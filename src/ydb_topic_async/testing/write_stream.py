@@ -45,6 +45,7 @@ import grpc
 from .._proto import ydb_topic_pb2 as pb
 from ._inbox import Inbox, receive_handshake
 from ._replies import SUCCESS, failure
+from .auth import refused_in_band
 from .partition_log import NewMessage, Partition, Topic, source_key
 from .retention import check_not_full
 from .stored import READ_ITEM_OVERHEAD, READ_MESSAGE_OVERHEAD, StorageError, StoredRow
@@ -150,10 +151,10 @@ class WriteService:
                             break  # stored, but the ack is lost with the stream: the client must resend
                         yield response
                     elif kind == "update_token_request":
-                        refusal = state.auth.check_token(request.update_token_request.token)
+                        refusal = refused_in_band(state.auth, request.update_token_request.token)
                         if refusal:
-                            yield _failure("UNAUTHORIZED", refusal)
-                            return
+                            await context.abort(grpc.StatusCode.UNAUTHENTICATED, refusal)
+                        state.stats.token_updates += 1
                         reply = FromServer(status=SUCCESS)
                         reply.update_token_response.SetInParent()
                         yield reply

@@ -1,4 +1,4 @@
-"""Credentials: where the ``x-ydb-auth-ticket`` header comes from.
+"""What every credentials object is, the simple kinds, and how a connection asks for a token.
 
 A credentials object only has to answer ``await credentials.auth_token()`` with the current token
 (or ``None`` for anonymous access). Long-lived streams ask again from time to time and send the
@@ -6,8 +6,10 @@ new token in-band when it changes. Every token is checked before it is used (``f
 a provider that raises, or gives something that is not a header-safe string, fails with a
 ``CredentialsError`` naming the problem instead of an error from deep inside gRPC.
 
-Credentials never depend on a driver: ``StaticCredentials`` logs in through whichever
-connection asks it for a token, so one object can serve several drivers at once.
+Credentials never depend on a driver. Kinds that keep a token fresh in the background
+(``OwnedCredentials``) are told by each connection that uses them when it opens and closes
+(``bind_credentials``, ``unbind_credentials``): the background work runs while a connection
+is open and ends with the last one, so one object can serve several drivers at once.
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ from typing import Protocol, runtime_checkable
 
 import anyio
 
-from ._errors import InvalidArgumentError, InvalidTokenError, TokenProviderError, YdbTopicError
-from .observability.logging import register_secret
+from .._errors import InvalidArgumentError, InvalidTokenError, TokenProviderError, YdbTopicError
+from ..observability.logging import register_secret
 
 Login = Callable[[str, str], Awaitable[str]]
 """``await login(user, password)``: a token from ``AuthService.Login`` on one connection."""
@@ -95,6 +97,40 @@ class TokenProviderCredentials:
         return f"TokenProviderCredentials(provider={self._provider!r})"
 
 
+class OwnedCredentials:
+    """Credentials that keep their token fresh in the background while a connection uses them.
+
+    Each connection (a driver's transport) attaches when it is made and detaches when it
+    closes; the background work for it ends then. ``login`` is that connection's
+    ``AuthService.Login``, for the kinds that log in through the cluster itself.
+    """
+
+    def _attach(self, owner: object, login: Login) -> None:
+        """``owner`` (a connection) will ask for tokens; ``login`` logs in through it."""
+        raise NotImplementedError
+
+    async def _detach(self, owner: object) -> None:
+        """``owner`` closed: end its background work and forget it."""
+        raise NotImplementedError
+
+    async def _token_for(self, owner: object) -> str | None:
+        """The token for a call on ``owner``'s connection."""
+        raise NotImplementedError
+
+
+def bind_credentials(credentials: Credentials, owner: object, login: Login) -> None:
+    """Tell ``credentials`` that the connection ``owner`` will use them (a no-op for kinds that
+    need no background work)."""
+    if isinstance(credentials, OwnedCredentials):
+        credentials._attach(owner, login)
+
+
+async def unbind_credentials(credentials: Credentials, owner: object) -> None:
+    """``owner`` closed: its background token refresh ends."""
+    if isinstance(credentials, OwnedCredentials):
+        await credentials._detach(owner)
+
+
 def token_expiry(token: str) -> float | None:
     """The ``exp`` claim of a JWT, as a Unix time, or None when the token is not a JWT."""
     parts = token.split(".")
@@ -106,85 +142,6 @@ def token_expiry(token: str) -> float | None:
     except (ValueError, TypeError, AttributeError):
         return None
     return float(exp) if isinstance(exp, (int, float)) else None
-
-
-class StaticCredentials:
-    """User and password, exchanged for a token through ``AuthService.Login``.
-
-    The token is cached and renewed before it expires: at ``refresh_fraction`` of its lifetime
-    when the token carries an expiry (a JWT ``exp`` claim), else every ``refresh_interval`` seconds.
-    Each driver using these credentials logs in through its own connection and keeps its own
-    token, so one object may serve several drivers (even of different clusters), and closing one
-    of them leaves the others working. ``auth_token()`` called directly answers through the
-    most recently opened driver still open.
-    """
-
-    def __init__(
-        self,
-        user: str,
-        password: str,
-        *,
-        refresh_interval: float = 3600.0,
-        refresh_fraction: float = 0.9,
-    ) -> None:
-        if not isinstance(user, str) or not user:
-            raise InvalidArgumentError("user must be a non-empty string")
-        if not isinstance(password, str):
-            raise InvalidArgumentError("password must be a string")
-        if not 0 < refresh_fraction <= 1:
-            raise InvalidArgumentError("refresh_fraction must be in (0, 1]")
-        self.user = user
-        self._password = password
-        register_secret(password)
-        self._refresh_interval = refresh_interval
-        self._refresh_fraction = refresh_fraction
-        self._sessions: dict[object, _LoginSession] = {}
-
-    def _attach(self, owner: object, login: Login) -> None:
-        """Let ``owner`` (a connection) get tokens through ``login``; called when it opens."""
-        self._sessions[owner] = _LoginSession(login)
-
-    def _detach(self, owner: object) -> None:
-        """``owner`` closed: forget its login and token."""
-        self._sessions.pop(owner, None)
-
-    async def auth_token(self) -> str | None:
-        """A token from ``AuthService.Login``, logged in again before the current one expires."""
-        if not self._sessions:
-            raise InvalidArgumentError("StaticCredentials must be passed to an open Driver before use")
-        return await self._token_for(next(reversed(self._sessions)))
-
-    async def _token_for(self, owner: object) -> str | None:
-        """The token for ``owner``'s connection, logging in through it when needed."""
-        session = self._sessions.get(owner)
-        if session is None:
-            raise InvalidArgumentError("these StaticCredentials are not attached to this connection (is it closed?)")
-        async with session.lock:
-            if session.token is None or time.time() >= session.refresh_at:
-                now = time.time()
-                token = check_token(await session.login(self.user, self._password), "AuthService.Login")
-                expiry = token_expiry(token) if token is not None else None
-                if expiry is not None and expiry > now:
-                    session.refresh_at = now + (expiry - now) * self._refresh_fraction
-                else:
-                    session.refresh_at = now + self._refresh_interval
-                session.token = token
-            return session.token
-
-    def __repr__(self) -> str:
-        return f"StaticCredentials(user={self.user!r}, password=***)"
-
-
-class _LoginSession:
-    """One connection's way to log in, and the token it got."""
-
-    __slots__ = ("lock", "login", "refresh_at", "token")
-
-    def __init__(self, login: Login) -> None:
-        self.login = login
-        self.token: str | None = None
-        self.refresh_at = 0.0
-        self.lock = anyio.Lock()
 
 
 def check_token(token: object, source: str) -> str | None:
@@ -213,7 +170,7 @@ async def fetch_token(credentials: Credentials, owner: object) -> str | None:
     provider happened to raise.
     """
     try:
-        if isinstance(credentials, StaticCredentials):
+        if isinstance(credentials, OwnedCredentials):
             token: object = await credentials._token_for(owner)
         else:
             token = await credentials.auth_token()
