@@ -404,7 +404,7 @@ class ControlPlane:
                 if owner is not None:
                     stats.read_session_id = owner.read_session_id
                     stats.reader_name = owner.reader_name
-                    stats.connection_node_id = 1
+                    stats.connection_node_id = owner.node_id
                     stats.partition_read_session_create_time.CopyFrom(timestamp(owner.assigned_at_ns))
             if req.include_location:
                 info.partition_location.node_id = p.node_id

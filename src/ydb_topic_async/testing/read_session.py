@@ -93,6 +93,8 @@ class ReadSession:
         self.sessions: dict[int, PartitionSessionState] = {}
         self.outbox: deque[Any] = deque()
         self.wakeup = asyncio.Event()
+        self.node_id = 1
+        """The node serving the session's stream."""
         self._turn = 0
 
     def send(self, message: Any) -> None:

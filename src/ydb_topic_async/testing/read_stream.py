@@ -26,6 +26,7 @@ import grpc
 
 from . import read_wire
 from ._inbox import Inbox, receive_handshake
+from .nodes import ServerNode
 from .partition_log import Consumer, Partition, Topic
 from .read_balancer import ConsumerGroup, ReaderInfo
 from .read_session import PartitionSessionState, ReadSession, Selector, bad_request
@@ -61,7 +62,9 @@ class ReadService:
         out = {}
         for (path, consumer), group in self.groups.items():
             for pid, (owner, partition_session) in group.owner.items():
-                out[(path, consumer, pid)] = ReaderInfo(owner.id, owner.reader_name, partition_session.created_ns)
+                out[(path, consumer, pid)] = ReaderInfo(
+                    owner.id, owner.reader_name, partition_session.created_ns, owner.node_id
+                )
         return out
 
     def _rebalance_all(self) -> None:
@@ -78,8 +81,9 @@ class ReadService:
     # --- the stream -----------------------------------------------------------------------
 
     async def stream_read(
-        self, requests: AsyncIterator[Any], context: grpc.aio.ServicerContext[Any, Any]
+        self, requests: AsyncIterator[Any], context: grpc.aio.ServicerContext[Any, Any], node: ServerNode
     ) -> AsyncIterator[Any]:
+        """One StreamRead call, served by ``node``."""
         state = self.state
         wakeup = asyncio.Event()
         inbox = Inbox(requests, wakeup)
@@ -97,6 +101,7 @@ class ReadService:
                 yield read_wire.error(exc.status, exc.message)
                 return
             session.wakeup = wakeup
+            session.node_id = node.node_id
             yield read_wire.init_response(session.id)
             if session.consumer_name is None and any(s.partition_ids is None for s in session.selectors.values()):
                 yield read_wire.error("BAD_REQUEST", "reading without a consumer requires explicit partition ids")

@@ -26,12 +26,14 @@ _AUTOPARTITIONING_OFF = (0, 1)  # AUTO_PARTITIONING_STRATEGY_UNSPECIFIED, _DISAB
 
 
 class StorageError(Exception):
-    """A request the storage refuses; ``status`` is the YDB status name to answer with."""
+    """A request the storage refuses; ``status`` is the YDB status name to answer with, and
+    ``issue_code`` the code of its issue (0: none)."""
 
-    def __init__(self, status: str, message: str) -> None:
+    def __init__(self, status: str, message: str, issue_code: int = 0) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.issue_code = issue_code
 
 
 def read_size(message: StoredMessage) -> int:
