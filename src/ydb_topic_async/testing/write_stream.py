@@ -17,6 +17,15 @@ As in YDB (``ydb/services/persqueue_v1/actors/write_session_actor``):
   ends the session with BAD_REQUEST. Times are stored with millisecond precision.
 - A topic dropped (and maybe recreated) under an open session ends it with SCHEME_ERROR;
   nothing is acknowledged into a dropped topic.
+- One session owns a (partition, source id): a new session with the same source id takes it
+  over and the older one is ended at once with BAD_REQUEST "status is not ok: ownership session
+  is killed by another session with id <new session> partition id <N>" (YDB's
+  ``TOwnerInfo::GenerateCookie``); its requests not yet stored are dropped, unanswered. A
+  session without a source id owns nothing.
+- A session whose partition's tablet moved to another node (``LocalTopicCluster.stop_node``)
+  ends with UNAVAILABLE "pipe to partition's tablet is dead"; a direct write
+  (``partition_with_generation``) naming another generation, or sent to a node of a cluster
+  that does not run the partition, is refused the same way.
 
 A WriteRequest naming a transaction (``tx``) must name an open read-write transaction of a live
 query session (else the stream fails with BAD_SESSION / NOT_FOUND / BAD_REQUEST). Its messages
@@ -59,6 +68,8 @@ MAX_METADATA_BYTES = 4096
 _MIN_TIMESTAMP_SECONDS = -62_135_596_800  # 0001-01-01T00:00:00Z
 _MAX_TIMESTAMP_SECONDS = 253_402_300_799  # 9999-12-31T23:59:59Z
 _SKIPPED = pb.StreamWriteMessage.WriteResponse.WriteAck.Skipped.REASON_ALREADY_WRITTEN
+OWNERSHIP_KILLED_ISSUE_CODE = 500_003
+"""The issue code of a session killed by a newer owner: 500000 plus PersQueue's BAD_REQUEST (3)."""
 
 
 def _failure(status: str, message: str, issue_code: int = 0) -> Any:
@@ -82,6 +93,8 @@ class _Session:
     ends the session, as its pipe to the tablet dies."""
     session_id: str = ""
     wakeup: asyncio.Event | None = None
+    killed: StorageError | None = None
+    """Set once another session took the producer's ownership: the session ends with it."""
 
 
 CheckedRow = tuple[int, int, bytes, int, str, tuple[tuple[str, bytes], ...], int]
@@ -109,6 +122,8 @@ class WriteService:
         self.state = state
         self.transactions = transactions
         """Where a write naming a transaction finds it."""
+        self.owners: dict[tuple[Partition, str], _Session] = {}
+        """The session that owns each (partition, source id): the newest one to start."""
 
     async def stream_write(
         self, requests: AsyncIterator[Any], context: grpc.aio.ServicerContext[Any, Any], node: ServerNode
@@ -131,6 +146,7 @@ class WriteService:
                 return
             session.wakeup = wakeup
             session.session_id = f"local-write-{next(self._session_ids)}-{uuid.uuid4().hex[:8]}"
+            self._take_ownership(session)
             session.topic.watchers.add(wakeup)
             reply = FromServer(status=SUCCESS)
             reply.init_response.session_id = session.session_id
@@ -188,8 +204,38 @@ class WriteService:
         finally:
             if session is not None:
                 session.topic.watchers.discard(wakeup)
+                self._release_ownership(session)
             state.faults.unregister(handle)
             await inbox.close()
+
+    # --- producer ownership -----------------------------------------------------------------
+
+    def _take_ownership(self, session: _Session) -> None:
+        """Make ``session`` the owner of its (partition, source id); the session that owned it is
+        killed at once, as YDB's partition gives ownership to the newest session (every session
+        asks with ``force``). A session without a source id owns nothing and conflicts with nobody."""
+        if not session.source_id:
+            return
+        key = (session.partition, session.source_id)
+        previous = self.owners.get(key)
+        self.owners[key] = session
+        if previous is not None and previous is not session:
+            # YDB's partition answers the old owner BAD_REQUEST (issue code 500003), and its write
+            # session closes with "status is not ok: " and that reason.
+            previous.killed = StorageError(
+                "BAD_REQUEST",
+                f"status is not ok: ownership session is killed by another session with id {session.session_id} "
+                f"partition id {session.partition.partition_id}",
+                issue_code=OWNERSHIP_KILLED_ISSUE_CODE,
+            )
+            if previous.wakeup is not None:
+                previous.wakeup.set()
+
+    def _release_ownership(self, session: _Session) -> None:
+        if session.source_id:
+            key = (session.partition, session.source_id)
+            if self.owners.get(key) is session:
+                del self.owners[key]
 
     # --- the handshake ----------------------------------------------------------------------
 
@@ -339,7 +385,7 @@ class WriteService:
         started = time.perf_counter()
         if not session.topic.alive:  # dropped while the request waited for its quota
             raise StorageError("SCHEME_ERROR", f"topic {session.topic.path} was dropped")
-        interrupted = _interruption(session)  # or its partition moved meanwhile
+        interrupted = _interruption(session)  # or killed, or its partition moved, meanwhile
         if interrupted is not None:
             raise interrupted
         partition, source_id, tx = session.partition, session.source_id, batch.tx
@@ -416,8 +462,10 @@ class WriteService:
 
 
 def _interruption(session: _Session) -> StorageError | None:
-    """Why ``session`` ends now, or None: its partition's tablet moved to another node (a new
-    generation; a split is answered elsewhere)."""
+    """Why ``session`` ends now, or None: another session took its producer's ownership, or its
+    partition's tablet moved to another node (a new generation; a split is answered elsewhere)."""
+    if session.killed is not None:
+        return session.killed
     partition = session.partition
     if partition.active and partition.generation != session.generation:
         return StorageError("UNAVAILABLE", "pipe to partition's tablet is dead")
