@@ -219,3 +219,14 @@ def test_a_producer_takeover_is_its_own_error_whatever_the_status(status: int) -
     assert not error.is_retriable(idempotent=True)
     assert "another writer took over this producer id" in str(error)
     assert type(error_from_status(status, [], "write stream")) is not yta.ProducerTakenOverError
+
+
+def test_a_commit_naming_a_dead_read_session_is_not_retried() -> None:
+    """CommitOffset with a read_session_id that does not hold the partition: the partition answers
+    WRONG_COOKIE "set offset in already dead session ..." and CommitOffset SESSION_EXPIRED
+    (commit_offset_actor.cpp); that session will not come back, so no retry helps."""
+    issue = ydb_issue_message_pb2.IssueMessage(message="set offset in already dead session s1 actual is s2")
+    error = error_from_status(Status.SESSION_EXPIRED, [issue])
+    assert type(error) is yta.StaleReadSessionError and isinstance(error, yta.SessionExpiredError)
+    assert not error.is_retriable(idempotent=True)
+    assert type(error_from_status(Status.SESSION_EXPIRED, [])) is yta.SessionExpiredError

@@ -49,6 +49,7 @@ The tree::
         ├── AlreadyExistsError        ALREADY_EXISTS
         ├── NotFoundError             NOT_FOUND
         ├── SessionExpiredError       SESSION_EXPIRED
+        │   └── StaleReadSessionError  commit_offset named a read session that does not hold the partition
         ├── ServerCancelledError      CANCELLED
         ├── UndeterminedError         UNDETERMINED
         ├── UnsupportedError          UNSUPPORTED
@@ -339,6 +340,16 @@ class SessionExpiredError(ServerError):
     backoff = "fast"
 
 
+class StaleReadSessionError(SessionExpiredError):
+    """``commit_offset`` named a ``read_session_id`` that is not the read session holding the
+    partition for the consumer now (it ended, or another reader took the partition): nothing was
+    committed. Not retried, unlike other SESSION_EXPIRED answers: that session will not come back.
+    Commit without the id (which also ends the live reader's session) or through the reader."""
+
+    retriable = False
+    backoff = "none"  # type: ignore[assignment]
+
+
 class ServerCancelledError(ServerError):
     status_code = _Status.CANCELLED
 
@@ -376,6 +387,8 @@ _BY_STATUS: dict[int, type[ServerError]] = {
 
 _OWNERSHIP_KILLED = "ownership session is killed by another session"
 """The reason YDB gives a write session whose producer id a newer session took over."""
+_DEAD_READ_SESSION = "set offset in already dead session"
+"""The reason YDB gives a CommitOffset naming a read session that does not hold the partition."""
 
 
 def _mentions(issues: Iterable[Issue], text: str) -> bool:
@@ -387,6 +400,8 @@ def error_from_status(status: int, issues: Iterable[Any] = (), message: str = ""
     parsed = [i if isinstance(i, Issue) else Issue.from_proto(i) for i in issues]
     if status in (_Status.BAD_REQUEST, _Status.SESSION_EXPIRED) and _mentions(parsed, _OWNERSHIP_KILLED):
         return ProducerTakenOverError(message, parsed)
+    if status == _Status.SESSION_EXPIRED and _mentions(parsed, _DEAD_READ_SESSION):
+        return StaleReadSessionError(message, parsed)
     cls = _BY_STATUS.get(status)
     if cls is None:
         err = ServerError(message or f"unknown status code {status}", parsed)
@@ -557,6 +572,7 @@ __all__ = [
     "ServerTimeoutError",
     "SessionBusyError",
     "SessionExpiredError",
+    "StaleReadSessionError",
     "TokenProviderError",
     "TransactionEndedError",
     "TransportAbortedError",

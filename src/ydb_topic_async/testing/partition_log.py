@@ -341,6 +341,18 @@ class Topic:
         except KeyError:
             raise StorageError(status, f"topic {self.path} has no consumer {name!r}") from None
 
+    def reading_consumer(self, name: str) -> Consumer:
+        """The consumer a read session or a CommitOffset names: BAD_REQUEST when the topic has no
+        such consumer, with the reason YDB's read init actor gives (``TReadInitAndAuthActor``,
+        ydb/services/persqueue_v1/actors/read_init_auth_actor.cpp)."""
+        consumer = self.consumers.get(name)
+        if consumer is None:
+            raise StorageError(
+                "BAD_REQUEST",
+                f"no read rule provided for consumer '{name}' in topic '{self.path}' in current cluster ''",
+            )
+        return consumer
+
     def next_active_partition(self) -> Partition:
         """Round robin over the active partitions (writers without a source id)."""
         active = self.active_partitions

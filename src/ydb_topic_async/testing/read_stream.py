@@ -57,6 +57,14 @@ class ReadService:
             created_ns=self.state.clock.now_ns(),
         )
 
+    def holder(self, topic: Topic, consumer: str, partition_id: int) -> ReadSession | None:
+        """The read session that holds ``partition_id`` of ``topic`` for ``consumer`` now."""
+        group = self.groups.get((topic.path, consumer))
+        if group is None or group.topic is not topic:
+            return None
+        held = group.owner.get(partition_id)
+        return held[0] if held is not None else None
+
     def read_sessions(self) -> dict[tuple[str, str, int], ReaderInfo]:
         """(topic path, consumer, partition) -> who reads it now, for DescribeConsumer."""
         out = {}
@@ -109,12 +117,15 @@ class ReadService:
             self._join(session)
 
             while True:
-                while inbox.messages:
+                while inbox.messages and session.expired is None:
                     try:
                         self._handle(session, inbox.messages.popleft())
                     except StorageError as exc:
                         yield read_wire.error(exc.status, exc.message)
                         return
+                if session.expired is not None:
+                    yield read_wire.error(session.expired.status, session.expired.message)
+                    return
                 dropped = next((s.topic.path for s in session.selectors.values() if not s.topic.alive), None)
                 if dropped is not None:
                     yield read_wire.error("SCHEME_ERROR", f"topic {dropped} was dropped")
@@ -167,7 +178,7 @@ class ReadService:
                 missing = exc  # left out, as long as another topic resolves
                 continue
             if init.consumer:
-                topic.consumer(init.consumer)
+                topic.reading_consumer(init.consumer)
             for pid in settings.partition_ids:
                 topic.partition(pid)
             selectors[topic.path] = Selector(

@@ -324,7 +324,10 @@ class LocalTopicServer:
             "AlterTopic": unary("AlterTopic", control.alter_topic, pb.AlterTopicRequest, pb.AlterTopicResponse),
             "DropTopic": unary("DropTopic", control.drop_topic, pb.DropTopicRequest, pb.DropTopicResponse),
             "CommitOffset": unary(
-                "CommitOffset", control.commit_offset, pb.CommitOffsetRequest, pb.CommitOffsetResponse
+                "CommitOffset",
+                lambda req: control.commit_offset(req, self.reads),
+                pb.CommitOffsetRequest,
+                pb.CommitOffsetResponse,
             ),
             "UpdateOffsetsInTransaction": unary(
                 "UpdateOffsetsInTransaction",
