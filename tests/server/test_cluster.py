@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import pathlib
 from collections.abc import AsyncIterator
 
 import grpc
@@ -290,3 +291,17 @@ async def test_query_sessions_end_with_their_node(
     kept = await begin(qpb.BeginTransactionRequest(session_id=sessions[0].session_id, tx_settings=settings),
                        metadata=DB, timeout=10)
     assert kept.status == StatusIds.SUCCESS
+
+
+async def test_a_durable_cluster_starts_again_with_its_partitions_where_they_were(tmp_path: pathlib.Path) -> None:
+    """Starting the nodes one by one moves nothing: a partition moves only when its node stops."""
+    for run in range(2):
+        async with (
+            LocalTopicCluster(3, data_dir=tmp_path) as cluster,
+            grpc.aio.insecure_channel(cluster.endpoint.removeprefix("grpc://"), options=LOCAL_POOL) as ch,
+        ):
+            if run == 0:
+                await create_topic(ch, "t", partitions=6)
+                before = await locations(ch, "t")
+            else:
+                assert await locations(ch, "t") == before

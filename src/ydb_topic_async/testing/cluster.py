@@ -141,6 +141,7 @@ class LocalTopicCluster(LocalTopicServer):
         node = self._node(index)
         if not node.alive:
             await self._start_node(node)
+            self.state.nodes_changed()
 
     def _node(self, index: int) -> ServerNode:
         if not self._started:

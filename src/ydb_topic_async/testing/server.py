@@ -175,6 +175,7 @@ class LocalTopicServer:
         try:
             for node in self.state.nodes:
                 await self._start_node(node)
+            self.state.nodes_changed()
         except BaseException:
             for server in self._servers.values():
                 await server.stop(None)
@@ -189,7 +190,8 @@ class LocalTopicServer:
         logger.info("local topic server on %s, database %s", self.endpoint, self.database)
 
     async def _start_node(self, node: ServerNode) -> None:
-        """Start ``node``'s gRPC server on its port (a free one the first time when 0)."""
+        """Start ``node``'s gRPC server on its port (a free one the first time when 0); the caller
+        then calls ``state.nodes_changed`` (once, when it starts several)."""
         server = grpc.aio.server(
             options=[
                 ("grpc.max_send_message_length", MAX_MESSAGE_SIZE),
@@ -212,7 +214,6 @@ class LocalTopicServer:
         await server.start()
         self._servers[node.node_id] = server
         node.alive = True
-        self.state.nodes_changed()
 
     async def _stop_node(self, node: ServerNode, grace: float | None) -> None:
         """Stop ``node``'s gRPC server: its calls are cancelled (the clients' connections reset) and
