@@ -6,7 +6,9 @@
 
 It speaks YDB's gRPC protocol for topics, transactions, discovery and auth, so the official YDB SDKs work
 against it too. ``server.storage`` exposes what it stores; ``server.faults`` breaks streams and
-injects statuses. Run it standalone with ``python -m ydb_topic_async.testing --port 2136``.
+injects statuses. ``LocalTopicCluster(nodes=3)`` runs several nodes over one storage, to test
+discovery, direct write and node loss. Run it standalone with ``python -m ydb_topic_async.testing
+--port 2136`` (``--nodes 3`` for a cluster).
 
 The token services (``IamTokenService``, ``TokenExchangeService``, ``MetadataService``) stand in
 for the cloud's on loopback, so the cloud credentials can be tested offline; the server accepts
@@ -14,8 +16,10 @@ the tokens they issue (``LocalTopicServer(token_services=[...])``) or pre-shared
 (``LocalTopicServer(tokens={token: user})``).
 """
 
-from ._serve import CannotServeError, serve_until_signalled, start_serving
+from ._serve import CannotServeError, serve_until_signalled, serving_banner, start_serving
+from .cluster import LocalTopicCluster
 from .faults import Faults
+from .nodes import ServerNode
 from .partition_log import Partition, Topic, TopicStorage
 from .server import LocalTopicServer
 from .stored import StorageError, StoredMessage
@@ -29,9 +33,11 @@ __all__ = [
     "FaultInjector",
     "Faults",
     "IamTokenService",
+    "LocalTopicCluster",
     "LocalTopicServer",
     "MetadataService",
     "Partition",
+    "ServerNode",
     "StorageError",
     "StoredMessage",
     "TokenExchangeService",
@@ -39,5 +45,6 @@ __all__ = [
     "Topic",
     "TopicStorage",
     "serve_until_signalled",
+    "serving_banner",
     "start_serving",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -20,6 +21,7 @@ from .auth import AuthInterceptor, TokenValidator
 from .control_plane import ControlPlane
 from .discovery import DiscoveryHandlers
 from .journal import close_journal, open_journal
+from .nodes import LOCAL_LOCATION, ServerNode
 from .query_service import QueryService
 from .quotas import WriteQuotas
 from .read_stream import ReadService
@@ -40,24 +42,33 @@ HeaderHandler = Callable[[Any, dict[str, str]], Message]
 class LocalTopicServer:
     """A YDB topic server for tests and examples: ``async with LocalTopicServer() as server``.
 
-    It listens on ``host:port`` (port 0 picks a free one) and serves ``database``. With ``users``
-    (name -> password), ``tokens`` (pre-shared token -> user) or ``token_services`` (the testing
-    IAM, token exchange and metadata services, whose issued tokens are accepted), every call but
-    ``AuthService.Login`` needs a valid ticket; others are refused with the gRPC status
-    ``UNAUTHENTICATED``, as YDB refuses them (see ``testing.auth``). Login tokens expire after
-    ``token_ttl`` seconds when given. ``tls`` is a (PEM private key, PEM certificate chain) pair
-    to serve TLS instead of plaintext; ``client_ca`` (PEM roots) makes it ask clients for a
-    certificate issued by them, and ``require_client_cert=True`` refuses connections without one
-    (mutual TLS, as YDB's ``client_certificate_authorization`` does). ``storage`` holds every
-    topic and message (for inspection), ``faults`` breaks streams and injects statuses on
-    purpose, ``stats`` counts requests and messages. ``query`` holds the query sessions and
-    transactions that topic writes and consumer offsets join.
+    ``storage`` holds every topic and message (for inspection), ``faults`` breaks streams and
+    injects statuses on purpose, ``stats`` counts requests and messages, ``query`` holds the
+    query sessions and transactions that topic writes and consumer offsets join;
+    ``advance_time`` moves the server's clock (and runs retention at once).
 
-    ``data_dir``: keep everything acknowledged in that directory, so that a server started
-    later on it (after a stop or a crash of the process) continues where this one stopped.
-    ``write_quotas=True``: throttle writes to each partition's write speed and burst, as YDB does
-    (off by default). ``retention_interval``: seconds between retention runs (deleting expired
-    messages); ``advance_time`` runs retention at once.
+    Parameters:
+        host: The address to listen on.
+        port: The port to listen on (0 picks a free one).
+        database: The database served (an absolute path).
+        users: Require a login: user name -> password (``AuthService.Login`` issues tokens).
+        token_ttl: Seconds a login token stays valid (``None``: forever).
+        graceful_stop_timeout: Seconds a reader has to confirm a graceful partition stop.
+        tls: A (PEM private key, PEM certificate chain) pair: serve TLS instead of plaintext.
+        client_ca: PEM roots: ask clients for a certificate issued by them (needs ``tls``).
+        require_client_cert: Refuse connections without such a certificate (mutual TLS, as
+            YDB's ``client_certificate_authorization``; needs ``client_ca``).
+        tokens: Require a ticket, and accept these pre-shared tokens: token -> user.
+        token_services: Require a ticket, and accept the tokens these testing services issue
+            (``IamTokenService``, ``TokenExchangeService``, ``MetadataService``).
+        data_dir: Keep everything acknowledged in this directory, so that a server started later
+            on it (after a stop or a crash of the process) continues where this one stopped.
+        write_quotas: Throttle writes to each partition's write speed and burst, as YDB does.
+        retention_interval: Seconds between retention runs (deleting expired messages).
+
+    With ``users``, ``tokens`` or ``token_services``, every call but ``AuthService.Login`` needs
+    a valid ticket; others are refused with the gRPC status ``UNAUTHENTICATED``, as YDB refuses
+    them (see ``testing.auth``).
     """
 
     def __init__(
@@ -88,7 +99,7 @@ class LocalTopicServer:
             raise ValueError("require_client_cert needs client_ca: the PEM roots client certificates must chain to")
         self.state = state = ServerState(
             database.rstrip("/") or "/",
-            host,
+            self._make_nodes(host, port, tls is not None),
             tls=tls is not None,
             users=users,
             token_ttl=token_ttl,
@@ -112,33 +123,30 @@ class LocalTopicServer:
         self.query = QueryService(state)
         self.writes = WriteService(state, self.query)
         self.reads = ReadService(state, graceful_stop_timeout=graceful_stop_timeout)
-        self._requested_port = port
         self._tls = tls
         self._client_ca = client_ca
         self._require_client_cert = require_client_cert
         self.interceptor = AuthInterceptor(state.auth)
         """Refuses calls without a valid ticket (``interceptor.refused`` counts them)."""
-        self._server: grpc.aio.Server | None = None
+        self._started = False
+        self._servers: dict[int, grpc.aio.Server] = {}
+        """The gRPC server of each live node, by node id."""
         self._stopped: asyncio.Event | None = None
         """Set once a started server has stopped: what ``wait_closed`` waits on."""
+
+    def _make_nodes(self, host: str, port: int, tls: bool) -> list[ServerNode]:
+        """The server's nodes: one, node 1 (``LocalTopicCluster`` makes several)."""
+        return [ServerNode(1, LOCAL_LOCATION, host, port, tls)]
 
     @property
     def host(self) -> str:
         """The address the server listens on (``127.0.0.1`` by default)."""
         return self.state.host
 
-    @host.setter
-    def host(self, host: str) -> None:
-        self.state.host = host
-
     @property
     def port(self) -> int:
-        """The port the server listens on (0 until it started)."""
+        """The port the server listens on (0 until it started, unless one was asked for)."""
         return self.state.port
-
-    @port.setter
-    def port(self, port: int) -> None:
-        self.state.port = port
 
     @property
     def database(self) -> str:
@@ -189,10 +197,30 @@ class LocalTopicServer:
 
     async def start(self) -> None:
         """Start listening (``async with`` does this); a second call does nothing."""
-        if self._server is not None:
+        if self._started:
             return
         open_journal(self.storage, self.data_dir, replay=not self._journal_replayed)
         self._journal_replayed = True
+        try:
+            for node in self.state.nodes:
+                await self._start_node(node)
+            self.state.nodes_changed()
+        except BaseException:
+            for server in self._servers.values():
+                await server.stop(None)
+            self._servers.clear()
+            for node in self.state.nodes:
+                node.alive = False
+            close_journal(self.storage)
+            raise
+        self._started = True
+        self._stopped = asyncio.Event()
+        self.retention.start()
+        logger.info("local topic server on %s, database %s", self.endpoint, self.database)
+
+    async def _start_node(self, node: ServerNode) -> None:
+        """Start ``node``'s gRPC server on its port (a free one the first time when 0); the caller
+        then calls ``state.nodes_changed`` (once, when it starts several)."""
         server = grpc.aio.server(
             interceptors=[self.interceptor],
             options=[
@@ -206,41 +234,52 @@ class LocalTopicServer:
                 ("grpc.keepalive_permit_without_calls", 1),
             ]
         )
-        server.add_generic_rpc_handlers(self._handlers())
-        address = f"{self.host}:{self._requested_port}"
+        server.add_generic_rpc_handlers(self._handlers(node))
+        address = f"{node.host}:{node.port}"
+        if self._tls is not None:
+            key, chain = self._tls
+            credentials = grpc.ssl_server_credentials(
+                [(key, chain)], root_certificates=self._client_ca, require_client_auth=self._require_client_cert
+            )
+            node.port = server.add_secure_port(address, credentials)
+        else:
+            node.port = server.add_insecure_port(address)
+        await server.start()
+        self._servers[node.node_id] = server
+        node.alive = True
+
+    async def _stop_node(self, node: ServerNode, grace: float | None) -> None:
+        """Stop ``node``'s gRPC server: its calls are cancelled (the clients' connections reset) and
+        its port refuses; its query sessions end and its partitions move to the live nodes."""
+        server = self._servers.pop(node.node_id, None)
+        if server is None:
+            return
+        node.alive = False
         try:
-            if self._tls is not None:
-                key, chain = self._tls
-                credentials = grpc.ssl_server_credentials(
-                    [(key, chain)], root_certificates=self._client_ca, require_client_auth=self._require_client_cert
-                )
-                self.port = server.add_secure_port(address, credentials)
-            else:
-                self.port = server.add_insecure_port(address)
-            await server.start()
-        except BaseException:
-            close_journal(self.storage)
-            raise
-        self._server = server
-        self._stopped = asyncio.Event()
-        self.retention.start()
-        logger.info("local topic server on %s, database %s", self.endpoint, self.database)
+            await server.stop(grace)
+        finally:
+            self.query.end_node_sessions(node.node_id, f"node {node.node_id} stopped")
+            self.state.nodes_changed()
 
     async def stop(self, grace: float | None = None) -> None:
         """Stop serving; open streams are cancelled and query sessions end, aborting their transactions."""
-        server, self._server = self._server, None
-        if server is not None:
-            self.closing = True
-            try:
-                await self.retention.stop()
-                self.query.shutdown()
-                self.faults.wake_all()
-                await server.stop(grace)
-            finally:
-                self.closing = False
-                close_journal(self.storage)
-                if self._stopped is not None:
-                    self._stopped.set()
+        if not self._started:
+            return
+        self._started = False
+        self.closing = True
+        try:
+            await self.retention.stop()
+            self.query.shutdown()
+            self.faults.wake_all()
+            servers, self._servers = list(self._servers.values()), {}
+            for node in self.state.nodes:
+                node.alive = False
+            await asyncio.gather(*(server.stop(grace) for server in servers))
+        finally:
+            self.closing = False
+            close_journal(self.storage)
+            if self._stopped is not None:
+                self._stopped.set()
 
     def advance_time(self, seconds: float) -> None:
         """Move the server's clock forward by ``seconds`` and apply retention at once.
@@ -257,7 +296,7 @@ class LocalTopicServer:
         # Not gRPC's wait_for_termination: cancelling that (Ctrl-C in a script that serves
         # until interrupted) cancels the server's own shutdown future, and the stop that
         # follows then raises CancelledError without shutting down.
-        if self._server is not None and self._stopped is not None:
+        if self._started and self._stopped is not None:
             await self._stopped.wait()
 
     # --- wiring ---------------------------------------------------------------------------
@@ -277,7 +316,7 @@ class LocalTopicServer:
 
         return call
 
-    def _handlers(self) -> list[grpc.GenericRpcHandler]:
+    def _handlers(self, node: ServerNode) -> list[grpc.GenericRpcHandler]:
         def unary(name: str, handler: Handler, request_cls: Any, response_cls: Any) -> Any:
             return unary_with_headers(name, lambda request, _headers: handler(request), request_cls, response_cls)
 
@@ -291,10 +330,14 @@ class LocalTopicServer:
         control = self.control
         topic = {
             "StreamWrite": stream(
-                self.writes.stream_write, pb.StreamWriteMessage.FromClient, pb.StreamWriteMessage.FromServer
+                functools.partial(self.writes.stream_write, node=node),
+                pb.StreamWriteMessage.FromClient,
+                pb.StreamWriteMessage.FromServer,
             ),
             "StreamRead": stream(
-                self.reads.stream_read, pb.StreamReadMessage.FromClient, pb.StreamReadMessage.FromServer
+                functools.partial(self.reads.stream_read, node=node),
+                pb.StreamReadMessage.FromClient,
+                pb.StreamReadMessage.FromServer,
             ),
             "CreateTopic": unary("CreateTopic", control.create_topic, pb.CreateTopicRequest, pb.CreateTopicResponse),
             "DescribeTopic": unary(
@@ -315,7 +358,10 @@ class LocalTopicServer:
             "AlterTopic": unary("AlterTopic", control.alter_topic, pb.AlterTopicRequest, pb.AlterTopicResponse),
             "DropTopic": unary("DropTopic", control.drop_topic, pb.DropTopicRequest, pb.DropTopicResponse),
             "CommitOffset": unary(
-                "CommitOffset", control.commit_offset, pb.CommitOffsetRequest, pb.CommitOffsetResponse
+                "CommitOffset",
+                lambda req: control.commit_offset(req, self.reads),
+                pb.CommitOffsetRequest,
+                pb.CommitOffsetResponse,
             ),
             "UpdateOffsetsInTransaction": unary(
                 "UpdateOffsetsInTransaction",
@@ -327,7 +373,7 @@ class LocalTopicServer:
         discovery = {
             "ListEndpoints": unary(
                 "ListEndpoints",
-                self.discovery.list_endpoints,
+                functools.partial(self.discovery.list_endpoints, node=node),
                 ydb_discovery_pb2.ListEndpointsRequest,
                 ydb_discovery_pb2.ListEndpointsResponse,
             ),
@@ -340,7 +386,7 @@ class LocalTopicServer:
         }
         return [
             grpc.method_handlers_generic_handler("Ydb.Topic.V1.TopicService", topic),
-            self.query.handlers(),
+            self.query.handlers(node),
             grpc.method_handlers_generic_handler("Ydb.Discovery.V1.DiscoveryService", discovery),
             grpc.method_handlers_generic_handler("Ydb.Auth.V1.AuthService", auth),
         ]

@@ -115,6 +115,7 @@ class TopicWriter(ConnectionStatus, ClosesOnExit):
                 partition_id=partition_id,
                 message_group_id=settings.message_group_id,
                 direct_write=settings.direct_write,
+                auto_seqno=settings.auto_seqno,
                 session_metadata=settings.session_metadata or {},
                 codec=codec,
                 encoder=settings.encoder,
