@@ -201,3 +201,32 @@ def test_backoff_floor_keeps_delays_above_a_fraction_of_the_bound() -> None:
     assert equal_jitter.delay(2, rand=lambda: 0.0) == pytest.approx(2.0)
     assert equal_jitter.delay(2, rand=lambda: 1.0) == pytest.approx(4.0)
     assert BackoffSchedule(base=1.0, cap=8.0).delay(2, rand=lambda: 0.0) == 0.0  # full jitter by default
+
+
+@pytest.mark.parametrize("status", [Status.BAD_REQUEST, Status.SESSION_EXPIRED])
+def test_a_producer_takeover_is_its_own_error_whatever_the_status(status: int) -> None:
+    """Released YDB versions answer a session whose producer id a newer session took over with
+    BAD_REQUEST, the newest ones with SESSION_EXPIRED (``TOwnerInfo::GenerateCookie`` in
+    ydb/core/persqueue/pqtablet/partition/ownerinfo.cpp, commits e9db2ae7 and 19c9cb9f); the
+    reason is the same. Either way the writer must not retry: it would take the producer id back."""
+    issue = ydb_issue_message_pb2.IssueMessage(
+        message="status is not ok: ownership session is killed by another session with id x|y_2 partition id 0",
+        issue_code=500003,
+    )
+    error = error_from_status(status, [issue], "write stream")
+    assert type(error) is yta.ProducerTakenOverError
+    assert isinstance(error, yta.BadRequestError) and isinstance(error, yta.ProducerConflictError)
+    assert not error.is_retriable(idempotent=True)
+    assert "another writer took over this producer id" in str(error)
+    assert type(error_from_status(status, [], "write stream")) is not yta.ProducerTakenOverError
+
+
+def test_a_commit_naming_a_dead_read_session_is_not_retried() -> None:
+    """CommitOffset with a read_session_id that does not hold the partition: the partition answers
+    WRONG_COOKIE "set offset in already dead session ..." and CommitOffset SESSION_EXPIRED
+    (commit_offset_actor.cpp); that session will not come back, so no retry helps."""
+    issue = ydb_issue_message_pb2.IssueMessage(message="set offset in already dead session s1 actual is s2")
+    error = error_from_status(Status.SESSION_EXPIRED, [issue])
+    assert type(error) is yta.StaleReadSessionError and isinstance(error, yta.SessionExpiredError)
+    assert not error.is_retriable(idempotent=True)
+    assert type(error_from_status(Status.SESSION_EXPIRED, [])) is yta.SessionExpiredError

@@ -40,6 +40,25 @@ def test_server_is_stopped_after_its_test():
         socket.create_connection(("127.0.0.1", ports[0]), timeout=5).close()
 '''
 
+CLUSTER_TESTS = '''
+import pytest
+
+from ydb_topic_async import Driver
+
+{mark}
+async def test_cluster_serves_this_test(ydb_topic_cluster):
+    assert [node.node_id for node in ydb_topic_cluster.nodes] == [1, 2, 3]
+    async with Driver(ydb_topic_cluster.endpoint, ydb_topic_cluster.database) as driver:
+        await driver.wait_ready(timeout=10)
+        assert len(driver.endpoints) == 3
+        await ydb_topic_cluster.stop_node(2)
+        await driver.topic.create_topic("t")
+
+
+def test_nothing_else():
+    pass
+'''
+
 ANYIO_BACKEND = '''
 
 @pytest.fixture
@@ -48,8 +67,8 @@ def anyio_backend():
 '''
 
 
-def run_user_suite(tmp_path: pathlib.Path, mark: str, ini: str, *options: str) -> str:
-    source = USER_TESTS.format(mark=mark)
+def run_user_suite(tmp_path: pathlib.Path, mark: str, ini: str, *options: str, tests: str = USER_TESTS) -> str:
+    source = tests.format(mark=mark)
     if "anyio" in mark:
         source += ANYIO_BACKEND
     (tmp_path / "test_user.py").write_text(source)
@@ -86,6 +105,11 @@ def test_anyio_plugin_next_to_pytest_asyncio(tmp_path: pathlib.Path) -> None:
 
 def test_anyio_plugin_alone(tmp_path: pathlib.Path) -> None:
     run_user_suite(tmp_path, "@pytest.mark.anyio", "", "-p", "no:asyncio")
+
+
+@pytest.mark.parametrize("mark", ["@pytest.mark.asyncio", "@pytest.mark.anyio"])
+def test_the_cluster_fixture(tmp_path: pathlib.Path, mark: str) -> None:
+    run_user_suite(tmp_path, mark, "", tests=CLUSTER_TESTS)
 
 
 @pytest.mark.parametrize(

@@ -23,6 +23,9 @@ The tree::
     ├── PartitionSessionClosedError   a commit for a partition session that has ended
     ├── MessageEncodeError            the writer's encoder failed for one message (that message only)
     ├── MessageDecodeError            a received payload could not be decoded (that message only)
+    ├── ProducerConflictError         another writer wrote with this writer's producer id (not retried)
+    │   ├── ProducerTakenOverError    a newer write session took the producer id over (also BadRequestError)
+    │   └── SeqNoConflictError        the server holds seq_nos this writer numbered itself and did not write
     ├── TransportError                gRPC failure: the server's status is unknown
     │   ├── ConnectionLostError       UNAVAILABLE, connection reset, stream broken
     │   ├── DeadlineExceededError
@@ -32,6 +35,7 @@ The tree::
     │   └── ...                       one class per other gRPC code
     └── ServerError                   the server answered with a YDB status
         ├── BadRequestError           BAD_REQUEST
+        │   └── ProducerTakenOverError  "ownership session is killed by another session"
         ├── UnauthorizedError         UNAUTHORIZED
         ├── InternalError             INTERNAL_ERROR
         ├── AbortedError              ABORTED
@@ -45,6 +49,7 @@ The tree::
         ├── AlreadyExistsError        ALREADY_EXISTS
         ├── NotFoundError             NOT_FOUND
         ├── SessionExpiredError       SESSION_EXPIRED
+        │   └── StaleReadSessionError  commit_offset named a read session that does not hold the partition
         ├── ServerCancelledError      CANCELLED
         ├── UndeterminedError         UNDETERMINED
         ├── UnsupportedError          UNSUPPORTED
@@ -218,6 +223,24 @@ class MessageDecodeError(YdbTopicError):
         self.message = message
 
 
+class ProducerConflictError(YdbTopicError):
+    """Another writer wrote with this writer's producer id on the same partition, so this writer
+    cannot go on without losing or misnumbering messages: it fails, with every message it had
+    not had acknowledged. Not retried: two writers that kept taking the producer id back from each
+    other would drop each other's messages as duplicates. Give each writer instance its own
+    producer id, or close one writer before the next starts with the same one.
+    """
+
+
+class SeqNoConflictError(ProducerConflictError):
+    """The server already holds seq_nos this writer numbered itself (``auto_seqno``) and did not
+    write: a message it sent for the first time came back ``Skipped``, or, after a reconnect,
+    the server reported a last seq_no beyond any this writer had sent. Another writer wrote with
+    the same producer id in between; the messages of this writer from that seq_no on were not
+    stored.
+    """
+
+
 # --- server statuses --------------------------------------------------------------------
 
 
@@ -240,6 +263,19 @@ class ServerError(YdbTopicError):
 
 class BadRequestError(ServerError):
     status_code = _Status.BAD_REQUEST
+
+
+class ProducerTakenOverError(BadRequestError, ProducerConflictError):
+    """A newer write session took over this writer's producer id on its partition, and the
+    server ended this one: YDB gives a (partition, producer id) to the newest session and kills
+    the older at once ("ownership session is killed by another session", BAD_REQUEST; the newest
+    YDB versions answer SESSION_EXPIRED with the same reason, and it is this error too). The
+    writer fails with every message it had not had acknowledged; the newer writer goes on.
+    """
+
+    def __init__(self, message: str = "", issues: Sequence[Issue] = ()) -> None:
+        explained = "another writer took over this producer id on its partition (the newest write session owns it)"
+        super().__init__(f"{message}: {explained}" if message else explained, issues)
 
 
 class UnauthorizedError(ServerError):
@@ -304,6 +340,16 @@ class SessionExpiredError(ServerError):
     backoff = "fast"
 
 
+class StaleReadSessionError(SessionExpiredError):
+    """``commit_offset`` named a ``read_session_id`` that is not the read session holding the
+    partition for the consumer now (it ended, or another reader took the partition): nothing was
+    committed. Not retried, unlike other SESSION_EXPIRED answers: that session will not come back.
+    Commit without the id (which also ends the live reader's session) or through the reader."""
+
+    retriable = False
+    backoff = "none"  # type: ignore[assignment]
+
+
 class ServerCancelledError(ServerError):
     status_code = _Status.CANCELLED
 
@@ -339,9 +385,23 @@ _BY_STATUS: dict[int, type[ServerError]] = {
 }
 
 
+_OWNERSHIP_KILLED = "ownership session is killed by another session"
+"""The reason YDB gives a write session whose producer id a newer session took over."""
+_DEAD_READ_SESSION = "set offset in already dead session"
+"""The reason YDB gives a CommitOffset naming a read session that does not hold the partition."""
+
+
+def _mentions(issues: Iterable[Issue], text: str) -> bool:
+    return any(text in issue.message or _mentions(issue.issues, text) for issue in issues)
+
+
 def error_from_status(status: int, issues: Iterable[Any] = (), message: str = "") -> ServerError:
     """Build the error for a YDB status code and its protobuf ``IssueMessage`` list."""
     parsed = [i if isinstance(i, Issue) else Issue.from_proto(i) for i in issues]
+    if status in (_Status.BAD_REQUEST, _Status.SESSION_EXPIRED) and _mentions(parsed, _OWNERSHIP_KILLED):
+        return ProducerTakenOverError(message, parsed)
+    if status == _Status.SESSION_EXPIRED and _mentions(parsed, _DEAD_READ_SESSION):
+        return StaleReadSessionError(message, parsed)
     cls = _BY_STATUS.get(status)
     if cls is None:
         err = ServerError(message or f"unknown status code {status}", parsed)
@@ -500,15 +560,19 @@ __all__ = [
     "PartitionSessionClosedError",
     "PermissionDeniedError",
     "PreconditionFailedError",
+    "ProducerConflictError",
+    "ProducerTakenOverError",
     "ReaderClosedError",
     "RequestTooLargeError",
     "ResourceExhaustedError",
     "SchemeError",
+    "SeqNoConflictError",
     "ServerCancelledError",
     "ServerError",
     "ServerTimeoutError",
     "SessionBusyError",
     "SessionExpiredError",
+    "StaleReadSessionError",
     "TokenProviderError",
     "TransactionEndedError",
     "TransportAbortedError",

@@ -281,6 +281,35 @@ async def test_serve_runs_a_local_server_until_interrupted(
     assert proc.returncode == exit_code and b"Traceback" not in err, err
 
 
+async def test_serve_nodes_runs_a_local_cluster() -> None:
+    """``serve --nodes 3`` prints the connection string and one line per node; a driver given the
+    connection string discovers all three."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "ydb_topic_async.cli", "serve", "--port", "0", "--nodes", "3",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert proc.stdout is not None
+        lines = [(await asyncio.wait_for(proc.stdout.readline(), 30)).decode() for _ in range(4)]
+        match = re.fullmatch(r"local YDB topic server: (grpc://127\.0\.0\.1:\d+)/\?database=/local\n", lines[0])
+        assert match is not None, lines
+        nodes = [re.fullmatch(r"  node (\d) \((dc-\d)\): (grpc://127\.0\.0\.1:\d+)\n", line) for line in lines[1:]]
+        assert all(nodes), lines
+        assert [(n.group(1), n.group(2)) for n in nodes if n] == [("1", "dc-1"), ("2", "dc-2"), ("3", "dc-3")]
+        async with yta.Driver(match.group(1), "/local") as driver:
+            await driver.wait_ready(timeout=10)
+            assert sorted(map(str, driver.endpoints)) == sorted(n.group(3) for n in nodes if n)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            _, err = await asyncio.wait_for(proc.communicate(), 30)
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+    assert proc.returncode == 143 and b"Traceback" not in err, err
+
+
 def test_in_process_main_returns_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--help"]) == 0
     assert "topic" in capsys.readouterr().out

@@ -190,6 +190,71 @@ async def test_describe_topic_defaults(channel: grpc.aio.Channel) -> None:
     assert (result.partition_write_speed_bytes_per_second, result.partition_write_burst_bytes) == (2_000_000, 2_000_000)
 
 
+def _strategy(result: Any) -> tuple[int, int, int, int, int]:
+    """(strategy, max active partitions, up %, down %, window seconds) as described."""
+    settings = result.partitioning_settings
+    speed = settings.auto_partitioning_settings.partition_write_speed
+    return (
+        settings.auto_partitioning_settings.strategy, settings.max_active_partitions,
+        speed.up_utilization_percent, speed.down_utilization_percent, speed.stabilization_window.seconds,
+    )
+
+
+async def test_a_topic_without_a_partition_strategy_describes_the_tablet_defaults(channel: grpc.aio.Channel) -> None:
+    """CreateTopic stores a partition strategy only for auto-partitioning settings whose strategy
+    is not DISABLED (ydb/services/lib/actors/pq_schema_actor.cpp, ``FillProposeRequestImpl`` for
+    CreateTopicRequest); DescribeTopic reads the strategy unchecked (topic_description.cpp,
+    ``FillTopicDescription``), so a topic without one reports the proto2 defaults of
+    ``TPQTabletConfig.TPartitionStrategy`` (ydb/core/protos/pqconfig.proto): DISABLED, max 1,
+    up 80 %, down 20 %, window 300 s, whatever its partition count. An explicit UNSPECIFIED
+    strategy stores the DISABLED type with CreateTopic's 90/30/300."""
+    request = _topic()
+    request.path = "plain"
+    request.partitioning_settings.min_active_partitions = 3
+    request.partitioning_settings.max_active_partitions = 5  # kept only with a strategy
+    assert await answer(channel, "CreateTopic", request) == ("SUCCESS", "")
+    plain = await describe(channel, "plain")
+    assert plain.partitioning_settings.min_active_partitions == 3
+    assert _strategy(plain) == (pb.AUTO_PARTITIONING_STRATEGY_DISABLED, 1, 80, 20, 300)
+
+    unspecified = _topic()
+    unspecified.path = "unspecified"
+    unspecified.partitioning_settings.min_active_partitions = 2
+    unspecified.partitioning_settings.auto_partitioning_settings.SetInParent()
+    assert await answer(channel, "CreateTopic", unspecified) == ("SUCCESS", "")
+    assert _strategy(await describe(channel, "unspecified")) == (pb.AUTO_PARTITIONING_STRATEGY_DISABLED, 2, 90, 30, 300)
+
+
+async def test_altering_auto_partitioning_sets_only_the_fields_given(channel: grpc.aio.Channel) -> None:
+    """AlterTopic writes only the strategy fields the request has (pq_schema_actor.cpp,
+    ``FillProposeRequestImpl`` for AlterTopicRequest: per-field ``has_set_*``); the rest keep what
+    was stored or, never set, describe as the tablet defaults (the official SDK's
+    ``test_alter_auto_partitioning_settings``)."""
+    await create_topic(channel, "t")
+    before = _strategy(await describe(channel, "t"))
+    enable = pb.AlterTopicRequest(path="t")
+    enable.alter_partitioning_settings.alter_auto_partitioning_settings.set_strategy = (
+        pb.AUTO_PARTITIONING_STRATEGY_SCALE_UP
+    )
+    assert await answer(channel, "AlterTopic", enable) == ("SUCCESS", "")
+    assert _strategy(await describe(channel, "t")) == (pb.AUTO_PARTITIONING_STRATEGY_SCALE_UP, *before[1:])
+    up = pb.AlterTopicRequest(path="t")
+    up.alter_partitioning_settings.alter_auto_partitioning_settings.set_partition_write_speed.set_up_utilization_percent = 88  # noqa: E501
+    assert await answer(channel, "AlterTopic", up) == ("SUCCESS", "")
+    assert _strategy(await describe(channel, "t")) == (pb.AUTO_PARTITIONING_STRATEGY_SCALE_UP, 1, 88, 20, 300)
+    maximum = pb.AlterTopicRequest(path="t")
+    maximum.alter_partitioning_settings.set_max_active_partitions = 4
+    assert await answer(channel, "AlterTopic", maximum) == ("SUCCESS", "")
+    assert _strategy(await describe(channel, "t")) == (pb.AUTO_PARTITIONING_STRATEGY_SCALE_UP, 4, 88, 20, 300)
+
+    # A topic created with auto-partitioning keeps CreateTopic's defaults through an alter.
+    assert await answer(channel, "CreateTopic", _auto()) == ("SUCCESS", "")
+    down = pb.AlterTopicRequest(path="v")
+    down.alter_partitioning_settings.alter_auto_partitioning_settings.set_partition_write_speed.set_down_utilization_percent = 10  # noqa: E501
+    assert await answer(channel, "AlterTopic", down) == ("SUCCESS", "")
+    assert _strategy(await describe(channel, "v")) == (pb.AUTO_PARTITIONING_STRATEGY_SCALE_UP, 1, 90, 10, 300)
+
+
 async def test_describe_consumer_stats_are_always_filled(channel: grpc.aio.Channel) -> None:
     """With include_stats, YDB sets the write and read times and every lag even for a partition
     nothing was written to (common_describe.cpp: SetProtoTime for each field), fills
@@ -228,13 +293,15 @@ async def test_altering_a_missing_consumer_is_not_found(channel: grpc.aio.Channe
 
 async def test_unary_commit_offset_errors(channel: grpc.aio.Channel) -> None:
     """CommitOffset (ydb/services/persqueue_v1/actors/commit_offset_actor.cpp): a partition that does
-    not exist is SCHEME_ERROR; a consumer the topic does not have is BAD_REQUEST."""
+    not exist is SCHEME_ERROR; a consumer the topic does not have is BAD_REQUEST, with the reason
+    of the read init actor CommitOffset runs (``TReadInitAndAuthActor``, read_init_auth_actor.cpp),
+    as a read session gets it."""
     await create_topic(channel, "t", consumers=("c",))
     missing_partition = pb.CommitOffsetRequest(path="t", partition_id=7, consumer="c", offset=0)
     assert (await answer(channel, "CommitOffset", missing_partition))[0] == "SCHEME_ERROR"
     unknown_consumer = pb.CommitOffsetRequest(path="t", partition_id=0, consumer="x", offset=0)
     assert await answer(channel, "CommitOffset", unknown_consumer) == (
-        "BAD_REQUEST", "topic /local/t has no consumer 'x'"
+        "BAD_REQUEST", "no read rule provided for consumer 'x' in topic '/local/t' in current cluster ''"
     )
     reader = RawReader(channel)
     assert (await reader.init("t", consumer="x")).status == StatusIds.BAD_REQUEST

@@ -166,7 +166,8 @@ async def test_commit_offset_and_describe_consumer(channel: grpc.aio.Channel) ->
     assert (await call(channel, "CommitOffset", unknown, pb.CommitOffsetResponse)).status == StatusIds.BAD_REQUEST
     op = await call(channel, "DescribeConsumer", pb.DescribeConsumerRequest(path="commits", consumer="x"),
                     pb.DescribeConsumerResponse)
-    assert (op.status, op.issues[0].message) == (StatusIds.SCHEME_ERROR, "topic /local/commits has no consumer 'x'")
+    # YDB's describe-consumer actor (TDescribeConsumerActor, schema_actors.cpp): SCHEME_ERROR.
+    assert (op.status, op.issues[0].message) == (StatusIds.SCHEME_ERROR, "no consumer 'x' in topic")
 
 
 async def test_offsets_in_an_unknown_session_are_refused(channel: grpc.aio.Channel) -> None:

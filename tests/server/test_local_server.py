@@ -211,6 +211,27 @@ async def test_standalone_process() -> None:
         assert await asyncio.wait_for(proc.wait(), 30) == 0
 
 
+async def test_standalone_cluster_on_consecutive_ports() -> None:
+    """``--nodes 3 --port N`` listens on N, N+1 and N+2; a busy one among them is refused up front."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        base = probe.getsockname()[1]
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "ydb_topic_async.testing", "--port", str(base), "--nodes", "3",
+        stdout=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert proc.stdout is not None
+        lines = [(await asyncio.wait_for(proc.stdout.readline(), 30)).decode() for _ in range(4)]
+        assert [line.rsplit(":", 1)[-1].strip() for line in lines[1:]] == [str(base + i) for i in range(3)], lines
+        async with yta.Driver(f"grpc://127.0.0.1:{base + 2}", "/local") as driver:
+            await driver.wait_ready(timeout=10)
+            assert len(driver.endpoints) == 3
+    finally:
+        proc.terminate()
+        assert await asyncio.wait_for(proc.wait(), 30) == 0
+
+
 async def _standalone_fails(*args: str) -> str:
     """Run ``python -m ydb_topic_async.testing`` expecting it to fail; its stderr."""
     proc = await asyncio.create_subprocess_exec(

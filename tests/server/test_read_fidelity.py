@@ -205,7 +205,9 @@ async def test_read_handshake_checks_consumers_and_tolerates_some_missing_topics
     await create_topic(channel, "t", consumers=("c",))
     await write_messages(channel, "t", 1)
     reply = await RawReader(channel).init("t", consumer="nobody")
-    assert (reply.status, reply.issues[0].message) == (StatusIds.BAD_REQUEST, "topic /local/t has no consumer 'nobody'")
+    assert (reply.status, reply.issues[0].message) == (
+        StatusIds.BAD_REQUEST, "no read rule provided for consumer 'nobody' in topic '/local/t' in current cluster ''"
+    )
 
     reader = RawReader(channel)
     init = ReadMsg.InitRequest(consumer="c")
@@ -312,4 +314,92 @@ async def test_describe_consumer_shows_the_reader_of_each_partition(channel: grp
                     pb.DescribeConsumerResult)
     stats = result.partitions[0].partition_consumer_stats
     assert (stats.read_session_id, stats.reader_name) == (init.init_response.session_id, "mine")
+    await reader.close()
+
+
+async def commit_offset(channel: grpc.aio.Channel, offset: int, read_session_id: str = "") -> tuple[int, str]:
+    request = pb.CommitOffsetRequest(path="t", partition_id=0, consumer="c", offset=offset,
+                                     read_session_id=read_session_id)
+    op = await call(channel, "CommitOffset", request, pb.CommitOffsetResponse)
+    return op.status, op.issues[0].message if op.issues else ""
+
+
+async def held(channel: grpc.aio.Channel) -> tuple[RawReader, str, int]:
+    """A reader holding partition 0 of "t" for "c": the reader, its read session id, its partition session id."""
+    reader = RawReader(channel)
+    init = await reader.init("t", consumer="c")
+    return reader, init.init_response.session_id, (await reader.start_all(1))[0]
+
+
+async def test_commit_offset_without_a_session_id_ends_the_live_read_session(
+    channel: grpc.aio.Channel, server: LocalTopicServer
+) -> None:
+    """CommitOffset without ``read_session_id`` is applied (going back too: "reset mode"), and
+    the partition forgets the consumer's read session (``Session = ""``: ydb/core/persqueue
+    partition ``ProcessUserAct``). The read session's next read fails with READ_ERROR_NO_SESSION,
+    which its partition actor turns into ``TEvCloseSession("status is not ok: no such session
+    ...")`` (partition_actor.cpp), and the whole stream closes with SESSION_EXPIRED. Its reader
+    reconnects and starts at the new committed offset (YDB test
+    ``DistributedTxCommit_CheckSessionResetAfterCommit``; the official SDK's
+    ``test_reader_reconnect_after_commit_offset``)."""
+    await create_topic(channel, "t", consumers=("c",))
+    await write_messages(channel, "t", 5)
+    reader, session_id, _ = await held(channel)
+    assert await commit_offset(channel, 3) == (StatusIds.SUCCESS, "")
+    assert await refusal(reader) == (StatusIds.SESSION_EXPIRED, f"status is not ok: no such session '{session_id}'")
+    assert await reader.read() is grpc.aio.EOF
+    await reader.close()
+    assert server.storage.committed_offsets("t", "c") == {0: 3}
+
+    again = RawReader(channel)
+    await again.init("t", consumer="c")
+    start = await again.expect("start_partition_session_request")
+    assert start.start_partition_session_request.committed_offset == 3
+    await again.close()
+    assert await commit_offset(channel, 1) == (StatusIds.SUCCESS, "")  # back, with nobody reading
+    assert server.storage.committed_offsets("t", "c") == {0: 1}
+
+
+async def test_commit_offset_with_another_session_id_is_refused_and_leaves_the_live_session_alone(
+    channel: grpc.aio.Channel, server: LocalTopicServer
+) -> None:
+    """A ``read_session_id`` that is not the session holding the partition (or with nobody
+    holding it): the partition answers WRONG_COOKIE "set offset in already dead session <given>
+    actual is <current>", CommitOffset fails with SESSION_EXPIRED, nothing changes (YDB test
+    ``Commit_Flat_WithWrongSession``)."""
+    await create_topic(channel, "t", consumers=("c",))
+    await write_messages(channel, "t", 5)
+    assert await commit_offset(channel, 2, "nobody-reads") == (
+        StatusIds.SESSION_EXPIRED, "set offset in already dead session nobody-reads actual is "
+    )
+    reader, session_id, partition_session = await held(channel)
+    assert await commit_offset(channel, 2, "stale-session") == (
+        StatusIds.SESSION_EXPIRED, f"set offset in already dead session stale-session actual is {session_id}"
+    )
+    assert server.storage.committed_offsets("t", "c") == {0: 0}
+    await reader.sync(partition_session)  # still served
+    await reader.credit(1_000_000)
+    read = await reader.expect("read_response")
+    assert offsets(read)[0] == (partition_session, 0)
+    await reader.close()
+
+
+async def test_commit_offset_with_the_live_session_id_commits_and_the_session_goes_on(
+    channel: grpc.aio.Channel, server: LocalTopicServer
+) -> None:
+    """With the holding session's id the commit is applied and the session goes on (the official
+    SDK's ``test_commit_offset_with_session_id_works``); an offset at or below the committed one
+    answers OK and changes nothing (a stale request)."""
+    await create_topic(channel, "t", consumers=("c",))
+    await write_messages(channel, "t", 5)
+    reader, session_id, partition_session = await held(channel)
+    assert await commit_offset(channel, 2, session_id) == (StatusIds.SUCCESS, "")
+    assert await commit_offset(channel, 1, session_id) == (StatusIds.SUCCESS, "")
+    assert server.storage.committed_offsets("t", "c") == {0: 2}
+    # The reader's own commit of what it read before does not move the offset back.
+    await reader.commit(partition_session, 0, 1)
+    await reader.sync(partition_session)
+    assert server.storage.committed_offsets("t", "c") == {0: 2}
+    await reader.credit(1_000_000)
+    assert offsets(await reader.expect("read_response"))[0] == (partition_session, 0)
     await reader.close()

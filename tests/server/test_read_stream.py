@@ -119,8 +119,9 @@ async def test_handshake_errors(channel: grpc.aio.Channel, server: LocalTopicSer
     reply = await RawReader(channel).init("missing", consumer="c")
     assert (reply.status, reply.issues[0].message) == (StatusIds.SCHEME_ERROR, "path /local/missing does not exist")
     reply = await RawReader(channel).init("t", consumer="nobody")
-    assert (reply.status, reply.issues[0].message) == (StatusIds.BAD_REQUEST,
-                                                       "topic /local/t has no consumer 'nobody'")
+    assert (reply.status, reply.issues[0].message) == (
+        StatusIds.BAD_REQUEST, "no read rule provided for consumer 'nobody' in topic '/local/t' in current cluster ''"
+    )
     server.faults.fail_next("StreamRead", "OVERLOADED")
     assert (await RawReader(channel).init("t", consumer="c")).status == StatusIds.OVERLOADED
     assert (await RawReader(channel).init("t", consumer="c")).status == StatusIds.SUCCESS

@@ -254,8 +254,11 @@ async def test_an_unparsable_client_message_ends_the_stream_with_an_error_status
 
 
 async def test_the_receive_limit_is_64_000_000_bytes(channel: grpc.aio.Channel, server: LocalTopicServer) -> None:
-    """YDB's gRPC servers accept messages up to 64,000,000 bytes (not 64 MiB): a request of
-    exactly that size is served, one byte more is refused by gRPC with RESOURCE_EXHAUSTED."""
+    """YDB's gRPC servers accept messages up to 64,000,000 bytes, not 64 MiB (the server's
+    ``MaxMessageSize`` defaults to ``DEFAULT_GRPC_MESSAGE_SIZE_LIMIT = 64000000``,
+    ydb/library/grpc/common/constants.h, applied in ydb/core/driver_lib/run/run.cpp): a request of
+    exactly that size is served, one byte more is refused by gRPC itself with RESOURCE_EXHAUSTED
+    "Received message larger than max", a stream and a unary call alike."""
     await create_topic(channel, "t")
     writer = await opened(channel, "t", producer_id="p")
 
@@ -272,7 +275,15 @@ async def test_the_receive_limit_is_64_000_000_bytes(channel: grpc.aio.Channel, 
     with pytest.raises(grpc.aio.AioRpcError) as info:
         await writer.read()
     assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "Received message larger than max (64000001 vs. 64000000)" in (info.value.details() or "")
     assert [m.seq_no for m in server.storage.read("t", 0)] == [1]
+
+    huge = pb.CreateTopicRequest(path="huge")
+    huge.attributes["_abc_slug"] = "x" * 64_000_000
+    with pytest.raises(grpc.aio.AioRpcError) as unary:
+        await call(channel, "CreateTopic", huge, pb.CreateTopicResponse)
+    assert unary.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "/local/huge" not in server.storage.topics
 
 
 async def test_write_statistics_report_milliseconds_and_no_quota_wait_without_quotas(

@@ -36,6 +36,9 @@ async def test_message_groups_bind_to_partitions(channel: grpc.aio.Channel, serv
 
 
 async def test_partition_with_generation(channel: grpc.aio.Channel, server: LocalTopicServer) -> None:
+    """A generation other than the partition tablet's is refused as YDB's partition writer refuses
+    it (PartitionNotLocal, ``TPartitionWriter::Handle(TEvClientConnected)`` in
+    ``ydb/core/persqueue/writer/writer.cpp``): the session ends with UNAVAILABLE, retriable."""
     await create_topic(channel, "gen")
     ok = RawWriter(channel)
     reply = await ok.init("gen", partition_with_generation=pb.PartitionWithGeneration(partition_id=0, generation=1))
@@ -43,7 +46,7 @@ async def test_partition_with_generation(channel: grpc.aio.Channel, server: Loca
     await ok.close()
     stale = RawWriter(channel)
     reply = await stale.init("gen", partition_with_generation=pb.PartitionWithGeneration(partition_id=0, generation=7))
-    assert (reply.status, reply.issues[0].message) == (StatusIds.BAD_REQUEST, "partition 0 has generation 1, not 7")
+    assert (reply.status, reply.issues[0].message) == (StatusIds.UNAVAILABLE, "pipe to partition's tablet is dead")
 
 
 async def test_producer_moves_to_a_child_after_a_split(channel: grpc.aio.Channel, server: LocalTopicServer) -> None:

@@ -79,7 +79,7 @@ async def test_a_generation_change_between_describe_and_connect_is_re_resolved(
         generations_seen.append(info.location.generation)
         if move_after_next_describe:
             # The partition's tablet restarts elsewhere right after the writer located it: its
-            # handshake names a stale generation and the server refuses it with BAD_REQUEST.
+            # handshake names a stale generation and the server refuses it with UNAVAILABLE.
             move_after_next_describe = False
             partition.generation += 1
         return info

@@ -148,6 +148,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=_port, default=2136, help="port to listen on (0: any free port)")
     serve.add_argument("--serve-database", default="/local", dest="serve_database")
+    serve.add_argument("--nodes", type=_positive_int, default=1,
+                       help="run a local cluster of this many nodes on consecutive ports (default: 1)")
     serve.set_defaults(usage=serve)
     return parser
 
@@ -480,13 +482,13 @@ async def _read(args: argparse.Namespace, out: TextIO) -> None:
 
 
 async def _serve(args: argparse.Namespace, out: TextIO) -> None:
-    from ..testing import CannotServeError, serve_until_signalled, start_serving
+    from ..testing import CannotServeError, serve_until_signalled, serving_banner, start_serving
 
     try:
-        server = await start_serving(args.host, args.port, database=args.serve_database)
+        server = await start_serving(args.host, args.port, args.nodes, database=args.serve_database)
     except CannotServeError as exc:
         raise CommandFailure(str(exc)) from None
-    signum = await serve_until_signalled(server, f"local YDB topic server: {server.connection_string}", out)
+    signum = await serve_until_signalled(server, serving_banner(server), out)
     raise _Signalled(signum)
 
 

@@ -6,11 +6,15 @@
 
 It speaks YDB's gRPC protocol for topics, transactions, discovery and auth, so the official YDB SDKs work
 against it too. ``server.storage`` exposes what it stores; ``server.faults`` breaks streams and
-injects statuses. Run it standalone with ``python -m ydb_topic_async.testing --port 2136``.
+injects statuses. ``LocalTopicCluster(nodes=3)`` runs several nodes over one storage, to test
+discovery, direct write and node loss. Run it standalone with ``python -m ydb_topic_async.testing
+--port 2136`` (``--nodes 3`` for a cluster).
 """
 
-from ._serve import CannotServeError, serve_until_signalled, start_serving
+from ._serve import CannotServeError, serve_until_signalled, serving_banner, start_serving
+from .cluster import LocalTopicCluster
 from .faults import Faults
+from .nodes import ServerNode
 from .partition_log import Partition, Topic, TopicStorage
 from .server import LocalTopicServer
 from .stored import StorageError, StoredMessage
@@ -22,12 +26,15 @@ __all__ = [
     "CannotServeError",
     "FaultInjector",
     "Faults",
+    "LocalTopicCluster",
     "LocalTopicServer",
     "Partition",
+    "ServerNode",
     "StorageError",
     "StoredMessage",
     "Topic",
     "TopicStorage",
     "serve_until_signalled",
+    "serving_banner",
     "start_serving",
 ]

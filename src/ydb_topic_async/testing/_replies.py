@@ -24,14 +24,16 @@ def status_code(name: str) -> int:
     return int(Status.StatusCode.Value(name))
 
 
-def issues(message: str) -> list[ydb_issue_message_pb2.IssueMessage]:
-    """One error-severity issue (severity 1 is ERROR in YDB)."""
-    return [ydb_issue_message_pb2.IssueMessage(message=message, severity=1)] if message else []
+def issues(message: str, issue_code: int = 0) -> list[ydb_issue_message_pb2.IssueMessage]:
+    """One error-severity issue (severity 1 is ERROR in YDB), with ``issue_code`` when not 0."""
+    if not message:
+        return []
+    return [ydb_issue_message_pb2.IssueMessage(message=message, severity=1, issue_code=issue_code)]
 
 
-def failure(reply_cls: Any, status: str, message: str) -> Any:
+def failure(reply_cls: Any, status: str, message: str, issue_code: int = 0) -> Any:
     """A stream reply of ``reply_cls`` (a FromServer type) carrying an error status and issue."""
-    return reply_cls(status=status_code(status), issues=issues(message))
+    return reply_cls(status=status_code(status), issues=issues(message, issue_code))
 
 
 def pack(result: Message) -> any_pb2.Any:

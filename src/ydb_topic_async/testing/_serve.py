@@ -11,6 +11,7 @@ import socket
 import sys
 from typing import Any, TextIO
 
+from .cluster import LocalTopicCluster
 from .journal import JournalLockedError
 from .server import LocalTopicServer
 
@@ -38,11 +39,18 @@ def check_port_free(host: str, port: int) -> None:
             raise CannotServeError(f"cannot serve on {host}:{port}: {reason}") from None
 
 
-async def start_serving(host: str, port: int, **options: Any) -> LocalTopicServer:
-    """A started ``LocalTopicServer(host, port, **options)``; ``CannotServeError`` when the port
-    is busy (or not ours) or the data directory is used by another server."""
-    check_port_free(host, port)
-    server = LocalTopicServer(host, port, **options)
+async def start_serving(host: str, port: int, nodes: int = 1, **options: Any) -> LocalTopicServer:
+    """A started ``LocalTopicServer(host, port, **options)``, or with ``nodes`` > 1 a
+    ``LocalTopicCluster`` whose nodes listen on ``port``, ``port + 1``, ... (all on free ports
+    when ``port`` is 0); ``CannotServeError`` when a port is busy (or not ours) or the data
+    directory is used by another server."""
+    ports = [port + index if port else 0 for index in range(nodes)]
+    for each in ports:
+        check_port_free(host, each)
+    if nodes > 1:
+        server: LocalTopicServer = LocalTopicCluster(nodes, host, ports=ports, **options)
+    else:
+        server = LocalTopicServer(host, port, **options)
     try:
         await server.start()
     except JournalLockedError as exc:
@@ -50,6 +58,17 @@ async def start_serving(host: str, port: int, **options: Any) -> LocalTopicServe
     except RuntimeError as exc:  # gRPC reports a failed bind this way
         raise CannotServeError(f"cannot serve on {host}:{port}: {str(exc).split(';')[0]}") from None
     return server
+
+
+def serving_banner(server: LocalTopicServer) -> str:
+    """What a command line prints once the server listens: its connection string, and for a
+    cluster one line per node (node id, location, endpoint)."""
+    banner = f"local YDB topic server: {server.connection_string}"
+    if isinstance(server, LocalTopicCluster):
+        banner += "".join(
+            f"\n  node {node.node_id} ({node.location}): {node.endpoint}" for node in server.nodes
+        )
+    return banner
 
 
 async def serve_until_signalled(server: LocalTopicServer, banner: str, out: TextIO | None = None) -> int:

@@ -13,19 +13,24 @@ Validation and defaults follow YDB's schema actors (``ydb/core/persqueue/public/
   50 MiB/s, a burst above both twice the speed and 1 MB, Durations and Timestamps out of the
   protobuf range, more than 20,000 partitions. A metering mode outside a serverless database:
   PRECONDITION_FAILED.
-- Defaults: retention 24 h, write speed and burst 1 MiB/s; with auto-partitioning, max active
-  partitions = min unless set, up 90 %, down 30 %, stabilization window 300 s.
+- Defaults: retention 24 h, write speed and burst 1 MiB/s. CreateTopic stores a partition
+  strategy only for auto-partitioning settings with a strategy other than DISABLED, then with
+  max active partitions = min unless set, up 90 %, down 30 %, stabilization window 300 s;
+  AlterTopic sets only the strategy fields it names. A field nothing set describes as the
+  tablet config's default: strategy DISABLED, max 1, up 80 %, down 20 %, window 300 s.
 - AlterTopic dropping or altering a consumer that does not exist: NOT_FOUND.
 - DescribeConsumer with stats always sets write/read times and lags (zero when nothing was
   written or read), names itself ``<topic>/<consumer>``; consumers carry ``_service_type``.
-- CommitOffset: an unknown consumer is BAD_REQUEST, a partition that does not exist SCHEME_ERROR.
+- CommitOffset: an unknown consumer is BAD_REQUEST ("no read rule provided for consumer ...", as
+  a read session's), a partition that does not exist SCHEME_ERROR; the read session rules are
+  ``commit_offset``'s. DescribeConsumer of an unknown consumer: SCHEME_ERROR.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .._key_ranges import KEY_SPACE, as_bound
 from .._proto import ydb_scheme_pb2
@@ -36,6 +41,22 @@ from .stored import DEFAULT_RETENTION, DEFAULT_WRITE_SPEED, StorageError, TopicS
 
 if TYPE_CHECKING:
     from .read_balancer import ReaderInfo
+
+
+class ReadSessionHolder(Protocol):
+    """The read session that holds a partition for a consumer, as CommitOffset sees it."""
+
+    @property
+    def id(self) -> str: ...
+
+    def expire(self, reason: str) -> None:
+        """End the session's stream with SESSION_EXPIRED and ``reason``."""
+
+
+class LiveReadSessions(Protocol):
+    """Where CommitOffset finds the read session holding a partition."""
+
+    def holder(self, topic: Topic, consumer: str, partition_id: int) -> ReadSessionHolder | None: ...
 
 MAX_PARTITIONS = 20_000
 MAX_RETENTION = dt.timedelta(days=31)
@@ -49,6 +70,13 @@ _STRATEGY_DISABLED = 1
 _DEFAULT_UP_PERCENT = 90
 _DEFAULT_DOWN_PERCENT = 30
 _DEFAULT_WINDOW_S = 300.0
+"""What CreateTopic stores for a strategy it writes when the request leaves a field out."""
+_STORED_DEFAULT_UP_PERCENT = 80
+_STORED_DEFAULT_DOWN_PERCENT = 20
+_STORED_DEFAULT_WINDOW_S = 300.0
+_STORED_DEFAULT_MAX_PARTITIONS = 1
+"""What DescribeTopic reports for a strategy field nothing set: the proto2 defaults of the tablet
+config's ``TPartitionStrategy`` (ydb/core/protos/pqconfig.proto), which describe reads unchecked."""
 _INTEGER_ATTRIBUTES = frozenset({
     "_partitions_per_tablet", "_abc_id", "_max_partition_storage_size", "_message_group_seqno_retention_period_ms",
     "_max_partition_message_groups_seqno_stored",
@@ -180,15 +208,28 @@ def _check_metering(mode: int) -> None:
         raise StorageError("PRECONDITION_FAILED", "Metering mode can only be specified in a serverless database")
 
 
+def _strategy(s: TopicSettings) -> tuple[int, int, int, float]:
+    """The partition strategy as described: (max active partitions, up %, down %, window seconds),
+    each as stored or, when nothing set it, the tablet config's default."""
+    return (
+        _STORED_DEFAULT_MAX_PARTITIONS if s.max_active_partitions is None else s.max_active_partitions,
+        _STORED_DEFAULT_UP_PERCENT if s.up_utilization_percent is None else s.up_utilization_percent,
+        _STORED_DEFAULT_DOWN_PERCENT if s.down_utilization_percent is None else s.down_utilization_percent,
+        _STORED_DEFAULT_WINDOW_S if s.stabilization_window_s is None else s.stabilization_window_s,
+    )
+
+
 def _check_autopartitioning(s: TopicSettings) -> None:
+    """YDB's ``ValidatePartitionStrategy``, on the strategy as it would be described."""
     if not s.autopartitioned:
         return
-    if s.max_active_partitions and s.max_active_partitions < s.min_active_partitions:
+    max_partitions, up, down, _ = _strategy(s)
+    if max_partitions and max_partitions < s.min_active_partitions:
         raise _bad(
             "Max active partitions must be greater than or equal to partitions count or equals zero (unlimited), "
-            f"provided {s.max_active_partitions} and {s.min_active_partitions}"
+            f"provided {max_partitions} and {s.min_active_partitions}"
         )
-    for what, percent in (("up", s.up_utilization_percent), ("down", s.down_utilization_percent)):
+    for what, percent in (("up", up), ("down", down)):
         if not 0 <= percent <= 100:
             raise _bad(f"Partition scale {what} threshold percent must be between 0 and 100, provided {percent}")
     if s.stabilization_window_s is not None and s.stabilization_window_s <= 0:
@@ -319,9 +360,7 @@ class ControlPlane:
             "stabilization_window") else 0.0
         settings = TopicSettings(
             min_active_partitions=min_active,
-            max_active_partitions=ps.max_active_partitions,
             partition_count_limit=ps.partition_count_limit,
-            auto_partitioning_strategy=aps.strategy or _STRATEGY_DISABLED,
             retention=_retention(req.retention_period) if req.HasField("retention_period") else DEFAULT_RETENTION,
             retention_storage_mb=req.retention_storage_mb,
             supported_codecs=_codecs(req.supported_codecs.codecs),
@@ -330,8 +369,12 @@ class ControlPlane:
             attributes=_attributes(req.attributes),
             metering_mode=req.metering_mode,
         )
-        if settings.autopartitioned:
-            settings.max_active_partitions = settings.max_active_partitions or min_active
+        if ps.HasField("auto_partitioning_settings") and aps.strategy != _STRATEGY_DISABLED:
+            # YDB writes a partition strategy only then (pq_schema_actor.cpp, FillProposeRequestImpl
+            # for CreateTopicRequest), with these defaults; an explicit UNSPECIFIED strategy stores
+            # the DISABLED type with them. Otherwise nothing is stored and describe shows defaults.
+            settings.auto_partitioning_strategy = aps.strategy or _STRATEGY_DISABLED
+            settings.max_active_partitions = ps.max_active_partitions or min_active
             settings.up_utilization_percent = write.up_utilization_percent or _DEFAULT_UP_PERCENT
             settings.down_utilization_percent = write.down_utilization_percent or _DEFAULT_DOWN_PERCENT
             settings.stabilization_window_s = window or _DEFAULT_WINDOW_S  # a negative one is refused
@@ -356,13 +399,15 @@ class ControlPlane:
         result.self.CopyFrom(self._entry(topic))
         rps = result.partitioning_settings
         rps.min_active_partitions = s.min_active_partitions
-        rps.max_active_partitions = s.max_active_partitions
+        max_partitions, up, down, window = _strategy(s)
+        rps.max_active_partitions = max_partitions
         rps.partition_count_limit = s.partition_count_limit
-        rps.auto_partitioning_settings.strategy = s.auto_partitioning_strategy  # type: ignore[assignment]
+        strategy = s.auto_partitioning_strategy or _STRATEGY_DISABLED
+        rps.auto_partitioning_settings.strategy = strategy  # type: ignore[assignment]
         speed = rps.auto_partitioning_settings.partition_write_speed
-        speed.stabilization_window.CopyFrom(duration(s.stabilization_window_s or 0.0))
-        speed.up_utilization_percent = s.up_utilization_percent
-        speed.down_utilization_percent = s.down_utilization_percent
+        speed.stabilization_window.CopyFrom(duration(window))
+        speed.up_utilization_percent = up
+        speed.down_utilization_percent = down
         result.retention_period.CopyFrom(duration(s.retention.total_seconds()))
         result.supported_codecs.codecs.extend(s.supported_codecs)
         if req.include_stats:
@@ -385,7 +430,10 @@ class ControlPlane:
 
     def describe_consumer(self, req: Any, read_sessions: Mapping[tuple[str, str, int], ReaderInfo]) -> Any:
         topic = self.storage.topic(req.path)
-        consumer = topic.consumer(req.consumer, "SCHEME_ERROR")
+        consumer = topic.consumers.get(req.consumer)
+        if consumer is None:
+            # YDB's describe-consumer actor: SCHEME_ERROR, whatever include_stats/include_location say.
+            raise StorageError("SCHEME_ERROR", f"no consumer '{req.consumer}' in topic")
         result = pb.DescribeConsumerResult(consumer=_consumer_to_proto(consumer))
         result.self.CopyFrom(self._entry(topic, name=f"{topic.path.rsplit('/', 1)[-1]}/{consumer.name}"))
         now = self.storage.clock.now_ns()
@@ -404,7 +452,7 @@ class ControlPlane:
                 if owner is not None:
                     stats.read_session_id = owner.read_session_id
                     stats.reader_name = owner.reader_name
-                    stats.connection_node_id = 1
+                    stats.connection_node_id = owner.node_id
                     stats.partition_read_session_create_time.CopyFrom(timestamp(owner.assigned_at_ns))
             if req.include_location:
                 info.partition_location.node_id = p.node_id
@@ -434,14 +482,11 @@ class ControlPlane:
             new.partition_count_limit = aps.set_partition_count_limit
         if aps.HasField("alter_auto_partitioning_settings"):
             alter = aps.alter_auto_partitioning_settings
+            # Only the fields given are set (pq_schema_actor.cpp, FillProposeRequestImpl for
+            # AlterTopicRequest: per-field ``has_set_*``); the others keep what is stored, or
+            # describe as the tablet config's defaults (300 s, 80 %, 20 %, max 1).
             if alter.HasField("set_strategy"):
-                was = new.autopartitioned
                 new.auto_partitioning_strategy = alter.set_strategy or _STRATEGY_DISABLED
-                if new.autopartitioned and not was:
-                    new.max_active_partitions = new.max_active_partitions or new.min_active_partitions
-                    new.up_utilization_percent = new.up_utilization_percent or _DEFAULT_UP_PERCENT
-                    new.down_utilization_percent = new.down_utilization_percent or _DEFAULT_DOWN_PERCENT
-                    new.stabilization_window_s = new.stabilization_window_s or _DEFAULT_WINDOW_S
             speed = alter.set_partition_write_speed
             if speed.HasField("set_stabilization_window"):
                 new.stabilization_window_s = _seconds(speed.set_stabilization_window, "stabilization_window")
@@ -555,13 +600,35 @@ class ControlPlane:
         self.storage.drop(req.path)
         return pb.DropTopicResult()
 
-    def commit_offset(self, req: Any) -> pb.CommitOffsetResult:
+    def commit_offset(self, req: Any, read_sessions: LiveReadSessions) -> pb.CommitOffsetResult:
+        """CommitOffset, as YDB's commit offset actor and partition apply it to a plain partition.
+
+        With the ``read_session_id`` of the read session that holds the partition for the
+        consumer, the commit is applied (an offset at or below the committed one changes
+        nothing) and that session goes on. With another id, or when no session holds it:
+        SESSION_EXPIRED, nothing changes. Without an id, the commit is applied (going back too)
+        and the partition forgets the read session that held it: that session's stream ends
+        with SESSION_EXPIRED, and its reader reconnects from the new committed offset.
+        """
         topic = self.storage.topic(req.path)
-        consumer = topic.consumer(req.consumer)
+        consumer = topic.reading_consumer(req.consumer)
         partition = topic.partition(req.partition_id, "SCHEME_ERROR")
+        holder = read_sessions.holder(topic, consumer.name, partition.partition_id)
+        if req.read_session_id:
+            current = holder.id if holder is not None else ""
+            if req.read_session_id != current:
+                raise StorageError(
+                    "SESSION_EXPIRED", f"set offset in already dead session {req.read_session_id} actual is {current}"
+                )
         if req.offset < 0 or req.offset > partition.end_offset:
             raise _bad(f"offset {req.offset} is outside [0, {partition.end_offset}] of partition {req.partition_id}")
-        consumer.commit(partition, req.offset)
+        if req.read_session_id:
+            if req.offset > consumer.stored_offset(partition):  # a lower one is a stale request: OK, no change
+                consumer.commit(partition, req.offset)
+        else:
+            consumer.commit(partition, req.offset)
+            if holder is not None:
+                holder.expire(f"status is not ok: no such session '{holder.id}'")
         self.storage.notify()
         return pb.CommitOffsetResult()
 

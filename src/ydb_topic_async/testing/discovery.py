@@ -1,7 +1,8 @@
 """DiscoveryService and AuthService on the local server.
 
-- ``DiscoveryService.ListEndpoints`` names the server itself (one node, no TLS unless the server
-  serves TLS), so a client's discovery loop lands back on the same address.
+- ``DiscoveryService.ListEndpoints`` names every live node of the server (a ``LocalTopicServer``
+  is one node, a ``LocalTopicCluster`` several) with its node id and location, and the location
+  of the node that answered as ``self_location``, as YDB does; no TLS unless the server serves TLS.
 - ``DiscoveryService.WhoAmI`` names the user of the call's token.
 - ``AuthService.Login`` trades a user's password for a token (``auth``).
 """
@@ -12,6 +13,7 @@ from typing import Any
 
 from .._proto import ydb_auth_pb2, ydb_discovery_pb2
 from .auth import AUTH_HEADER
+from .nodes import ServerNode
 from .state import ServerState
 from .stored import StorageError
 
@@ -25,16 +27,24 @@ class DiscoveryHandlers:
     def __init__(self, state: ServerState) -> None:
         self.state = state
         self.nodes: list[tuple[str, int, int]] = []
-        """(host, port, node_id) of each node ``ListEndpoints`` names; empty: the server alone, as
-        node 1. Tests point these at proxies of this server to simulate a multi-node cluster."""
+        """(host, port, node_id) of each node ``ListEndpoints`` names instead of the server's own live
+        nodes; empty: the live nodes. Tests point these at proxies of a server to imitate more nodes
+        (they get the answering node's location)."""
 
-    def list_endpoints(self, request: Any) -> ydb_discovery_pb2.ListEndpointsResult:
+    def list_endpoints(self, request: Any, node: ServerNode) -> ydb_discovery_pb2.ListEndpointsResult:
+        """The live nodes (or the ``nodes`` named instead), as seen from ``node``."""
         state = self.state
         if request.database and request.database.rstrip("/") != state.database:
             raise StorageError("SCHEME_ERROR", f"database {request.database} does not exist here ({state.database})")
-        result = ydb_discovery_pb2.ListEndpointsResult(self_location="local")
-        for host, port, node_id in self.nodes or [(state.host, state.port, 1)]:
-            result.endpoints.add(address=host, port=port, location="local", node_id=node_id, ssl=state.tls)
+        result = ydb_discovery_pb2.ListEndpointsResult(self_location=node.location)
+        if self.nodes:
+            for host, port, node_id in self.nodes:
+                result.endpoints.add(address=host, port=port, location=node.location, node_id=node_id, ssl=state.tls)
+            return result
+        for live in state.live_nodes():
+            result.endpoints.add(
+                address=live.host, port=live.port, location=live.location, node_id=live.node_id, ssl=state.tls
+            )
         return result
 
     def who_am_i(self, request: Any, headers: dict[str, str]) -> ydb_discovery_pb2.WhoAmIResult:

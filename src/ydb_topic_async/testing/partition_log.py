@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import itertools
+import zlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate, islice
@@ -97,8 +98,10 @@ class Partition:
         self.child_ids: list[int] = []
         self.key_from, self.key_to = key_range
         self.generation = 1
-        self.node_id = 1
-        """The node reported as the partition's location (tests set it to simulate a cluster)."""
+        """The generation of the partition's tablet: it grows each time the tablet restarts or moves
+        to another node (and when the partition is split)."""
+        self.node_id = topic.owner.place(topic.path, partition_id)
+        """The node the partition's tablet runs on (its location), as ``TopicStorage.place`` put it."""
         self.start_offset = 0
         self.rows: list[StoredRow] = []
         """The log: the message at offset ``start_offset + i`` is ``rows[i]``."""
@@ -338,6 +341,18 @@ class Topic:
         except KeyError:
             raise StorageError(status, f"topic {self.path} has no consumer {name!r}") from None
 
+    def reading_consumer(self, name: str) -> Consumer:
+        """The consumer a read session or a CommitOffset names: BAD_REQUEST when the topic has no
+        such consumer, with the reason YDB's read init actor gives (``TReadInitAndAuthActor``,
+        ydb/services/persqueue_v1/actors/read_init_auth_actor.cpp)."""
+        consumer = self.consumers.get(name)
+        if consumer is None:
+            raise StorageError(
+                "BAD_REQUEST",
+                f"no read rule provided for consumer '{name}' in topic '{self.path}' in current cluster ''",
+            )
+        return consumer
+
     def next_active_partition(self) -> Partition:
         """Round robin over the active partitions (writers without a source id)."""
         active = self.active_partitions
@@ -531,12 +546,49 @@ class TopicStorage:
         self.topics: dict[str, Topic] = {}
         self.changes: ChangeLog = NO_CHANGE_LOG
         """Where every change is reported before it is acknowledged (the journal in durable mode)."""
+        self.node_ids: list[int] = [1]
+        """The live nodes partitions are placed on (one, node 1, for a single server)."""
         self._listeners: set[asyncio.Event] = set()
 
     @property
     def journal(self) -> ChangeLog | None:
         """The durable change log (the journal of ``data_dir``) recording this storage; None in memory."""
         return None if self.changes is NO_CHANGE_LOG else self.changes
+
+    # --- placement on nodes -------------------------------------------------------------------
+
+    def place(self, path: str, partition_id: int) -> int:
+        """The live node a partition's tablet runs on: spread by topic and partition id, so the
+        partitions of a topic land on every node; node 1 when no node is live."""
+        live = self.node_ids
+        if not live:
+            return 1
+        return live[(zlib.crc32(path.encode()) + partition_id) % len(live)]
+
+    def move_off_dead_nodes(self) -> list[Partition]:
+        """Move every partition whose node is not live to a live one, with a new tablet generation
+        (as a tablet restarts elsewhere when its node is lost); returns the partitions moved.
+
+        Write sessions of a moved partition end with UNAVAILABLE (their pipe to the tablet
+        died); nothing stored is lost, since the storage is shared. With no live node, nothing moves.
+        """
+        live = set(self.node_ids)
+        moved: list[Partition] = []
+        if not live:
+            return moved
+        for topic in self.topics.values():
+            touched = False
+            for partition in topic.partitions:
+                if partition.node_id not in live:
+                    partition.node_id = self.place(topic.path, partition.partition_id)
+                    partition.generation += 1
+                    moved.append(partition)
+                    touched = True
+            if touched:
+                for wakeup in topic.watchers:
+                    wakeup.set()
+                self.changed(topic)
+        return moved
 
     # --- paths ----------------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ commit) ends that transaction, so later calls naming it answer NOT_FOUND.
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import time
 import uuid
@@ -32,12 +33,10 @@ import grpc
 
 from .._proto import ydb_query_pb2 as qpb
 from ._replies import SUCCESS, issues, metadata, rpc_handler, status_code
+from .nodes import ServerNode
 from .partition_log import PendingOffsets, PendingWrites
 from .state import ServerState
 from .stored import StorageError
-
-NODE_ID = 1
-"""The node every session lives on: the one node discovery names."""
 
 _READ_WRITE_MODES = frozenset({"serializable_read_write", "snapshot_read_write", "strict_serializable_read_write"})
 _EXECUTE_UNSUPPORTED = (
@@ -80,9 +79,10 @@ class Transaction:
 class QuerySession:
     """One query session: its open transactions and whether it is still alive."""
 
-    def __init__(self, session_id: str) -> None:
+    def __init__(self, session_id: str, node_id: int) -> None:
         self.session_id = session_id
-        self.node_id = NODE_ID
+        self.node_id = node_id
+        """The node the session lives on (the one that created it): it ends when that node stops."""
         self.transactions: dict[str, Transaction] = {}
         self.alive = True
         self.end_reason = ""
@@ -106,9 +106,10 @@ class QueryService:
 
     # --- registry ---------------------------------------------------------------------------
 
-    def create_session(self) -> QuerySession:
-        session_id = f"ydb://session/3?node_id={NODE_ID}&id={uuid.uuid4().hex}"
-        session = QuerySession(session_id)
+    def create_session(self, node_id: int = 1) -> QuerySession:
+        """A new session on node ``node_id``."""
+        session_id = f"ydb://session/3?node_id={node_id}&id={uuid.uuid4().hex}"
+        session = QuerySession(session_id, node_id)
         self.sessions[session_id] = session
         return session
 
@@ -173,6 +174,11 @@ class QueryService:
         session.ended.set()
         return True
 
+    def end_node_sessions(self, node_id: int, reason: str) -> int:
+        """End every session living on node ``node_id`` (the node stopped); returns how many."""
+        targets = [sid for sid, session in self.sessions.items() if session.node_id == node_id]
+        return sum(self.end_session(sid, reason) for sid in targets)
+
     def kill(self, session_id: str | None, reason: str) -> int:
         """End one session (or all with None); returns how many ended."""
         targets = list(self.sessions) if session_id is None else [session_id]
@@ -180,8 +186,8 @@ class QueryService:
 
     # --- unary handlers ---------------------------------------------------------------------
 
-    def handle_create_session(self, request: Any) -> Any:
-        session = self.create_session()
+    def handle_create_session(self, request: Any, node: ServerNode) -> Any:
+        session = self.create_session(node.node_id)
         return qpb.CreateSessionResponse(status=SUCCESS, session_id=session.session_id, node_id=session.node_id)
 
     def handle_delete_session(self, request: Any) -> Any:
@@ -252,7 +258,8 @@ class QueryService:
         else:
             yield _reply(qpb.ExecuteQueryResponsePart, status_code("UNSUPPORTED"), _EXECUTE_UNSUPPORTED)
 
-    def handlers(self) -> grpc.GenericRpcHandler:
+    def handlers(self, node: ServerNode) -> grpc.GenericRpcHandler:
+        """QueryService's method handlers as served by ``node`` (sessions it creates live on it)."""
         def unary(name: str, handler: Callable[[Any], Any], request_cls: Any, response_cls: Any) -> Any:
             behaviour = self.unary(name, handler, response_cls)
             return rpc_handler(grpc.unary_unary_rpc_method_handler, behaviour, request_cls, response_cls)
@@ -262,7 +269,9 @@ class QueryService:
 
         methods = {
             "CreateSession": unary(
-                "CreateSession", self.handle_create_session, qpb.CreateSessionRequest, qpb.CreateSessionResponse
+                "CreateSession",
+                functools.partial(self.handle_create_session, node=node),
+                qpb.CreateSessionRequest, qpb.CreateSessionResponse
             ),
             "DeleteSession": unary(
                 "DeleteSession", self.handle_delete_session, qpb.DeleteSessionRequest, qpb.DeleteSessionResponse

@@ -51,6 +51,8 @@ class ReaderInfo:
     read_session_id: str
     reader_name: str
     assigned_at_ns: int
+    node_id: int = 1
+    """The node serving the read session's stream."""
 
 
 @dataclass

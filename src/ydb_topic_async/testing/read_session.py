@@ -93,7 +93,19 @@ class ReadSession:
         self.sessions: dict[int, PartitionSessionState] = {}
         self.outbox: deque[Any] = deque()
         self.wakeup = asyncio.Event()
+        self.node_id = 1
+        """The node serving the session's stream."""
+        self.expired: StorageError | None = None
+        """Set when the session must end (a CommitOffset without its id reset the partition's session)."""
         self._turn = 0
+
+    def expire(self, reason: str) -> None:
+        """End the session: its stream closes with SESSION_EXPIRED and ``reason``, as YDB's read
+        session does when a partition forgot it (``TPartitionActor`` turns READ_ERROR_NO_SESSION
+        into ``TEvCloseSession``)."""
+        if self.expired is None:
+            self.expired = StorageError("SESSION_EXPIRED", reason)
+            self.wakeup.set()
 
     def send(self, message: Any) -> None:
         self.outbox.append(message)
@@ -243,7 +255,9 @@ class ReadSession:
             if committed == state.committed:
                 continue  # behind a gap: answered once the gap is filled
             state.committed = committed
-            state.consumer.commit(partition, committed)
+            if committed > state.consumer.stored_offset(partition):
+                # Not below a commit made meanwhile with this session's id (CommitOffset).
+                state.consumer.commit(partition, committed)
             moved.append((state.session_id, committed))
         if moved:
             self.send(read_wire.commit_response(moved))

@@ -26,6 +26,7 @@ import grpc
 
 from . import read_wire
 from ._inbox import Inbox, receive_handshake
+from .nodes import ServerNode
 from .partition_log import Consumer, Partition, Topic
 from .read_balancer import ConsumerGroup, ReaderInfo
 from .read_session import PartitionSessionState, ReadSession, Selector, bad_request
@@ -56,12 +57,22 @@ class ReadService:
             created_ns=self.state.clock.now_ns(),
         )
 
+    def holder(self, topic: Topic, consumer: str, partition_id: int) -> ReadSession | None:
+        """The read session that holds ``partition_id`` of ``topic`` for ``consumer`` now."""
+        group = self.groups.get((topic.path, consumer))
+        if group is None or group.topic is not topic:
+            return None
+        held = group.owner.get(partition_id)
+        return held[0] if held is not None else None
+
     def read_sessions(self) -> dict[tuple[str, str, int], ReaderInfo]:
         """(topic path, consumer, partition) -> who reads it now, for DescribeConsumer."""
         out = {}
         for (path, consumer), group in self.groups.items():
             for pid, (owner, partition_session) in group.owner.items():
-                out[(path, consumer, pid)] = ReaderInfo(owner.id, owner.reader_name, partition_session.created_ns)
+                out[(path, consumer, pid)] = ReaderInfo(
+                    owner.id, owner.reader_name, partition_session.created_ns, owner.node_id
+                )
         return out
 
     def _rebalance_all(self) -> None:
@@ -78,8 +89,9 @@ class ReadService:
     # --- the stream -----------------------------------------------------------------------
 
     async def stream_read(
-        self, requests: AsyncIterator[Any], context: grpc.aio.ServicerContext[Any, Any]
+        self, requests: AsyncIterator[Any], context: grpc.aio.ServicerContext[Any, Any], node: ServerNode
     ) -> AsyncIterator[Any]:
+        """One StreamRead call, served by ``node``."""
         state = self.state
         wakeup = asyncio.Event()
         inbox = Inbox(requests, wakeup)
@@ -97,6 +109,7 @@ class ReadService:
                 yield read_wire.error(exc.status, exc.message)
                 return
             session.wakeup = wakeup
+            session.node_id = node.node_id
             yield read_wire.init_response(session.id)
             if session.consumer_name is None and any(s.partition_ids is None for s in session.selectors.values()):
                 yield read_wire.error("BAD_REQUEST", "reading without a consumer requires explicit partition ids")
@@ -104,12 +117,15 @@ class ReadService:
             self._join(session)
 
             while True:
-                while inbox.messages:
+                while inbox.messages and session.expired is None:
                     try:
                         self._handle(session, inbox.messages.popleft())
                     except StorageError as exc:
                         yield read_wire.error(exc.status, exc.message)
                         return
+                if session.expired is not None:
+                    yield read_wire.error(session.expired.status, session.expired.message)
+                    return
                 dropped = next((s.topic.path for s in session.selectors.values() if not s.topic.alive), None)
                 if dropped is not None:
                     yield read_wire.error("SCHEME_ERROR", f"topic {dropped} was dropped")
@@ -162,7 +178,7 @@ class ReadService:
                 missing = exc  # left out, as long as another topic resolves
                 continue
             if init.consumer:
-                topic.consumer(init.consumer)
+                topic.reading_consumer(init.consumer)
             for pid in settings.partition_ids:
                 topic.partition(pid)
             selectors[topic.path] = Selector(

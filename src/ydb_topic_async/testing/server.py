@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 from collections.abc import Awaitable, Callable
@@ -19,6 +20,7 @@ from ._replies import metadata, operation, rpc_handler, status_code
 from .control_plane import ControlPlane
 from .discovery import DiscoveryHandlers
 from .journal import close_journal, open_journal
+from .nodes import LOCAL_LOCATION, ServerNode
 from .query_service import QueryService
 from .quotas import WriteQuotas
 from .read_stream import ReadService
@@ -74,7 +76,7 @@ class LocalTopicServer:
             raise ValueError("retention_interval must be positive")
         self.state = state = ServerState(
             database.rstrip("/") or "/",
-            host,
+            self._make_nodes(host, port, tls is not None),
             tls=tls is not None,
             users=users,
             token_ttl=token_ttl,
@@ -96,29 +98,26 @@ class LocalTopicServer:
         self.query = QueryService(state)
         self.writes = WriteService(state, self.query)
         self.reads = ReadService(state, graceful_stop_timeout=graceful_stop_timeout)
-        self._requested_port = port
         self._tls = tls
-        self._server: grpc.aio.Server | None = None
+        self._started = False
+        self._servers: dict[int, grpc.aio.Server] = {}
+        """The gRPC server of each live node, by node id."""
         self._stopped: asyncio.Event | None = None
         """Set once a started server has stopped: what ``wait_closed`` waits on."""
+
+    def _make_nodes(self, host: str, port: int, tls: bool) -> list[ServerNode]:
+        """The server's nodes: one, node 1 (``LocalTopicCluster`` makes several)."""
+        return [ServerNode(1, LOCAL_LOCATION, host, port, tls)]
 
     @property
     def host(self) -> str:
         """The address the server listens on (``127.0.0.1`` by default)."""
         return self.state.host
 
-    @host.setter
-    def host(self, host: str) -> None:
-        self.state.host = host
-
     @property
     def port(self) -> int:
-        """The port the server listens on (0 until it started)."""
+        """The port the server listens on (0 until it started, unless one was asked for)."""
         return self.state.port
-
-    @port.setter
-    def port(self, port: int) -> None:
-        self.state.port = port
 
     @property
     def database(self) -> str:
@@ -169,10 +168,28 @@ class LocalTopicServer:
 
     async def start(self) -> None:
         """Start listening (``async with`` does this); a second call does nothing."""
-        if self._server is not None:
+        if self._started:
             return
         open_journal(self.storage, self.data_dir, replay=not self._journal_replayed)
         self._journal_replayed = True
+        try:
+            for node in self.state.nodes:
+                await self._start_node(node)
+        except BaseException:
+            for server in self._servers.values():
+                await server.stop(None)
+            self._servers.clear()
+            for node in self.state.nodes:
+                node.alive = False
+            close_journal(self.storage)
+            raise
+        self._started = True
+        self._stopped = asyncio.Event()
+        self.retention.start()
+        logger.info("local topic server on %s, database %s", self.endpoint, self.database)
+
+    async def _start_node(self, node: ServerNode) -> None:
+        """Start ``node``'s gRPC server on its port (a free one the first time when 0)."""
         server = grpc.aio.server(
             options=[
                 ("grpc.max_send_message_length", MAX_MESSAGE_SIZE),
@@ -185,38 +202,50 @@ class LocalTopicServer:
                 ("grpc.keepalive_permit_without_calls", 1),
             ]
         )
-        server.add_generic_rpc_handlers(self._handlers())
-        address = f"{self.host}:{self._requested_port}"
+        server.add_generic_rpc_handlers(self._handlers(node))
+        address = f"{node.host}:{node.port}"
+        if self._tls is not None:
+            key, chain = self._tls
+            node.port = server.add_secure_port(address, grpc.ssl_server_credentials([(key, chain)]))
+        else:
+            node.port = server.add_insecure_port(address)
+        await server.start()
+        self._servers[node.node_id] = server
+        node.alive = True
+        self.state.nodes_changed()
+
+    async def _stop_node(self, node: ServerNode, grace: float | None) -> None:
+        """Stop ``node``'s gRPC server: its calls are cancelled (the clients' connections reset) and
+        its port refuses; its query sessions end and its partitions move to the live nodes."""
+        server = self._servers.pop(node.node_id, None)
+        if server is None:
+            return
+        node.alive = False
         try:
-            if self._tls is not None:
-                key, chain = self._tls
-                self.port = server.add_secure_port(address, grpc.ssl_server_credentials([(key, chain)]))
-            else:
-                self.port = server.add_insecure_port(address)
-            await server.start()
-        except BaseException:
-            close_journal(self.storage)
-            raise
-        self._server = server
-        self._stopped = asyncio.Event()
-        self.retention.start()
-        logger.info("local topic server on %s, database %s", self.endpoint, self.database)
+            await server.stop(grace)
+        finally:
+            self.query.end_node_sessions(node.node_id, f"node {node.node_id} stopped")
+            self.state.nodes_changed()
 
     async def stop(self, grace: float | None = None) -> None:
         """Stop serving; open streams are cancelled and query sessions end, aborting their transactions."""
-        server, self._server = self._server, None
-        if server is not None:
-            self.closing = True
-            try:
-                await self.retention.stop()
-                self.query.shutdown()
-                self.faults.wake_all()
-                await server.stop(grace)
-            finally:
-                self.closing = False
-                close_journal(self.storage)
-                if self._stopped is not None:
-                    self._stopped.set()
+        if not self._started:
+            return
+        self._started = False
+        self.closing = True
+        try:
+            await self.retention.stop()
+            self.query.shutdown()
+            self.faults.wake_all()
+            servers, self._servers = list(self._servers.values()), {}
+            for node in self.state.nodes:
+                node.alive = False
+            await asyncio.gather(*(server.stop(grace) for server in servers))
+        finally:
+            self.closing = False
+            close_journal(self.storage)
+            if self._stopped is not None:
+                self._stopped.set()
 
     def advance_time(self, seconds: float) -> None:
         """Move the server's clock forward by ``seconds`` and apply retention at once.
@@ -233,7 +262,7 @@ class LocalTopicServer:
         # Not gRPC's wait_for_termination: cancelling that (Ctrl-C in a script that serves
         # until interrupted) cancels the server's own shutdown future, and the stop that
         # follows then raises CancelledError without shutting down.
-        if self._server is not None and self._stopped is not None:
+        if self._started and self._stopped is not None:
             await self._stopped.wait()
 
     # --- wiring ---------------------------------------------------------------------------
@@ -253,7 +282,7 @@ class LocalTopicServer:
 
         return call
 
-    def _handlers(self) -> list[grpc.GenericRpcHandler]:
+    def _handlers(self, node: ServerNode) -> list[grpc.GenericRpcHandler]:
         def unary(name: str, handler: Handler, request_cls: Any, response_cls: Any) -> Any:
             return unary_with_headers(name, lambda request, _headers: handler(request), request_cls, response_cls)
 
@@ -267,10 +296,14 @@ class LocalTopicServer:
         control = self.control
         topic = {
             "StreamWrite": stream(
-                self.writes.stream_write, pb.StreamWriteMessage.FromClient, pb.StreamWriteMessage.FromServer
+                functools.partial(self.writes.stream_write, node=node),
+                pb.StreamWriteMessage.FromClient,
+                pb.StreamWriteMessage.FromServer,
             ),
             "StreamRead": stream(
-                self.reads.stream_read, pb.StreamReadMessage.FromClient, pb.StreamReadMessage.FromServer
+                functools.partial(self.reads.stream_read, node=node),
+                pb.StreamReadMessage.FromClient,
+                pb.StreamReadMessage.FromServer,
             ),
             "CreateTopic": unary("CreateTopic", control.create_topic, pb.CreateTopicRequest, pb.CreateTopicResponse),
             "DescribeTopic": unary(
@@ -291,7 +324,10 @@ class LocalTopicServer:
             "AlterTopic": unary("AlterTopic", control.alter_topic, pb.AlterTopicRequest, pb.AlterTopicResponse),
             "DropTopic": unary("DropTopic", control.drop_topic, pb.DropTopicRequest, pb.DropTopicResponse),
             "CommitOffset": unary(
-                "CommitOffset", control.commit_offset, pb.CommitOffsetRequest, pb.CommitOffsetResponse
+                "CommitOffset",
+                lambda req: control.commit_offset(req, self.reads),
+                pb.CommitOffsetRequest,
+                pb.CommitOffsetResponse,
             ),
             "UpdateOffsetsInTransaction": unary(
                 "UpdateOffsetsInTransaction",
@@ -303,7 +339,7 @@ class LocalTopicServer:
         discovery = {
             "ListEndpoints": unary(
                 "ListEndpoints",
-                self.discovery.list_endpoints,
+                functools.partial(self.discovery.list_endpoints, node=node),
                 ydb_discovery_pb2.ListEndpointsRequest,
                 ydb_discovery_pb2.ListEndpointsResponse,
             ),
@@ -316,7 +352,7 @@ class LocalTopicServer:
         }
         return [
             grpc.method_handlers_generic_handler("Ydb.Topic.V1.TopicService", topic),
-            self.query.handlers(),
+            self.query.handlers(node),
             grpc.method_handlers_generic_handler("Ydb.Discovery.V1.DiscoveryService", discovery),
             grpc.method_handlers_generic_handler("Ydb.Auth.V1.AuthService", auth),
         ]

@@ -4,7 +4,8 @@
 its parts (the write and read streams, the query service, discovery); a service that needs one
 part (the control plane, retention) gets just that part. The state holds:
 
-- the address facts: database, host, port (known once the server listens), whether it serves TLS;
+- the address facts: database, the nodes (``ServerNode``: each one's host, port, node id,
+  location and whether it is up; one for a ``LocalTopicServer``), whether it serves TLS;
 - the storage and its clock;
 - the fault injector, the counters (``ServerStats``), the users and tokens (``Auth``) and the
   admission ``Gate``;
@@ -19,6 +20,7 @@ from ._replies import status_code
 from .auth import Auth, Gate
 from .clock import ServerClock
 from .faults import Faults
+from .nodes import ServerNode
 from .partition_log import TopicStorage
 from .quotas import WriteQuotas
 from .stats import ServerStats
@@ -33,7 +35,7 @@ class ServerState:
     def __init__(
         self,
         database: str,
-        host: str,
+        nodes: list[ServerNode],
         *,
         tls: bool,
         users: dict[str, str] | None,
@@ -41,12 +43,12 @@ class ServerState:
         write_quotas: bool,
     ) -> None:
         self.database = database
-        self.host = host
-        self.port = 0
-        """The port the server listens on, once it does (0 before)."""
+        self.nodes = nodes
+        """Every node of the server, live or not (one for a ``LocalTopicServer``)."""
         self.tls = tls
         self.clock = ServerClock()
         self.storage = TopicStorage(database, self.clock)
+        self.storage.node_ids = [node.node_id for node in nodes]
         self.quotas = WriteQuotas(self.clock) if write_quotas else None
         """The partition write quotas, or None when writes are not throttled."""
         self.faults = Faults()
@@ -55,6 +57,30 @@ class ServerState:
         self.gate = Gate(self.auth, database)
         self.closing = False
         """True while the server stops: stream handlers stop waiting (for write quota) and end."""
+
+    @property
+    def host(self) -> str:
+        """The first node's address."""
+        return self.nodes[0].host
+
+    @property
+    def port(self) -> int:
+        """The first node's port, once it listens (0 before, unless one was asked for)."""
+        return self.nodes[0].port
+
+    @property
+    def clustered(self) -> bool:
+        """Whether the nodes are several: a partition's location then matters (direct write)."""
+        return len(self.nodes) > 1
+
+    def live_nodes(self) -> list[ServerNode]:
+        """The nodes serving now, in node order."""
+        return [node for node in self.nodes if node.alive]
+
+    def nodes_changed(self) -> None:
+        """A node started or stopped: place partitions on the live nodes only."""
+        self.storage.node_ids = [node.node_id for node in self.live_nodes()]
+        self.storage.move_off_dead_nodes()
 
     def admit(self, method: str, headers: dict[str, str]) -> tuple[int, str] | None:
         """Why a call of ``method`` is refused, as ``(YDB status code, issue message)``; None to serve it.

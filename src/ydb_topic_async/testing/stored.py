@@ -26,12 +26,14 @@ _AUTOPARTITIONING_OFF = (0, 1)  # AUTO_PARTITIONING_STRATEGY_UNSPECIFIED, _DISAB
 
 
 class StorageError(Exception):
-    """A request the storage refuses; ``status`` is the YDB status name to answer with."""
+    """A request the storage refuses; ``status`` is the YDB status name to answer with, and
+    ``issue_code`` the code of its issue (0: none)."""
 
-    def __init__(self, status: str, message: str) -> None:
+    def __init__(self, status: str, message: str, issue_code: int = 0) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.issue_code = issue_code
 
 
 def read_size(message: StoredMessage) -> int:
@@ -112,12 +114,14 @@ class TopicSettings:
     """The settings a topic was created (or altered) with, defaults resolved as YDB resolves them."""
 
     min_active_partitions: int = 1
-    max_active_partitions: int = 0
+    max_active_partitions: int | None = None
+    """The partition strategy's fields: None while nothing set them (describe then reports the
+    tablet config's defaults); ``auto_partitioning_strategy`` 0 means no strategy is stored."""
     partition_count_limit: int = 0
     auto_partitioning_strategy: int = 0
     stabilization_window_s: float | None = None
-    up_utilization_percent: int = 0
-    down_utilization_percent: int = 0
+    up_utilization_percent: int | None = None
+    down_utilization_percent: int | None = None
     retention: dt.timedelta = DEFAULT_RETENTION
     retention_storage_mb: int = 0
     supported_codecs: list[int] = field(default_factory=list)

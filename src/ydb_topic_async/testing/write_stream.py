@@ -17,6 +17,15 @@ As in YDB (``ydb/services/persqueue_v1/actors/write_session_actor``):
   ends the session with BAD_REQUEST. Times are stored with millisecond precision.
 - A topic dropped (and maybe recreated) under an open session ends it with SCHEME_ERROR;
   nothing is acknowledged into a dropped topic.
+- One session owns a (partition, source id): a new session with the same source id takes it
+  over and the older one is ended at once with BAD_REQUEST "status is not ok: ownership session
+  is killed by another session with id <new session> partition id <N>" (YDB's
+  ``TOwnerInfo::GenerateCookie``); its requests not yet stored are dropped, unanswered. A
+  session without a source id owns nothing.
+- A session whose partition's tablet moved to another node (``LocalTopicCluster.stop_node``)
+  ends with UNAVAILABLE "pipe to partition's tablet is dead"; a direct write
+  (``partition_with_generation``) naming another generation, or sent to a node of a cluster
+  that does not run the partition, is refused the same way.
 
 A WriteRequest naming a transaction (``tx``) must name an open read-write transaction of a live
 query session (else the stream fails with BAD_SESSION / NOT_FOUND / BAD_REQUEST). Its messages
@@ -48,6 +57,7 @@ from .retention import check_not_full
 from .stored import READ_ITEM_OVERHEAD, READ_MESSAGE_OVERHEAD, StorageError, StoredRow
 
 if TYPE_CHECKING:
+    from .nodes import ServerNode
     from .query_service import QueryService, Transaction
     from .state import ServerState
 
@@ -58,17 +68,19 @@ MAX_METADATA_BYTES = 4096
 _MIN_TIMESTAMP_SECONDS = -62_135_596_800  # 0001-01-01T00:00:00Z
 _MAX_TIMESTAMP_SECONDS = 253_402_300_799  # 9999-12-31T23:59:59Z
 _SKIPPED = pb.StreamWriteMessage.WriteResponse.WriteAck.Skipped.REASON_ALREADY_WRITTEN
+OWNERSHIP_KILLED_ISSUE_CODE = 500_003
+"""The issue code of a session killed by a newer owner: 500000 plus PersQueue's BAD_REQUEST (3)."""
 
 
-def _failure(status: str, message: str) -> Any:
-    return failure(FromServer, status, message)
+def _failure(status: str, message: str, issue_code: int = 0) -> Any:
+    return failure(FromServer, status, message, issue_code)
 
 
 def _bad(message: str) -> StorageError:
     return StorageError("BAD_REQUEST", f"bad write request - {message}")
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class _Session:
     """What one write session is bound to."""
 
@@ -76,6 +88,13 @@ class _Session:
     partition: Partition
     source_id: str
     meta: tuple[tuple[str, str], ...]
+    generation: int
+    """The partition's tablet generation when the session started: a move (a new generation)
+    ends the session, as its pipe to the tablet dies."""
+    session_id: str = ""
+    wakeup: asyncio.Event | None = None
+    killed: StorageError | None = None
+    """Set once another session took the producer's ownership: the session ends with it."""
 
 
 CheckedRow = tuple[int, int, bytes, int, str, tuple[tuple[str, bytes], ...], int]
@@ -103,10 +122,13 @@ class WriteService:
         self.state = state
         self.transactions = transactions
         """Where a write naming a transaction finds it."""
+        self.owners: dict[tuple[Partition, str], _Session] = {}
+        """The session that owns each (partition, source id): the newest one to start."""
 
     async def stream_write(
-        self, requests: AsyncIterator[Any], context: grpc.aio.ServicerContext[Any, Any]
+        self, requests: AsyncIterator[Any], context: grpc.aio.ServicerContext[Any, Any], node: ServerNode
     ) -> AsyncIterator[Any]:
+        """One StreamWrite call, served by ``node``."""
         state = self.state
         wakeup = asyncio.Event()
         inbox = Inbox(requests, wakeup)
@@ -118,20 +140,23 @@ class WriteService:
                 yield refused
                 return
             try:
-                session = self._handshake(init)
+                session = self._handshake(init, node)
             except StorageError as exc:
                 yield _failure(exc.status, exc.message)
                 return
+            session.wakeup = wakeup
+            session.session_id = f"local-write-{next(self._session_ids)}-{uuid.uuid4().hex[:8]}"
+            self._take_ownership(session)
             session.topic.watchers.add(wakeup)
             reply = FromServer(status=SUCCESS)
-            reply.init_response.session_id = f"local-write-{next(self._session_ids)}-{uuid.uuid4().hex[:8]}"
+            reply.init_response.session_id = session.session_id
             reply.init_response.partition_id = session.partition.partition_id
             reply.init_response.last_seq_no = session.partition.last_seq_no(session.source_id)
             reply.init_response.supported_codecs.codecs.extend(session.topic.settings.supported_codecs)
             yield reply
 
             while True:
-                while inbox.messages and not handle.broken:
+                while inbox.messages and not handle.broken and _interruption(session) is None:
                     request = inbox.messages.popleft()
                     kind = request.WhichOneof("client_message")
                     if kind == "write_request":
@@ -141,7 +166,7 @@ class WriteService:
                             waited = await self._wait_for_quota(session.partition, batch, wakeup, handle, inbox)
                             response = self._store(session, batch, waited, handle)
                         except StorageError as exc:
-                            yield _failure(exc.status, exc.message)
+                            yield _failure(exc.status, exc.message, exc.issue_code)
                             return
                         state.stats.messages_received += len(batch.rows)
                         if handle.is_broken():
@@ -166,6 +191,10 @@ class WriteService:
                 if not session.topic.alive:
                     yield _failure("SCHEME_ERROR", f"topic {session.topic.path} was dropped")
                     return
+                interruption = _interruption(session)
+                if interruption is not None:
+                    yield _failure(interruption.status, interruption.message, interruption.issue_code)
+                    return
                 if inbox.unparsable:
                     await context.abort(grpc.StatusCode.INTERNAL, inbox.unparsable)
                 if inbox.closed and not inbox.messages:
@@ -175,12 +204,42 @@ class WriteService:
         finally:
             if session is not None:
                 session.topic.watchers.discard(wakeup)
+                self._release_ownership(session)
             state.faults.unregister(handle)
             await inbox.close()
 
+    # --- producer ownership -----------------------------------------------------------------
+
+    def _take_ownership(self, session: _Session) -> None:
+        """Make ``session`` the owner of its (partition, source id); the session that owned it is
+        killed at once, as YDB's partition gives ownership to the newest session (every session
+        asks with ``force``). A session without a source id owns nothing and conflicts with nobody."""
+        if not session.source_id:
+            return
+        key = (session.partition, session.source_id)
+        previous = self.owners.get(key)
+        self.owners[key] = session
+        if previous is not None and previous is not session:
+            # YDB's partition answers the old owner BAD_REQUEST (issue code 500003), and its write
+            # session closes with "status is not ok: " and that reason.
+            previous.killed = StorageError(
+                "BAD_REQUEST",
+                f"status is not ok: ownership session is killed by another session with id {session.session_id} "
+                f"partition id {session.partition.partition_id}",
+                issue_code=OWNERSHIP_KILLED_ISSUE_CODE,
+            )
+            if previous.wakeup is not None:
+                previous.wakeup.set()
+
+    def _release_ownership(self, session: _Session) -> None:
+        if session.source_id:
+            key = (session.partition, session.source_id)
+            if self.owners.get(key) is session:
+                del self.owners[key]
+
     # --- the handshake ----------------------------------------------------------------------
 
-    def _handshake(self, init: Any) -> _Session:
+    def _handshake(self, init: Any, node: ServerNode) -> _Session:
         topic = self.state.storage.topic(init.path)
         producer_id = init.producer_id
         if len(producer_id) > MAX_PRODUCER_ID_LENGTH:
@@ -190,26 +249,27 @@ class WriteService:
             raise StorageError("BAD_REQUEST", "message_group_id must equal producer_id when both are set")
         source_id = init.message_group_id if how == "message_group_id" else producer_id
         if how in ("partition_id", "partition_with_generation"):
-            partition = self._explicit_partition(topic, init, how, source_id)
+            partition = self._explicit_partition(topic, init, how, source_id, node)
         elif source_id:
             partition = topic.bound_partition(source_id) or topic.partition_for_key(source_key(source_id))
             topic.bind(source_id, partition)
         else:
             partition = topic.next_active_partition()
-        return _Session(topic, partition, source_id, tuple(sorted(init.write_session_meta.items())))
+        meta = tuple(sorted(init.write_session_meta.items()))
+        return _Session(topic, partition, source_id, meta, partition.generation)
 
-    @staticmethod
-    def _explicit_partition(topic: Topic, init: Any, how: str, source_id: str) -> Partition:
+    def _explicit_partition(self, topic: Topic, init: Any, how: str, source_id: str, node: ServerNode) -> Partition:
         pid = init.partition_id if how == "partition_id" else init.partition_with_generation.partition_id
         if not 0 <= pid < len(topic.partitions) and topic.settings.autopartitioned:
             raise StorageError("OVERLOADED", f"partition {pid} of {topic.path} is not active")
         partition = topic.partition(pid)
         if how == "partition_with_generation":
+            # Direct write: the partition's tablet must be the generation the client located, on the
+            # node that took the stream; otherwise the pipe to it is refused (PartitionNotLocal),
+            # which ends the session with UNAVAILABLE, and the client locates the partition again.
             generation = init.partition_with_generation.generation
-            if generation != partition.generation:
-                raise StorageError(
-                    "BAD_REQUEST", f"partition {pid} has generation {partition.generation}, not {generation}"
-                )
+            if generation != partition.generation or (self.state.clustered and partition.node_id != node.node_id):
+                raise StorageError("UNAVAILABLE", "pipe to partition's tablet is dead")
         if not partition.active:
             raise StorageError("OVERLOADED", f"partition {pid} is inactive; it was split")
         if source_id:
@@ -325,6 +385,9 @@ class WriteService:
         started = time.perf_counter()
         if not session.topic.alive:  # dropped while the request waited for its quota
             raise StorageError("SCHEME_ERROR", f"topic {session.topic.path} was dropped")
+        interrupted = _interruption(session)  # or killed, or its partition moved, meanwhile
+        if interrupted is not None:
+            raise interrupted
         partition, source_id, tx = session.partition, session.source_id, batch.tx
         storage = self.state.storage
         written_at = storage.clock.now_ns() // 1_000_000 * 1_000_000
@@ -396,6 +459,17 @@ class WriteService:
             ack.written_in_tx.SetInParent()
             held += 1
         return held
+
+
+def _interruption(session: _Session) -> StorageError | None:
+    """Why ``session`` ends now, or None: another session took its producer's ownership, or its
+    partition's tablet moved to another node (a new generation; a split is answered elsewhere)."""
+    if session.killed is not None:
+        return session.killed
+    partition = session.partition
+    if partition.active and partition.generation != session.generation:
+        return StorageError("UNAVAILABLE", "pipe to partition's tablet is dead")
+    return None
 
 
 def _set_milliseconds(target: Any, seconds: float) -> None:

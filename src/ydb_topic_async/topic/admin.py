@@ -302,7 +302,14 @@ class TopicAdmin:
         read_session_id: str | None = None,
         timeout: float | None = None,
     ) -> None:
-        """Set ``consumer``'s committed offset in one partition (the next offset to read)."""
+        """Set ``consumer``'s committed offset in one partition (the next offset to read).
+
+        Without ``read_session_id`` the offset is set as given (backwards too), and the reader
+        holding the partition for the consumer, if any, loses its read session: it reconnects
+        and goes on from the new offset. With the ``read_session_id`` of that reader
+        (``TopicReader.read_session_id``), the offset moves forward only and the reader goes on
+        undisturbed; naming another session raises ``StaleReadSessionError`` and commits nothing.
+        """
         check_int(partition_id, "partition_id")
         check_int(offset, "offset")
         if not consumer or not isinstance(consumer, str):

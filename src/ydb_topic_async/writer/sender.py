@@ -7,6 +7,13 @@ a sender (moves messages from the buffer's ``unsent`` queue into WriteRequests, 
 refresher. The first failing child ends the stream; the keeper then reconnects (resending every
 unacknowledged message with its original seq_no and created_at, so the server deduplicates) or
 gives up, in which case the error leaves ``run`` and the writer fans it out to every waiter.
+
+A writer that numbers its messages itself (``auto_seqno``) owns its producer id's sequence: a
+seq_no it sends for the first time must be new to the server. So ``Skipped`` for such a message
+is not a result but a conflict (another writer wrote with the same producer id), and so is a
+reconnect's handshake reporting a last seq_no beyond any this writer sent: both fail the writer
+with ``SeqNoConflictError``. A message sent again after a reconnect may legitimately come back
+``Skipped``: the server had stored it before the old stream broke.
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from .. import _codecs
-from .._errors import ConnectionLostError, InternalError, UnsupportedCodecError, YdbTopicError
+from .._errors import ConnectionLostError, InternalError, SeqNoConflictError, UnsupportedCodecError, YdbTopicError
 from .._proto import ydb_topic_pb2 as pb
 from .._retry import RetryPolicy
 from .._stream import BidiStream, StreamKeeper, StreamMethod, refresh_tokens, tokens_may_change
@@ -51,6 +58,8 @@ class SenderSettings:
     producer_id: str
     partition_id: int | None
     direct_write: bool
+    auto_seqno: bool
+    """The writer numbers its messages: a seq_no it sends for the first time must be new to the server."""
     session_metadata: Mapping[str, str]
     codec: int
     encoder: _codecs.Transform
@@ -90,6 +99,12 @@ class WriterSender:
         self._pending_token: str | None = None
         self._token_in_flight = False
         self._stream_error: BaseException | None = None
+        self._sent_up_to = 0
+        """The highest seq_no sent on any stream so far."""
+        self._resent_up_to = 0
+        """The highest seq_no the current stream may send again (sent on an earlier stream): up
+        to it, ``Skipped`` means the server stored it before that stream broke."""
+        self._check_seq_nos = settings.auto_seqno
         self.session_id = ""
         self.last_statistics: tuple[int, int, Any] | None = None
         """(partition_id, ack count, WriteStatistics proto) of the latest WriteResponse."""
@@ -167,8 +182,9 @@ class WriterSender:
         init.path = s.path
         init.producer_id = s.producer_id
         init.write_session_meta.update(s.session_metadata)
-        # Only the first handshake needs the stored seq_no: later ones resend known numbers.
-        init.get_last_seq_no = self._first_init
+        # The first handshake numbers the messages after the stored seq_no; a later one of a
+        # self-numbering writer checks that nobody else wrote with the producer id meanwhile.
+        init.get_last_seq_no = self._first_init or self._check_seq_nos
         if s.partition_id is not None:
             if s.direct_write:
                 assert self._generation is not None
@@ -241,6 +257,14 @@ class WriterSender:
             "topic writer %s: session %s started (partition %d, last seq_no %d)",
             settings.path, init.session_id, init.partition_id, init.last_seq_no, extra=self.log_fields,
         )
+        if not self._first_init and self._check_seq_nos and init.last_seq_no > self._sent_up_to:
+            raise SeqNoConflictError(
+                f"topic writer {settings.path}: the server holds seq_no {init.last_seq_no} of producer"
+                f" {settings.producer_id!r} on partition {init.partition_id}, beyond seq_no {self._sent_up_to},"
+                " the last this writer sent: another writer wrote with the same producer id while this one"
+                " reconnected; the unacknowledged messages were not written"
+            )
+        self._resent_up_to = self._sent_up_to
         self.keeper.connected(init.session_id)
         info = InitInfo(
             last_seq_no=init.last_seq_no,
@@ -274,7 +298,11 @@ class WriterSender:
                 await has_unsent.wait()
                 continue
             for request in await next_requests():
-                report.sent(len(request.write_request.messages))
+                messages = request.write_request.messages
+                report.sent(len(messages))
+                if messages:
+                    # Counted before the write: a stream that breaks during it may have delivered it.
+                    self._sent_up_to = max(self._sent_up_to, messages[len(messages) - 1].seq_no)
                 await stream.write(request)
             report.buffer_changed()
 
@@ -303,7 +331,12 @@ class WriterSender:
             # name the first and last of as many in-flight messages, numbered without gaps, the
             # acks are exactly theirs: settle them without reading every ack (the common case;
             # anything else is checked ack by ack).
-            if last - first == count - 1 and acks[0].seq_no == first and acks[count - 1].seq_no == last:
+            if (
+                last - first == count - 1
+                and acks[0].seq_no == first
+                and acks[count - 1].seq_no == last
+                and not (self._check_seq_nos and last > self._resent_up_to and _may_skip(acks, count))
+            ):
                 self._ack_run(response.partition_id, acks, count)
                 self.last_statistics = (response.partition_id, count, response.write_statistics)
                 self._report.acked(response.partition_id, count, 0, 0)
@@ -337,6 +370,8 @@ class WriterSender:
         skipped = 0
         written_bytes = 0
         statuses = self._report.wants_statuses
+        check = self._check_seq_nos
+        conflict = 0
         for ack in response.acks:
             seq_no = ack.seq_no
             if not inflight:
@@ -347,6 +382,9 @@ class WriterSender:
                     continue  # already settled: a repeated ack changes nothing
                 # Messages dropped unsent get no acks: settle those ahead of this one.
                 self._skip_dropped(seq_no)
+            if check and seq_no > self._resent_up_to and ack.HasField("skipped"):
+                conflict = seq_no  # left in flight: the writer fails, and its future with it
+                break
             entry = inflight.popleft()
             count += 1
             future = None
@@ -373,6 +411,14 @@ class WriterSender:
             self._report.acked(partition_id, count, skipped, written_bytes)
         self._buffer.settle_dropped()
         self._report.buffer_changed()
+        if conflict:
+            settings = self._settings
+            raise SeqNoConflictError(
+                f"topic writer {settings.path}: the server already had seq_no {conflict} of producer"
+                f" {settings.producer_id!r} on partition {partition_id}, which this writer gave a new message:"
+                " another writer is writing with the same producer id; that message and the ones after it"
+                " were not written"
+            )
 
     def _skip_dropped(self, seq_no: int) -> None:
         """Settle the dropped messages ahead of the one ``seq_no`` acknowledges."""
@@ -402,6 +448,18 @@ class WriterSender:
         if token != self._last_token and token != self._pending_token:
             self._pending_token = token
             self._buffer.has_unsent.set()
+
+
+def _may_skip(acks: Any, count: int) -> bool:
+    """Whether the first ``count`` acks may hold a ``Skipped`` without reading each: unless the
+    first and the last were written at offsets ``count - 1`` apart. The messages of a request
+    that are written get consecutive offsets, so then none in between was skipped (barring acks
+    of several requests with other producers' writes in between that make up for the skips
+    exactly)."""
+    first, last = acks[0], acks[count - 1]
+    if not (first.HasField("written") and last.HasField("written")):
+        return True
+    return bool(last.written.offset - first.written.offset != count - 1)
 
 
 def _result(partition_id: int, ack: Any, status: str | None = None) -> WriteResult:

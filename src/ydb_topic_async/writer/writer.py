@@ -107,6 +107,7 @@ class TopicWriter(ConnectionStatus, ClosesOnExit):
                 producer_id=producer_id,
                 partition_id=partition_id,
                 direct_write=settings.direct_write,
+                auto_seqno=settings.auto_seqno,
                 session_metadata=settings.session_metadata or {},
                 codec=codec,
                 encoder=settings.encoder,
