@@ -314,6 +314,8 @@ class Transport:
         self._discovery_task: asyncio.Task[None] | None = None
         self._stop_discovery = asyncio.Event()
         self._wake_discovery = asyncio.Event()
+        self.discovery_rounds = 0
+        """Background discovery rounds finished so far, answered or not."""
         self._last_token: str | None = None
         self._closed = False
         if isinstance(credentials, StaticCredentials):
@@ -748,6 +750,7 @@ class Transport:
                     logger.info("endpoint discovery answered again after %d failed rounds", failures)
                 failures = 0
                 wait = self._discovery_interval
+            self.discovery_rounds += 1
             with contextlib.suppress(TimeoutError):
                 await wait_within(self._wake_discovery.wait(), wait)
             # Woken early (most endpoints failing): still no sooner than a gap after this round.

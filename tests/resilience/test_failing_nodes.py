@@ -26,20 +26,13 @@ from ydb_topic_async.testing import LocalTopicServer
 from ydb_topic_async.testing.proxy import FlakyProxy
 
 from .._discovery import ListedNode, proxied_nodes
+from .._metrics import RetryCount
 from .._polling import eventually
 
 pytestmark = pytest.mark.timeout(60)
 
 PAYLOAD = b"n" * 50_000
 """Large enough that the proxy carrying a stream stands out in the byte counts."""
-
-
-class _Retries(yta.NoopMetrics):
-    def __init__(self) -> None:
-        self.count = 0
-
-    def retry(self, operation: str, error: BaseException) -> None:
-        self.count += 1
 
 
 async def _carrier(proxies: list[FlakyProxy], action: Callable[[], Awaitable[Any]]) -> FlakyProxy:
@@ -70,7 +63,7 @@ def _grown(proxies: list[FlakyProxy], before: list[int]) -> list[int]:
 
 
 async def test_unary_calls_leave_a_dead_node_after_its_first_failure(server: LocalTopicServer, topic: str) -> None:
-    retries = _Retries()
+    retries = RetryCount()
     async with proxied_nodes(server, ["dc1"] * 3) as (discovery, proxies), yta.Driver(
         discovery.endpoint, server.database, metrics=retries
     ) as driver:
@@ -167,6 +160,7 @@ async def test_most_nodes_failing_makes_discovery_run_at_once(server: LocalTopic
         discovery.endpoint, server.database, discovery_interval=600
     ) as driver:
         await driver.wait_ready(timeout=10)
+        await eventually(lambda: driver.transport.discovery_rounds == 1, "the first background discovery")
         rounds = len(discovery.calls)
         # Two nodes die, and the cluster no longer lists them.
         await proxies[0].refuse()
@@ -177,6 +171,7 @@ async def test_most_nodes_failing_makes_discovery_run_at_once(server: LocalTopic
             await driver.topic.describe_topic(topic, timeout=5)
         await eventually(lambda: len(discovery.calls) > rounds, "a discovery round long before the interval", timeout=5)
         await eventually(lambda: driver.endpoints == [survivor.endpoint], "the survivor alone", timeout=5)
+        assert driver.transport.discovery_rounds == 2
         assert driver.failing_endpoints == []
 
 
