@@ -16,7 +16,11 @@ banner), the script times:
 - describe: a ``describe_topic()`` (no timeout) issued on the same driver at that moment;
 - fresh driver: a new driver, made at that same moment, to its first ack and its first read (a
   reader of its own consumer, reading the topic's first message): the time a client with
-  nothing to recover takes, in the same conditions.
+  nothing to recover takes, in the same conditions;
+- service: a FastAPI application on ``topic_lifespan(TopicRuntime(...))`` (in this process,
+  called through httpx's ASGI transport), whose route writes the request body with
+  ``write_with_ack`` within one second and answers 503 otherwise: the first 200 after the return,
+  asking every 50 ms (only when fastapi and httpx are installed).
 
 The outage column is the time from the kill until the server listened again (the requested
 outage plus the server's start-up). Each figure is in seconds; ``--rounds`` repeats every outage
@@ -60,6 +64,55 @@ class Row:
     describe: float | None
     fresh_ack: float | None
     fresh_read: float | None
+    service: float | None = None
+
+
+class Service:
+    """A FastAPI application whose ``POST /events`` writes the body and answers 200 once it is
+    acknowledged, 503 when that takes longer than a second."""
+
+    def __init__(self, endpoint: str, topic: str) -> None:
+        import httpx
+        from fastapi import Body, FastAPI, Response
+
+        from ydb_topic_async.integrations.fastapi import TopicRuntime, WriterSpec, topic_lifespan
+
+        self.runtime = TopicRuntime(endpoint, "/local", writers={"events": WriterSpec(topic, producer_id="service")})
+        app = FastAPI(lifespan=topic_lifespan(self.runtime))
+        self._lifespan = topic_lifespan(self.runtime)(app)
+
+        @app.post("/events")
+        async def publish(body: bytes = Body()) -> Response:
+            try:
+                await asyncio.wait_for(self.runtime.writer("events").write_with_ack(body), 1.0)
+            except Exception:  # unavailable, for whatever reason: the answer is the measurement
+                return Response(status_code=503)
+            return Response(status_code=200)
+
+        self.client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://service")
+
+    async def __aenter__(self) -> Service:
+        await self._lifespan.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.client.aclose()
+        await self._lifespan.__aexit__(None, None, None)
+
+    async def status(self) -> int:
+        return (await self.client.post("/events", content=b"event")).status_code
+
+    async def until_ok(self) -> None:
+        """Ask every 50 ms until the answer is 200 (as a client retrying would)."""
+        while await self.status() != 200:  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+
+
+def _service(endpoint: str, topic: str) -> contextlib.AbstractAsyncContextManager[Service | None]:
+    try:
+        return Service(endpoint, topic)
+    except ImportError:
+        return contextlib.nullcontext()
 
 
 async def _timed(since: float, awaitable: Awaitable[Any]) -> float | None:
@@ -78,6 +131,10 @@ async def _until(condition: Callable[[], bool]) -> None:
         await asyncio.sleep(0.005)
 
 
+async def _nothing() -> None:
+    return None
+
+
 async def _fresh_ack(endpoint: str, topic: str) -> None:
     async with yta.Driver(endpoint, "/local") as driver, driver.topic.writer(topic, producer_id="fresh") as writer:
         await writer.write_with_ack(b"fresh")
@@ -94,7 +151,9 @@ async def one_outage(server: ServerProcess, endpoint: str, outage: float, name: 
         await driver.topic.create_topic(name, consumers=[CONSUMER, FRESH_CONSUMER])
         writer = driver.topic.writer(name, producer_id="recovery")
         reader = driver.topic.reader(name, consumer=CONSUMER)
-        async with writer, reader:
+        async with writer, reader, _service(endpoint, name) as service:
+            if service is not None:
+                assert await service.status() == 200
             await asyncio.wait_for(writer.write_with_ack(b"before"), 30)
             batch = await reader.receive_batch(timeout=30)
             await reader.commit_with_ack(batch, timeout=30)
@@ -118,6 +177,7 @@ async def one_outage(server: ServerProcess, endpoint: str, outage: float, name: 
                     _timed(back, driver.topic.describe_topic(name)),
                     _timed(back, _fresh_ack(endpoint, name)),
                     _timed(back, _fresh_read(endpoint, name)),
+                    _timed(back, service.until_ok()) if service is not None else _nothing(),
                 )
             finally:
                 for task in (ack, read):
@@ -134,13 +194,16 @@ def _cell(value: float | None) -> str:
 
 
 def table(rows: list[Row]) -> str:
+    service = any(r.service is not None for r in rows)
     lines = [
         "| outage (s) | first ack | first read | reader connected | describe | fresh driver: first ack"
-        " | fresh driver: first read |",
-        "|---:|---:|---:|---:|---:|---:|---:|",
+        " | fresh driver: first read |" + (" service |" if service else ""),
+        "|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if service else ""),
     ]
     for r in rows:
         cells = [r.first_ack, r.first_read, r.reader_connected, r.describe, r.fresh_ack, r.fresh_read]
+        if service:
+            cells.append(r.service)
         lines.append(f"| {r.outage:.1f} | " + " | ".join(_cell(c) for c in cells) + " |")
     return "\n".join(lines)
 
