@@ -12,17 +12,15 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-import grpc
-import grpc.aio
 import pytest
-from google.protobuf import any_pb2
 
 import ydb_topic_async as yta
 from ydb_topic_async._credentials import token_expiry
 from ydb_topic_async._driver import Endpoint, parse_connection_string
-from ydb_topic_async._proto import ydb_discovery_pb2, ydb_operation_pb2, ydb_status_codes_pb2
+from ydb_topic_async._proto import ydb_status_codes_pb2
 from ydb_topic_async.testing import LocalTopicServer
 
+from ._discovery import DiscoveryServer, ListedNode, discovery_server
 from ._helpers import stored_data
 
 
@@ -59,58 +57,17 @@ def test_ipv6_target_is_bracketed() -> None:
     assert Endpoint("::1", 2136).target == "[::1]:2136"
 
 
-class RecordingDiscovery:
-    """A real gRPC server with only ``ListEndpoints``, recording the headers of every call."""
-
-    def __init__(
-        self,
-        endpoints: list[tuple[str, int]] | None = None,
-        status: ydb_status_codes_pb2.StatusIds.StatusCode | None = None,
-    ) -> None:
-        self.calls: list[dict[str, str]] = []
-        self.endpoints = endpoints
-        self.status = status or ydb_status_codes_pb2.StatusIds.SUCCESS
-        self.server = grpc.aio.server()
-        handler = grpc.method_handlers_generic_handler(
-            "Ydb.Discovery.V1.DiscoveryService",
-            {
-                "ListEndpoints": grpc.unary_unary_rpc_method_handler(
-                    self._list,
-                    request_deserializer=ydb_discovery_pb2.ListEndpointsRequest.FromString,
-                    response_serializer=ydb_discovery_pb2.ListEndpointsResponse.SerializeToString,
-                )
-            },
-        )
-        self.server.add_generic_rpc_handlers((handler,))
-        self.port = self.server.add_insecure_port("127.0.0.1:0")
-
-    async def _list(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-        self.calls.append({k: v for k, v in context.invocation_metadata() or ()})
-        result = ydb_discovery_pb2.ListEndpointsResult()
-        for host, port in self.endpoints or [("127.0.0.1", self.port)]:
-            result.endpoints.add(address=host, port=port)
-        packed = any_pb2.Any()
-        packed.Pack(result)
-        return ydb_discovery_pb2.ListEndpointsResponse(
-            operation=ydb_operation_pb2.Operation(ready=True, status=self.status, result=packed)
-        )
-
-
 @pytest.fixture
-async def discovery_server() -> AsyncIterator[RecordingDiscovery]:
-    srv = RecordingDiscovery()
-    await srv.server.start()
-    yield srv
-    await srv.server.stop(None)
+async def discovery() -> AsyncIterator[DiscoveryServer]:
+    async with discovery_server() as srv:
+        yield srv
 
 
-async def test_headers_are_sent(discovery_server: RecordingDiscovery) -> None:
+async def test_headers_are_sent(discovery: DiscoveryServer) -> None:
     creds = yta.AccessTokenCredentials("secret-token")
-    async with yta.Driver(
-        f"grpc://127.0.0.1:{discovery_server.port}", "/local", creds, application_name="billing"
-    ) as driver:
+    async with yta.Driver(discovery.endpoint, "/local", creds, application_name="billing") as driver:
         await driver.wait_ready(timeout=5)
-    headers = discovery_server.calls[-1]
+    headers = discovery.calls[-1]
     assert headers["x-ydb-database"] == "/local"
     assert headers["x-ydb-auth-ticket"] == "secret-token"
     assert headers["x-ydb-application-name"] == "billing"
@@ -119,23 +76,15 @@ async def test_headers_are_sent(discovery_server: RecordingDiscovery) -> None:
 
 
 async def test_discovery_replaces_endpoints_and_falls_back() -> None:
-    srv = RecordingDiscovery(endpoints=[("localhost", 1), ("localhost", 2)])
-    await srv.server.start()
-    try:
-        async with yta.Driver(f"grpc://127.0.0.1:{srv.port}", "/local") as driver:
-            await driver.wait_ready(timeout=5)
-            assert driver.endpoints == ["grpc://localhost:1", "grpc://localhost:2"]
-        failing = RecordingDiscovery(status=ydb_status_codes_pb2.StatusIds.UNAVAILABLE)
-        await failing.server.start()
-        try:
-            async with yta.Driver(f"grpc://127.0.0.1:{failing.port}", "/local") as driver:
-                with pytest.raises(yta.OperationTimeoutError, match="UNAVAILABLE"):
-                    await driver.wait_ready(timeout=0.5)  # the answer keeps being UNAVAILABLE
-                assert driver.endpoints == [f"grpc://127.0.0.1:{failing.port}"]
-        finally:
-            await failing.server.stop(None)
-    finally:
-        await srv.server.stop(None)
+    nodes = [ListedNode("localhost", 1), ListedNode("localhost", 2)]
+    async with discovery_server(nodes) as srv, yta.Driver(srv.endpoint, "/local") as driver:
+        await driver.wait_ready(timeout=5)
+        assert driver.endpoints == ["grpc://localhost:1", "grpc://localhost:2"]
+    unavailable = ydb_status_codes_pb2.StatusIds.UNAVAILABLE
+    async with discovery_server(status=unavailable) as failing, yta.Driver(failing.endpoint, "/local") as driver:
+        with pytest.raises(yta.OperationTimeoutError, match="UNAVAILABLE"):
+            await driver.wait_ready(timeout=0.5)  # the answer keeps being UNAVAILABLE
+        assert driver.endpoints == [failing.endpoint]
 
 
 def _free_port() -> int:

@@ -42,7 +42,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "policies: retry, credentials, observability hooks",
         ("_retry", "_credentials", "observability.metrics", "observability.tracing", "observability"),
     ),
-    ("transport", ("_transport",)),
+    ("transport: endpoint choice, then channels and calls", ("_balancer", "_transport")),
     ("stream wrapper", ("_stream",)),
     ("client context", ("_context",)),
     (

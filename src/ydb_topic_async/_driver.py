@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
+from ._balancer import Endpoint
 from ._context import ClientContext
 from ._credentials import AnonymousCredentials, Credentials, connection_from_env, credentials_from_env
 from ._errors import ClosedError, InvalidArgumentError
@@ -19,7 +20,6 @@ from ._transport import (
     DEFAULT_KEEPALIVE_INTERVAL,
     DEFAULT_KEEPALIVE_TIMEOUT,
     MIN_SAFE_KEEPALIVE_INTERVAL,
-    Endpoint,
     Transport,
     parse_connection_string,
 )
@@ -82,15 +82,33 @@ class Driver:
         private_key: The client certificate's PEM private key.
         application_name: Sent to the server with every call (``x-ydb-application-name``).
         discovery: Ask the endpoint for the cluster's nodes (``ListEndpoints``) in the
-            background and spread new streams across them (default ``True``); until the first
-            answer, and whenever discovery fails, the given endpoint is used.
+            background and spread new calls and streams across them (default ``True``); until
+            the first answer, and whenever discovery fails, the given endpoint is used. A node
+            whose calls fail with transport errors (unreachable, connection refused or reset,
+            no connection within a call's deadline) is left out of new calls and streams until
+            the next discovery lists it or a call to it succeeds; when more than half of the
+            nodes are left out, discovery runs again at once.
         discovery_interval: Seconds between discoveries (default 60).
+        location: The client's own location (data centre), as discovery names the nodes'
+            locations (``"dc1"``): new calls and streams go to the nodes there, and to the
+            others only while none there is healthy. ``None`` (the default): no preference,
+            every node takes turns.
+        detect_location: Find the client's location at each discovery instead of giving it:
+            the location whose node accepts a TCP connection first (up to 3 nodes of each
+            location race, for at most 4 seconds), or the location the discovery answer
+            reports for the client (``self_location``) when none connects. Default ``False``;
+            not together with ``location``.
         retry: The retry policy of unary calls (topic administration, transactions), and of
             writers' and readers' reconnects. By default unary calls use ``RetryPolicy()`` (a
-            60-second budget, never past a call's ``timeout``) and writers and readers
-            reconnect for as long as they are open; a policy given here replaces both
-            (``driver.retry``, ``driver.stream_retry``).
-        max_message_size: The largest gRPC message sent or received, in bytes.
+            60-second budget that bounds every call without a ``timeout``, never past a call's
+            ``timeout``) and writers and readers reconnect for as long as they are open; a
+            policy given here replaces both (``driver.retry``, ``driver.stream_retry``). Its
+            backoff for transient failures also paces reconnecting: a channel whose server
+            went away is replaced when a call fails on it, so the next attempt connects at
+            once, and gRPC's own reconnect backoff is capped at the policy's.
+        max_message_size: The largest gRPC message sent or received, in bytes (default
+            64,000,000, YDB's own limit): writers refuse a message that cannot fit in one
+            request under it with ``MessageTooLargeError`` at the call.
         channel_options: Extra gRPC channel arguments; they override the driver's own.
         keepalive_interval: Seconds between HTTP/2 pings on a connection with open calls
             (``None`` switches them off). A ping unanswered for ``keepalive_timeout`` seconds
@@ -121,6 +139,8 @@ class Driver:
         application_name: str | None = None,
         discovery: bool = True,
         discovery_interval: float = 60.0,
+        location: str | None = None,
+        detect_location: bool = False,
         retry: RetryPolicy | None = None,
         max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
         channel_options: Sequence[tuple[str, Any]] = (),
@@ -163,6 +183,8 @@ class Driver:
             keepalive_interval=keepalive_interval,
             keepalive_timeout=keepalive_timeout,
             on_retry=recorder.retry if recorder is not None else None,
+            location=location,
+            detect_location=detect_location,
         )
         self.database = self._transport.database
         self.credentials: Credentials = self._transport.credentials
@@ -235,8 +257,22 @@ class Driver:
 
     @property
     def endpoints(self) -> list[str]:
-        """The endpoints new streams are spread across (discovered, or the given one)."""
+        """The endpoints new calls and streams are spread across (discovered, or the given
+        one), those that are failing included."""
         return [str(e) for e in self._transport.endpoints]
+
+    @property
+    def failing_endpoints(self) -> list[str]:
+        """The endpoints left out of new calls and streams because their calls failed with
+        transport errors (until the next discovery lists them, or a call to one succeeds)."""
+        pessimized = self._transport.balancer.pessimized
+        return [str(e) for e in self._transport.endpoints if e in pessimized]
+
+    @property
+    def location(self) -> str | None:
+        """The location whose nodes new calls and streams prefer (given, or detected at the
+        latest discovery), or None."""
+        return self._transport.balancer.location
 
     async def __aenter__(self) -> Driver:
         await self.open()

@@ -6,8 +6,10 @@ adds a trace context to a message's metadata) and the driver (which sizes its ch
 
 from __future__ import annotations
 
-DEFAULT_MAX_MESSAGE_SIZE = 64 * 1024 * 1024
-"""gRPC send/receive limit set on every channel; topic write requests stay below it."""
+DEFAULT_MAX_MESSAGE_SIZE = 64_000_000
+"""gRPC send/receive limit set on every channel; topic write requests stay below it. It is YDB's
+own gRPC limit (``DEFAULT_GRPC_MESSAGE_SIZE_LIMIT``, 64,000,000 bytes, not 64 MiB), so a message
+too large for the server is refused at the call that gave it, not by the server."""
 
 MIN_MAX_MESSAGE_SIZE = 1024
 """The smallest ``max_message_size`` (and ``max_request_size``) a driver (a writer) accepts."""

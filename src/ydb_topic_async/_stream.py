@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -41,7 +42,7 @@ from ._retry import RetryPolicy, RetryState, as_ydb_error
 if TYPE_CHECKING:
     from google.protobuf.message import Message
 
-    from ._transport import Transport
+    from ._transport import Route, Transport
 
 RequestT = TypeVar("RequestT", bound="Message")
 ResponseT = TypeVar("ResponseT", bound="Message")
@@ -88,15 +89,20 @@ class BidiStream(Generic[RequestT, ResponseT]):
     Reads and writes raise ``YdbTopicError``s only: a gRPC failure becomes its
     ``TransportError``, a response with a non-success YDB status its ``ServerError``, the end of
     the stream (or a write after it) the status the server ended it with. One task may read
-    while another writes; ``close`` cancels the call.
+    while another writes; ``close`` cancels the call. ``on_failure`` is told about every gRPC
+    failure of the call (the transport pessimizes a node that fails).
     """
 
-    __slots__ = ("_call", "method")
+    __slots__ = ("_call", "_on_failure", "method")
 
     def __init__(
-        self, call: grpc.aio.StreamStreamCall[RequestT, ResponseT], method: StreamMethod[RequestT, ResponseT]
+        self,
+        call: grpc.aio.StreamStreamCall[RequestT, ResponseT],
+        method: StreamMethod[RequestT, ResponseT],
+        on_failure: Callable[[Exception], None] | None = None,
     ) -> None:
         self._call: grpc.aio.StreamStreamCall[RequestT, ResponseT] | None = call
+        self._on_failure = on_failure
         self.method = method
 
     @classmethod
@@ -120,12 +126,14 @@ class BidiStream(Generic[RequestT, ResponseT]):
         response class.
         """
         opened: list[BidiStream[RequestT, ResponseT]] = []
+        routes: list[Route] = []
 
         async def handshake() -> ResponseT:
-            call = await transport.open_stream(
+            call, route = await transport.open_stream(
                 method.path, method.request_cls, method.response_cls, node_id=node_id, deserializer=deserializer
             )
-            stream = BidiStream(call, method)
+            routes.append(route)
+            stream = BidiStream(call, method, functools.partial(transport.call_failed, route))
             opened.append(stream)
             await stream.write(init_request)
             return await stream.read()
@@ -135,14 +143,16 @@ class BidiStream(Generic[RequestT, ResponseT]):
         except TimeoutError:
             for stream in opened:
                 stream.close()
-            raise DeadlineExceededError(
-                f"the server did not answer the {method.name} handshake within {timeout}s"
-            ) from None
+            error = DeadlineExceededError(f"the server did not answer the {method.name} handshake within {timeout}s")
+            for route in routes:
+                transport.call_failed(route, error)  # a node still not connected is pessimized
+            raise error from None
         except BaseException:
             for stream in opened:
                 stream.close()
             raise
         stream = opened[0]
+        transport.call_succeeded(routes[0])
         kind = response.WhichOneof("server_message")
         if kind != expect:
             stream.close()
@@ -164,7 +174,7 @@ class BidiStream(Generic[RequestT, ResponseT]):
             await call.write(request)
             return
         except grpc.RpcError as exc:
-            error: Exception = error_from_grpc(exc)
+            error: Exception = self._failed(error_from_grpc(exc))
         except asyncio.InvalidStateError:  # the call has already ended
             error = await self._end_error(call)
         except asyncio.CancelledError as exc:
@@ -182,7 +192,7 @@ class BidiStream(Generic[RequestT, ResponseT]):
         try:
             response: ResponseT = await call.read()
         except grpc.RpcError as exc:
-            error: Exception = error_from_grpc(exc)
+            error: Exception = self._failed(error_from_grpc(exc))
         except asyncio.CancelledError as exc:
             release_frames(exc)
             del call
@@ -203,7 +213,12 @@ class BidiStream(Generic[RequestT, ResponseT]):
         code = await call.code()
         if code is None or code == grpc.StatusCode.OK:
             return ConnectionLostError(f"the server ended the {self.method.name}")
-        return error_from_code(code, await call.details())
+        return self._failed(error_from_code(code, await call.details()))
+
+    def _failed(self, error: Exception) -> Exception:
+        if self._on_failure is not None:
+            self._on_failure(error)
+        return error
 
     def _closed_error(self) -> Exception:
         return ConnectionLostError(f"the {self.method.name} was closed")

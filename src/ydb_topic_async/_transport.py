@@ -4,14 +4,24 @@ total deadline across retries, and opening streams.
 Everything that talks to the network goes through one ``Transport`` (a ``Driver`` owns it):
 topic administration, writers and readers, query sessions and transactions, and the login of
 ``StaticCredentials``. Options are checked once, here, when it is made.
+
+Which endpoint each new call or stream takes is the ``Balancer``'s choice (``_balancer``): the
+transport tells it what discovery found and which calls failed with transport errors, and
+rediscovers at once when it reports that most nodes are failing. Reconnecting follows the SDK's
+retry policy rather than gRPC's own reconnect backoff (which grows to two minutes): a channel
+whose connection attempts failed (TRANSIENT_FAILURE, where gRPC waits out its backoff and
+cannot be told to try now) is replaced by a fresh one after a call fails on it, so the next
+attempt, whenever the policy makes it, really connects.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
+import functools
+import logging
 import math
+import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -20,6 +30,7 @@ from urllib.parse import parse_qs, urlsplit
 import grpc
 import grpc.aio
 
+from ._balancer import DETECT_TIMEOUT, Balancer, Endpoint, Node, nearest_location
 from ._credentials import Credentials, bind_credentials, fetch_token, unbind_credentials
 from ._errors import (
     ClosedError,
@@ -36,7 +47,7 @@ from ._errors import (
 from ._futures import release_frames, run_within, wait_within
 from ._limits import DEFAULT_MAX_MESSAGE_SIZE, MIN_MAX_MESSAGE_SIZE
 from ._proto import ydb_auth_pb2, ydb_discovery_pb2
-from ._retry import DEFAULT_RETRY, RetryPolicy, retry_call
+from ._retry import DEFAULT_RETRY, BackoffSchedule, RetryPolicy, retry_call
 from ._version import __version__
 from .observability.logging import register_secret, sdk_logger
 
@@ -68,6 +79,12 @@ SETTLE_QUIET = 0.1
 stops once none arrived for this long (the remaining ones belong to calls still running)."""
 SETTLE_LIMIT = 1.0
 """At most this long in all."""
+REDISCOVERY_GAP = 1.0
+"""An early rediscovery (most nodes failing) starts at least this long after the previous round."""
+DISCOVERY_RETRY = BackoffSchedule(base=1.0, cap=10.0, floor=0.5)
+"""Delays before repeating a discovery round that failed (never longer than the interval)."""
+MIN_GRPC_BACKOFF_MS = 100
+"""gRPC's floor for its reconnect backoff options: smaller values are raised to it."""
 
 _SDK_BUILD_INFO = f"ydb-topic-async/{__version__}"
 _TLS_CLOSED = "Socket closed"
@@ -76,22 +93,40 @@ _MTLS_HINT = (
     " certificate_chain and private_key, or set YDB_CLIENT_CERT_FILE and YDB_CLIENT_CERT_KEY_FILE)"
 )
 
+_READY = grpc.ChannelConnectivity.READY
+_FAILED_TO_CONNECT = grpc.ChannelConnectivity.TRANSIENT_FAILURE
+_NODE_FAILURES = frozenset((grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED))
+"""Transport failures that say the node, not the request, is at fault: it cannot be reached, its
+connection broke, or (DEADLINE_EXCEEDED while the channel is not connected) connecting to it
+outlasted the call."""
 
-@dataclass(frozen=True)
-class Endpoint:
-    """One server address, with the TLS flag."""
 
-    host: str
-    port: int
-    secure: bool = False
+class _Channel:
+    """One endpoint's gRPC channel and the calls running on it.
+
+    A channel replaced after its connection attempts failed is *retired*: no new call uses it,
+    and it is closed once its last call has ended (a call created on it an instant before,
+    whose start gRPC has not processed yet, would otherwise be left waiting on a closed channel).
+    """
+
+    __slots__ = ("calls", "channel", "retired")
+
+    def __init__(self, channel: grpc.aio.Channel) -> None:
+        self.channel = channel
+        self.calls = 0
+        self.retired = False
+
+
+@dataclass(frozen=True, eq=False)
+class Route:
+    """Where one call went: its endpoint and the channel it used (to report how it went)."""
+
+    endpoint: Endpoint
+    slot: _Channel
 
     @property
-    def target(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host and not self.host.startswith("[") else self.host
-        return f"{host}:{self.port}"
-
-    def __str__(self) -> str:
-        return f"{'grpcs' if self.secure else 'grpc'}://{self.target}"
+    def channel(self) -> grpc.aio.Channel:
+        return self.slot.channel
 
 
 def parse_connection_string(value: str) -> tuple[Endpoint, str | None]:
@@ -157,6 +192,15 @@ def keepalive_options(interval: float | None, timeout: float) -> dict[str, int]:
     }
 
 
+def reconnect_backoff_options(policy: RetryPolicy) -> dict[str, int]:
+    """gRPC channel arguments that make a channel's own reconnect attempts follow ``policy``'s
+    backoff for transient failures (gRPC's defaults start at 1 s and grow 1.6 times up to 120 s)."""
+    return {
+        "grpc.initial_reconnect_backoff_ms": max(MIN_GRPC_BACKOFF_MS, round(policy.fast.base * 1000)),
+        "grpc.max_reconnect_backoff_ms": max(MIN_GRPC_BACKOFF_MS, round(policy.fast.cap * 1000)),
+    }
+
+
 def _positive_seconds(value: object, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) or not value > 0:
         raise InvalidArgumentError(f"{what} must be a positive number of seconds, got {value!r}")
@@ -190,8 +234,10 @@ def status_result(response: R) -> R:
 class Transport:
     """Connection to one YDB database: channels, discovery, headers, unary calls and streams.
 
-    ``retry`` is the policy of unary calls that are not given one. ``on_retry(method, error)``
-    is told about every unary retry (for metrics).
+    ``retry`` is the policy of unary calls that are not given one; its backoff for transient
+    failures also paces the channels' reconnects. ``on_retry(method, error)`` is told about every
+    unary retry (for metrics). ``location`` is the client's own location, whose nodes new calls
+    prefer; ``detect_location`` finds it at each discovery instead (see ``Driver``).
     """
 
     def __init__(
@@ -212,6 +258,8 @@ class Transport:
         keepalive_interval: float | None = DEFAULT_KEEPALIVE_INTERVAL,
         keepalive_timeout: float = DEFAULT_KEEPALIVE_TIMEOUT,
         on_retry: Callable[[str, BaseException], None] | None = None,
+        location: str | None = None,
+        detect_location: bool = False,
     ) -> None:
         if isinstance(endpoint, Endpoint):
             parsed_endpoint, parsed_db = endpoint, None
@@ -244,6 +292,12 @@ class Transport:
                 raise InvalidArgumentError(f"application_name must be a string, got {application_name!r}")
             if not application_name.isascii() or not application_name.isprintable():
                 raise InvalidArgumentError(f"application_name must be printable ASCII, got {application_name!r}")
+        if location is not None and (not isinstance(location, str) or not location):
+            raise InvalidArgumentError(f"location must be a non-empty string or None, got {location!r}")
+        if not isinstance(detect_location, bool):
+            raise InvalidArgumentError(f"detect_location must be True or False, got {detect_location!r}")
+        if location is not None and detect_location:
+            raise InvalidArgumentError("give location or detect_location=True, not both")
         if keepalive_interval is not None and keepalive_interval < MIN_SAFE_KEEPALIVE_INTERVAL:
             logger.warning(
                 "keepalive_interval=%ss is below %ss: a real YDB cluster may refuse pings this frequent"
@@ -269,16 +323,23 @@ class Transport:
             # process-wide, and closing one driver could break, or keep alive, another's calls.
             "grpc.use_local_subchannel_pool": 1,
             **keepalive_options(keepalive_interval, keepalive_timeout),
+            **reconnect_backoff_options(retry),
         }
         options.update(dict(channel_options))
         self._channel_options = list(options.items())
-        self._channels: dict[Endpoint, grpc.aio.Channel] = {}
-        self._active: list[Endpoint] = [self.endpoint]
-        self._node_endpoints: dict[int, Endpoint] = {}
-        """Discovered endpoints by YDB node id, for calls that must reach one node."""
-        self._round_robin = itertools.count()
+        self._channels: dict[Endpoint, _Channel] = {}
+        self.balancer = Balancer(self.endpoint, location=location)
+        """Which endpoint each new call and stream takes (discovered nodes, pessimization, locality)."""
+        self._detect_location = detect_location
+        self._retired: set[_Channel] = set()
+        """Replaced channels with calls still running (closed when the last one ends)."""
+        self._closing: set[asyncio.Task[None]] = set()
+        """Replaced channels being closed (``close`` waits for them)."""
         self._discovery_task: asyncio.Task[None] | None = None
         self._stop_discovery = asyncio.Event()
+        self._wake_discovery = asyncio.Event()
+        self.discovery_rounds = 0
+        """Background discovery rounds finished so far, answered or not."""
         self._last_token: str | None = None
         self._closed = False
         bind_credentials(credentials, self, self._login)
@@ -293,8 +354,9 @@ class Transport:
 
     @property
     def endpoints(self) -> list[Endpoint]:
-        """The endpoints new calls are spread across (discovered, or the given one)."""
-        return list(self._active)
+        """The endpoints new calls are spread across (discovered, or the given one); the
+        pessimized ones among them are skipped while others are healthy."""
+        return self.balancer.endpoints
 
     @property
     def closed(self) -> bool:
@@ -324,22 +386,26 @@ class Transport:
             # A ListEndpoints call cancelled in flight would have its last event delivered after
             # this returns (see settle_cancelled_calls): let it finish, unless it takes too long.
             self._stop_discovery.set()
+            self._wake_discovery.set()
             if not await run_within(asyncio.shield(task), DISCOVERY_CLOSE_GRACE):
                 task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         # Channels must be closed while their event loop runs: a call freed later (after
         # asyncio.run returned) would hand its last gRPC events to a closed loop.
-        channels, self._channels = list(self._channels.values()), {}
+        channels = [slot.channel for slot in (*self._channels.values(), *self._retired)]
+        self._channels, self._retired = {}, set()
         while channels:
             await channels.pop().close()
+        while self._closing:
+            await asyncio.wait(set(self._closing))
         await settle_cancelled_calls()
 
     # --- channels and headers -------------------------------------------------------------
 
-    def _channel_for(self, endpoint: Endpoint) -> grpc.aio.Channel:
-        channel = self._channels.get(endpoint)
-        if channel is None:
+    def _channel_for(self, endpoint: Endpoint) -> _Channel:
+        slot = self._channels.get(endpoint)
+        if slot is None:
             if endpoint.secure:
                 creds = grpc.ssl_channel_credentials(
                     root_certificates=self._root_certificates,
@@ -349,19 +415,75 @@ class Transport:
                 channel = grpc.aio.secure_channel(endpoint.target, creds, options=self._channel_options)
             else:
                 channel = grpc.aio.insecure_channel(endpoint.target, options=self._channel_options)
-            self._channels[endpoint] = channel
-        return channel
+            slot = self._channels[endpoint] = _Channel(channel)
+        return slot
 
-    def _channel(self, endpoint: Endpoint | None = None, node_id: int | None = None) -> grpc.aio.Channel:
-        """The channel of ``endpoint``, of node ``node_id`` when discovery knows it, or the next
-        active endpoint's (round robin)."""
+    def _started(self, route: Route, call: grpc.aio.Call) -> None:
+        """Count ``call`` on its channel until it ends (a retired channel closes after its last)."""
+        slot = route.slot
+        slot.calls += 1
+        call.add_done_callback(functools.partial(self._ended, slot))
+
+    def _ended(self, slot: _Channel, call: object) -> None:
+        slot.calls -= 1
+        if slot.retired and not slot.calls:
+            self._close_retired(slot)
+
+    def _retire(self, endpoint: Endpoint) -> None:
+        """New calls to ``endpoint`` get a new channel; the current one closes after its last call."""
+        slot = self._channels.pop(endpoint, None)
+        if slot is not None:
+            slot.retired = True
+            self._retired.add(slot)
+            if not slot.calls:
+                self._close_retired(slot)
+
+    def _close_retired(self, slot: _Channel) -> None:
+        if slot not in self._retired:
+            return  # the transport closed it already
+        self._retired.discard(slot)
+        task = asyncio.get_running_loop().create_task(slot.channel.close(), name="ydb-topic-async closing a channel")
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    def _route(self, endpoint: Endpoint | None = None, node_id: int | None = None) -> Route:
+        """Where a new call goes: ``endpoint``, node ``node_id`` when discovery knows it, or the
+        balancer's choice."""
         self.check_open()
         if endpoint is None and node_id is not None:
-            endpoint = self._node_endpoints.get(node_id)
+            endpoint = self.balancer.for_node(node_id)
         if endpoint is None:
-            active = self._active or [self.endpoint]
-            endpoint = active[next(self._round_robin) % len(active)]
-        return self._channel_for(endpoint)
+            endpoint = self.balancer.choose()
+        return Route(endpoint, self._channel_for(endpoint))
+
+    def call_failed(self, route: Route, error: BaseException) -> None:
+        """A call on ``route`` failed with ``error``: a transport failure that puts the node at
+        fault pessimizes it (the balancer stops choosing it), and a channel whose connection
+        attempts failed is replaced, so that the next call connects at once instead of when
+        gRPC's reconnect backoff ends."""
+        if self._closed or not isinstance(error, TransportError) or error.code not in _NODE_FAILURES:
+            return
+        slot = route.slot
+        state = slot.channel.get_state()
+        if error.code == grpc.StatusCode.DEADLINE_EXCEEDED and state is _READY:
+            return  # connected and slow to answer: the call's own deadline, not the node's fault
+        if self.balancer.pessimize(route.endpoint):
+            nodes = len(self.balancer.nodes)
+            logger.log(
+                logging.INFO if nodes > 1 else logging.DEBUG,
+                "most endpoints are failing (%s of %s): rediscovering now", len(self.balancer.pessimized), nodes,
+            )
+            self._wake_discovery.set()
+        if state is _FAILED_TO_CONNECT and self._channels.get(route.endpoint) is slot:
+            # New calls get a fresh channel, which connects at once; the calls on this one fail
+            # (it is not connected, and they do not wait for it to be), and then it is closed.
+            self._retire(route.endpoint)
+
+    def call_succeeded(self, route: Route) -> None:
+        """A call on ``route`` succeeded (a unary answer, a stream's handshake): its endpoint
+        is chosen again if it was pessimized."""
+        if self.balancer.is_pessimized(route.endpoint):
+            self.balancer.restore(route.endpoint)
 
     @property
     def current_token(self) -> str | None:
@@ -408,42 +530,64 @@ class Transport:
         ``path`` is the full method path (``/Ydb.Topic.V1.TopicService/DescribeTopic``);
         ``parse`` raises the ``ServerError`` of a non-success status. ``timeout`` bounds the whole
         call, retries, backoff and token fetching included: when it passes, the call raises
-        ``OperationTimeoutError`` (naming the last failure, if any).
+        ``OperationTimeoutError`` (naming the last failure, if any). Without a ``timeout`` the
+        policy's ``max_elapsed`` bounds the whole call the same way, an attempt that never gets
+        an answer included (a policy without one that still limits its attempts, such as
+        ``RetryPolicy.no_retries()``, gets the transport's policy's, or 60 s); only a policy
+        that retries forever leaves the call unbounded.
         """
         self.check_open()
         method = path.rsplit("/", 1)[-1]
+        policy = retry or self.retry
+        bound, by_budget = self._call_bound(timeout, policy)
         loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + timeout
+        deadline = None if bound is None else loop.time() + bound
         last: BaseException | None = None
 
         async def attempt() -> R:
             remaining = None if deadline is None else deadline - loop.time()
+            routes: list[Route] = []
             try:
                 if remaining is not None and remaining <= 0:
                     raise TimeoutError
                 response = await wait_within(
-                    self._unary_attempt(path, request, response_cls, remaining, with_token, endpoint), remaining
+                    self._unary_attempt(path, request, response_cls, remaining, with_token, endpoint, routes),
+                    remaining,
                 )
                 return parse(response)
             except DeadlineExceededError as exc:
                 if remaining is not None:
-                    raise _timed_out(method, timeout, exc) from exc  # gRPC applied our deadline
+                    raise _timed_out(method, bound, by_budget, exc) from exc  # gRPC applied our deadline
                 raise
             except YdbTopicError:
                 raise
             except TimeoutError:  # wait_within's: the deadline passed during an attempt
-                raise _timed_out(method, timeout, last) from last
+                if routes:
+                    self.call_failed(routes[0], DeadlineExceededError("the call's deadline passed"))
+                raise _timed_out(method, bound, by_budget, last) from last
 
         def before_retry(error: BaseException, delay: float) -> None:
             nonlocal last
             if deadline is not None and loop.time() + delay >= deadline:
-                raise _timed_out(method, timeout, error) from error
+                raise _timed_out(method, bound, by_budget, error) from error
             last = error
             logger.debug("retrying %s in %.3fs after %r", method, delay, error)
             if self._on_retry is not None:
                 self._on_retry(method, error)
 
-        return await retry_call(attempt, retry or self.retry, idempotent=idempotent, on_retry=before_retry)
+        return await retry_call(attempt, policy, idempotent=idempotent, on_retry=before_retry)
+
+    def _call_bound(self, timeout: float | None, policy: RetryPolicy) -> tuple[float | None, bool]:
+        """How long a unary call may take in all, and whether that is a retry budget (not the
+        caller's ``timeout``)."""
+        if timeout is not None:
+            return timeout, False
+        if policy.max_elapsed is not None:
+            return policy.max_elapsed, True
+        if policy.max_attempts is not None:  # a few attempts, each of which could wait forever
+            budget = self.retry.max_elapsed if self.retry.max_elapsed is not None else DEFAULT_RETRY.max_elapsed
+            return budget, True
+        return None, False
 
     async def _unary_attempt(
         self,
@@ -453,20 +597,29 @@ class Transport:
         timeout: float | None,
         with_token: bool,
         endpoint: Endpoint | None,
+        routes: list[Route],
     ) -> Any:
         metadata = await self.metadata(with_token=with_token)
-        method = self._channel(endpoint).unary_unary(
+        route = self._route(endpoint)
+        routes.append(route)
+        method = route.channel.unary_unary(
             path,
             request_serializer=type(request).SerializeToString,
             response_deserializer=response_cls.FromString,
         )
+        call = method(request, metadata=metadata, timeout=timeout)
+        self._started(route, call)
         try:
-            return await method(request, metadata=metadata, timeout=timeout)
+            response = await call
         except grpc.aio.AioRpcError as exc:
             error = self._explained(error_from_grpc(exc))
         except asyncio.CancelledError as exc:
             release_frames(exc)
             raise
+        else:
+            self.call_succeeded(route)
+            return response
+        self.call_failed(route, error)
         raise error  # outside the except block: the gRPC error (and its call) is not kept as context
 
     def _explained(self, error: TransportError) -> TransportError:
@@ -504,22 +657,26 @@ class Transport:
         *,
         node_id: int | None = None,
         deserializer: Callable[[bytes], Resp] | None = None,
-    ) -> grpc.aio.StreamStreamCall[Req, Resp]:
-        """Start a bidirectional stream with the YDB headers (see ``BidiStream``, which wraps it).
+    ) -> tuple[grpc.aio.StreamStreamCall[Req, Resp], Route]:
+        """Start a bidirectional stream with the YDB headers (see ``BidiStream``, which wraps it);
+        returns the call and its route, to report its failures and its handshake to
+        (``call_failed``, ``call_succeeded``).
 
-        With ``node_id``, the stream goes to that node's discovered endpoint (any endpoint when
-        the node is unknown: the cluster forwards it, only less efficiently). ``deserializer``
-        parses each response instead of ``response_cls.FromString``.
+        With ``node_id``, the stream goes to that node's discovered endpoint (the balancer's
+        choice when the node is unknown: the cluster forwards it, only less efficiently).
+        ``deserializer`` parses each response instead of ``response_cls.FromString``.
         """
         self.check_open()
         metadata = await self.metadata()
-        method = self._channel(node_id=node_id).stream_stream(
+        route = self._route(node_id=node_id)
+        method = route.channel.stream_stream(
             path,
             request_serializer=request_cls.SerializeToString,
             response_deserializer=deserializer or response_cls.FromString,
         )
         call: grpc.aio.StreamStreamCall[Req, Resp] = method(metadata=metadata)
-        return call
+        self._started(route, call)
+        return call, route
 
     async def open_server_stream(
         self, path: str, request: Message, response_cls: type[Message]
@@ -527,12 +684,14 @@ class Transport:
         """Start a server-streaming call with the YDB headers; the caller reads and cancels it."""
         self.check_open()
         metadata = await self.metadata()
-        method = self._channel().unary_stream(
+        route = self._route()
+        method = route.channel.unary_stream(
             path,
             request_serializer=type(request).SerializeToString,
             response_deserializer=response_cls.FromString,
         )
         call: grpc.aio.UnaryStreamCall[Any, Any] = method(request, metadata=metadata)
+        self._started(route, call)
         return call
 
     # --- auth and discovery -----------------------------------------------------------------
@@ -552,9 +711,11 @@ class Transport:
         register_secret(result.token)
         return result.token
 
-    async def discover(self, *, timeout: float | None, retry: RetryPolicy | None = None) -> None:
-        """Ask the given endpoint for the cluster's nodes and use them for new calls (with
-        discovery off, only check that it answers)."""
+    async def discover(
+        self, *, timeout: float | None, retry: RetryPolicy | None = None, endpoint: Endpoint | None = None
+    ) -> None:
+        """Ask the given endpoint (or ``endpoint``) for the cluster's nodes and use them for new
+        calls (with discovery off, only check that it answers)."""
         result = await self.call_operation(
             "/Ydb.Discovery.V1.DiscoveryService/ListEndpoints",
             ydb_discovery_pb2.ListEndpointsRequest(database=self.database),
@@ -563,45 +724,79 @@ class Transport:
             timeout=timeout,
             idempotent=True,
             retry=retry or RetryPolicy.no_retries(),
-            endpoint=self.endpoint,
+            endpoint=endpoint or self.endpoint,
         )
         assert result is not None
         if self._discovery:
             await self._use_endpoints(result)
 
     async def _use_endpoints(self, result: ydb_discovery_pb2.ListEndpointsResult) -> None:
-        found: list[Endpoint] = []
-        by_node: dict[int, Endpoint] = {}
+        nodes: list[Node] = []
         for info in result.endpoints:
             if info.address and info.port and (
                 not info.service or "topic_service" in info.service or "topic" in info.service
             ):
                 endpoint = Endpoint(info.address, info.port, self.endpoint.secure or info.ssl)
-                found.append(endpoint)
-                if info.node_id:
-                    by_node[info.node_id] = endpoint
-        if not found or self._closed:
+                nodes.append(Node(endpoint, info.location, info.node_id))
+        if not nodes or self._closed:
             return
-        self._active = found
-        self._node_endpoints = by_node
-        stale = [e for e in self._channels if e not in found and e != self.endpoint]
-        for endpoint in stale:
-            # In-flight calls on a dropped channel fail and are retried elsewhere.
-            await self._channels.pop(endpoint).close()
-        logger.debug("discovered endpoints: %s", ", ".join(map(str, self._active)))
+        location = None
+        if self._detect_location:
+            location = await nearest_location(nodes, timeout=DETECT_TIMEOUT) or result.self_location or None
+            if self.closed:  # closed during the race
+                return
+        for endpoint in self.balancer.update(nodes, location=location):
+            if endpoint != self.endpoint:
+                # Streams still open to a node no longer listed end when they end (a dead node's
+                # have failed already); only then is its channel closed.
+                self._retire(endpoint)
+        logger.debug(
+            "discovered endpoints: %s%s",
+            ", ".join(f"{node.endpoint} ({node.location or 'no location'})" for node in nodes),
+            f"; preferring location {self.balancer.location}" if self.balancer.location else "",
+        )
+
+    async def _discovery_round(self) -> None:
+        try:
+            await self.discover(timeout=DISCOVERY_TIMEOUT)
+        except (TransportError, OperationTimeoutError):
+            others = [e for e in self.balancer.choices if e != self.endpoint]
+            if not others or self._closed:
+                raise
+            # The given endpoint does not answer: any node of the cluster can list the others.
+            await self.discover(timeout=DISCOVERY_TIMEOUT, endpoint=random.choice(others))
 
     async def _discovery_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        failures = 0
         while not self._stop_discovery.is_set():
+            started = loop.time()
+            self._wake_discovery.clear()
             try:
-                await self.discover(timeout=DISCOVERY_TIMEOUT)
+                await self._discovery_round()
             except YdbTopicError as exc:
                 if self._closed:
                     return
-                logger.warning(
-                    "endpoint discovery failed, keeping %s: %s", ", ".join(map(str, self._active)), exc
+                failures += 1
+                wait = min(self._discovery_interval, DISCOVERY_RETRY.delay(failures - 1))
+                log = logger.warning if failures == 1 else logger.debug
+                log(
+                    "endpoint discovery failed, keeping %s; trying again in %.1fs: %s",
+                    ", ".join(map(str, self.balancer.endpoints)), wait, exc,
                 )
+            else:
+                if failures:
+                    logger.info("endpoint discovery answered again after %d failed rounds", failures)
+                failures = 0
+                wait = self._discovery_interval
+            self.discovery_rounds += 1
             with contextlib.suppress(TimeoutError):
-                await wait_within(self._stop_discovery.wait(), self._discovery_interval)
+                await wait_within(self._wake_discovery.wait(), wait)
+            # Woken early (most endpoints failing): still no sooner than a gap after this round.
+            gap = REDISCOVERY_GAP - (loop.time() - started)
+            if gap > 0 and not self._stop_discovery.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await wait_within(self._stop_discovery.wait(), gap)
 
     async def wait_ready(self, timeout: float | None, retry: RetryPolicy | None = None) -> None:
         """Wait until the database answers (and, with discovery, its endpoints are known).
@@ -649,7 +844,12 @@ def _awaits_call_status(task: asyncio.Task[Any]) -> bool:
     return getattr(task.get_coro(), "__qualname__", "") == "_AioCall._handle_status_once_received"
 
 
-def _timed_out(method: str, timeout: float | None, last: BaseException | None) -> OperationTimeoutError:
+def _timed_out(
+    method: str, bound: float | None, by_budget: bool, last: BaseException | None
+) -> OperationTimeoutError:
+    assert bound is not None
+    budget = " (the retry policy's max_elapsed: pass timeout= to choose another bound)" if by_budget else ""
     return OperationTimeoutError(
-        f"{method} did not complete within {timeout}s" + (f" (last error: {last})" if last is not None else "")
+        f"{method} did not complete within {bound:g}s{budget}"
+        + (f" (last error: {last})" if last is not None else "")
     )

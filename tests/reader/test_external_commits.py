@@ -18,8 +18,8 @@ import pytest
 import ydb_topic_async as yta
 from ydb_topic_async.testing import LocalTopicServer
 
-from .._polling import eventually
 from .._helpers import fill
+from .._polling import eventually
 
 pytestmark = pytest.mark.timeout(30)
 

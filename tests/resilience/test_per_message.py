@@ -19,6 +19,7 @@ import time
 import pytest
 
 import ydb_topic_async as yta
+from ydb_topic_async._limits import DEFAULT_MAX_MESSAGE_SIZE, MESSAGE_OVERHEAD, REQUEST_OVERHEAD, REQUEST_SIZE_MARGIN
 from ydb_topic_async.testing import LocalTopicServer
 
 from .._helpers import stored, stored_data
@@ -82,8 +83,9 @@ async def test_dropped_messages_after_a_reconnect_do_not_hold_back_the_others(
 
 
 async def test_a_request_over_the_servers_size_limit_fails_fast(server: LocalTopicServer, topic: str) -> None:
-    """The local server takes gRPC messages of up to 64 MiB (YDB's default); this driver allows
-    128 MiB, so its writer sends a request the server refuses with RESOURCE_EXHAUSTED."""
+    """The local server takes gRPC messages of up to 64,000,000 bytes (YDB's default); this
+    driver allows 128 MiB, so its writer sends a request the server refuses with
+    RESOURCE_EXHAUSTED."""
     async with yta.Driver(
         server.endpoint, server.database, discovery=False, max_message_size=128 * 1024 * 1024
     ) as driver:
@@ -99,3 +101,24 @@ async def test_a_request_over_the_servers_size_limit_fails_fast(server: LocalTop
         with pytest.raises(yta.RequestTooLargeError):
             await writer.close()
     assert stored_data(server, topic) == [b"small"]
+
+
+async def test_the_default_limits_are_ydbs_64_000_000_bytes(server: LocalTopicServer, topic: str) -> None:
+    """YDB's gRPC servers take messages of up to 64,000,000 bytes (``DEFAULT_GRPC_MESSAGE_SIZE_LIMIT``
+    in ydb/library/grpc/common/constants.h, as the local server), not 64 MiB: with the default
+    limits, a message that cannot fit in a request under it fails at the call that gave it
+    (``MessageTooLargeError``, nothing accepted), not as ``RequestTooLargeError`` from the
+    server; the largest message that fits is stored."""
+    largest = (
+        DEFAULT_MAX_MESSAGE_SIZE - REQUEST_SIZE_MARGIN - REQUEST_OVERHEAD - MESSAGE_OVERHEAD
+    )  # payload bytes of the largest message one request takes
+    assert DEFAULT_MAX_MESSAGE_SIZE == 64_000_000
+    async with yta.Driver(server.endpoint, server.database, discovery=False) as driver, driver.topic.writer(
+        topic, producer_id="p"
+    ) as writer:
+        for size in (64_000_001, 64 * 1024 * 1024, 67_000_000, largest + 1):
+            with pytest.raises(yta.MessageTooLargeError):
+                await writer.write(b"x" * size)
+        await writer.write_with_ack(b"y" * largest)
+        assert writer.reconnects == 0 and writer.failure is None
+    assert [len(data) for data in stored_data(server, topic)] == [largest]
