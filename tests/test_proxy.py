@@ -87,3 +87,44 @@ async def test_custom_faults_and_mistakes() -> None:
         await proxy.inject("meteor", 1)  # type: ignore[arg-type]
     with pytest.raises(RuntimeError, match="not started"):
         proxy.endpoint  # noqa: B018
+
+
+async def test_a_connection_still_connecting_upstream_does_not_survive_a_refusal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A client connection accepted while the proxy is still connecting upstream is reset by
+    ``refuse()`` like the others, and ``refuse()`` returns (from Python 3.12 on, the listener's
+    ``wait_closed`` waits for every accepted connection). The upstream connect is held back by a
+    gate so that the cut lands in the middle of it."""
+    gate = asyncio.Event()
+    connecting = asyncio.Event()
+    real_open = asyncio.open_connection
+
+    async def held_open(*args: Any, **kwargs: Any) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        connecting.set()
+        await gate.wait()
+        return await real_open(*args, **kwargs)
+
+    async def upstream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()  # until the proxy lets go
+        writer.close()
+
+    target = await asyncio.start_server(upstream, "127.0.0.1", 0)
+    proxy = FlakyProxy("127.0.0.1", target.sockets[0].getsockname()[1])
+    await proxy.start()
+    monkeypatch.setattr("ydb_topic_async.testing.proxy.asyncio.open_connection", held_open)
+    try:
+        client_reader, client_writer = await real_open("127.0.0.1", proxy.port)
+        await asyncio.wait_for(connecting.wait(), 5)
+        refusing = asyncio.ensure_future(proxy.refuse())
+        await asyncio.sleep(0.05)
+        gate.set()
+        await asyncio.wait_for(refusing, 5)
+        with pytest.raises((ConnectionError, asyncio.IncompleteReadError)):
+            await asyncio.wait_for(client_reader.readexactly(1), 5)
+        client_writer.close()
+    finally:
+        gate.set()
+        await proxy.close()
+        target.close()
+        await target.wait_closed()

@@ -221,14 +221,21 @@ class FlakyProxy:
         if self._silent:
             self._held.add(client_writer)  # never read, never answered
             return
+        # Known to cut() from the start: a connection still connecting upstream when the proxy
+        # cuts or refuses must not survive (refuse() waits for every accepted connection to end).
+        self._writers.add(client_writer)
         try:
             upstream_reader, upstream_writer = await asyncio.open_connection(*self._target)
         except OSError:
             client_writer.transport.abort()
+            self._writers.discard(client_writer)
+            return
+        if client_writer not in self._writers or client_writer.transport.is_closing():
+            upstream_writer.transport.abort()  # cut while connecting
             return
         link = _Link()
         self._links.append(link)
-        self._writers.update((client_writer, upstream_writer))
+        self._writers.add(upstream_writer)
         directions = ((client_reader, upstream_writer, True), (upstream_reader, client_writer, False))
         for reader, writer, to_server in directions:
             task = asyncio.get_running_loop().create_task(self._pump(link, reader, writer, to_server))
