@@ -38,6 +38,10 @@ class Codec(IntEnum):
     ZSTD = 4
 
 
+
+CodecFunctions = Mapping[int, Transform] | Mapping[Codec, Transform]
+"""Codec functions by codec id, as users give them (``{Codec.ZSTD: fn}`` or ``{10000: fn}``)."""
+
 CUSTOM_CODEC_MIN = 10000
 CUSTOM_CODEC_MAX = 19999
 LZ4_CODEC = 10001
@@ -177,7 +181,7 @@ def check_codec_id(value: object, what: str = "codec") -> int:
     return int(value)
 
 
-def merge_codecs(builtin: Mapping[int, Transform], extra: Mapping[int, Transform] | None) -> dict[int, Transform]:
+def merge_codecs(builtin: Mapping[int, Transform], extra: CodecFunctions | None) -> dict[int, Transform]:
     """The built-in transforms plus user-registered ones; custom ids must be in the user range.
 
     A user's transform becomes a ``SerialTransform``, unless it is marked ``ThreadSafe``

@@ -212,7 +212,7 @@ class TopicClient(TopicAdmin):
                 (RAW and GZIP when the topic lists none), measured on a sample of the batch off
                 the event loop at the start and every 100 batches; a compressing codec must save
                 at least 5% over RAW (``TopicWriter.selected_codec`` tells the current choice).
-            encoders (Mapping[int, Transform] | None): Extra codec functions by codec id
+            encoders (CodecFunctions | None): Extra codec functions by codec id
                 (``bytes -> bytes``), run off the event loop. An encoder runs in one thread at a
                 time unless wrapped in ``ThreadSafe``.
             auto_seqno (bool): Number messages automatically, after the producer's last stored seq_no
@@ -339,7 +339,7 @@ class TopicClient(TopicAdmin):
         Keyword Args:
             buffer_size_bytes (int): The most bytes received and not yet handed out, counted decoded
                 (50 MiB by default, at least 1024); the server may send one response past it.
-            decoders (Mapping[int, Transform] | None): Extra codec functions by codec id (``bytes -> bytes``), e.g.
+            decoders (CodecFunctions | None): Extra codec functions by codec id (``bytes -> bytes``), e.g.
                 ``{LZ4_CODEC: lz4_decode}``; a decoder runs in one thread at a time unless
                 wrapped in ``ThreadSafe``.
             on_partition_start (OnPartitionStart | None): Called with each new ``PartitionSession``; may return a read

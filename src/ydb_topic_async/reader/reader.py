@@ -49,7 +49,7 @@ class ReaderOptions(TypedDict, total=False):
     """The keyword arguments of ``driver.topic.reader`` after ``consumer``."""
 
     buffer_size_bytes: int
-    decoders: Mapping[int, _codecs.Transform] | None
+    decoders: _codecs.CodecFunctions | None
     on_partition_start: OnPartitionStart | None
     on_partition_stop: OnPartitionStop | None
     reader_name: str | None
@@ -113,7 +113,7 @@ class TopicReader(ConnectionStatus, ClosesOnExit):
         *,
         consumer: str | None,
         buffer_size_bytes: int = DEFAULT_BUFFER_SIZE,
-        decoders: Mapping[int, _codecs.Transform] | None = None,
+        decoders: _codecs.CodecFunctions | None = None,
         on_partition_start: OnPartitionStart | None = None,
         on_partition_stop: OnPartitionStop | None = None,
         reader_name: str | None = None,

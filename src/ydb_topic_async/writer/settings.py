@@ -36,7 +36,7 @@ class KeyedWriterOptions(TypedDict, total=False):
     direct_write: bool
     session_metadata: Mapping[str, str] | None
     codec: int | Literal["auto"] | None
-    encoders: Mapping[int, _codecs.Transform] | None
+    encoders: _codecs.CodecFunctions | None
     auto_created_at: bool
     max_buffer_messages: int | None
     max_buffer_bytes: int | None
@@ -71,7 +71,7 @@ class WriterSettings:
     direct_write: bool = False
     session_metadata: Mapping[str, str] | None = None
     codec: int | Literal["auto"] | None = None
-    encoders: Mapping[int, _codecs.Transform] | None = None
+    encoders: _codecs.CodecFunctions | None = None
     auto_seqno: bool = True
     auto_created_at: bool = True
     max_buffer_messages: int | None = DEFAULT_MAX_BUFFER_MESSAGES
