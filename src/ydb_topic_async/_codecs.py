@@ -38,7 +38,6 @@ class Codec(IntEnum):
     ZSTD = 4
 
 
-
 CodecFunctions = Mapping[int, Transform] | Mapping[Codec, Transform]
 """Codec functions by codec id, as users give them (``{Codec.ZSTD: fn}`` or ``{10000: fn}``)."""
 
