@@ -4,6 +4,7 @@
     python benchmarks/memory.py --quick               # CI-sized
     python benchmarks/memory.py --workloads read-zstd read-raw --clients ours floor
     python benchmarks/memory.py --account read-zstd   # where this SDK's peak goes (see below)
+    python benchmarks/memory.py --pinned-allocator    # the same with glibc returning freed memory
 
 Each client runs each workload in a fresh child process, so that peaks do not mix and every one
 starts from the same allocator state (the default one: nothing is tuned); the local server runs
@@ -35,18 +36,25 @@ response when its caller asks, decodes its payloads in a worker thread and retur
 once they are handed over, and a writer that keeps at most the same raw bytes unacknowledged,
 encodes in a worker thread and holds only the encoded copies in flight.
 
-The table gives the peak growth, its ratio to the setting, and for this SDK the ratio to
-``setting + what the caller held`` at its peak (the largest decoded payload bytes the caller
-referenced at once: the batch kept and the one just received; for a writer, the payload being
-built). The target is at most 1.25.
+The table gives the peak growth and its ratio to the setting (for ``write-small``, whose message
+count binds before its bytes, to the payload bytes that count admits), and for this SDK the ratio
+to ``setting + what the caller held`` at its peak: the largest decoded payload bytes the caller
+referenced at once (the batch kept and the one just received), for a writer the payload being
+built. The target is at most 1.25. The floor writer sends as gRPC's flow control allows and
+buffers nothing ahead of it, so its figure is a lower bound rather than the same work.
 
-``--account WORKLOAD`` runs this SDK alone on one workload with a probe thread that samples the
-RSS every millisecond and, at each new high, records: ``tracemalloc`` (Python allocations by
-site, grouped into components), ``/proc/self/smaps_rollup`` (RSS, anonymous), glibc
-``mallinfo2`` (heap in use, free but held, mmapped) and the client's state (its buffer's charge
-and credit, the received responses its buffer and the caller's batches keep alive, decoded
-payloads waiting; the writer's raw and encoded copies). tracemalloc slows the run and adds its
-own memory: accounting runs are not compared with the table's.
+``--pinned-allocator`` is a diagnosis: the clients run with glibc's mmap threshold fixed and a
+single arena, so that freed memory is returned or reused at once; the peak is then close to what
+was allocated at once, and its difference from a default run is memory the allocator kept.
+
+``--account WORKLOAD`` runs this SDK alone on one workload (its first setting) with a probe thread
+that samples every millisecond and records, at each new high of the RSS (``rss_peak``) and of the
+memory allocated (``live_peak``: malloc's in-use plus mmapped bytes): ``tracemalloc`` (Python
+allocations by site, grouped into components), glibc's ``mallinfo2`` (in use, free but held,
+mmapped) and ``malloc_info`` (per arena: size and free bytes), and the client's state (its
+buffer's charge and credit, the received responses that its buffer and the caller's batch keep
+alive, decoded payloads waiting; the writer's raw and encoded copies). tracemalloc slows the run
+and adds its own memory: accounting runs are not compared with the table's.
 """
 
 from __future__ import annotations
@@ -55,6 +63,7 @@ import argparse
 import asyncio
 import gc
 import multiprocessing
+import os
 import sys
 import threading
 import time
@@ -740,12 +749,28 @@ def _child(conn: Any, p: Params) -> None:
     conn.close()
 
 
-def in_child(p: Params) -> dict[str, Any]:
-    """Run one workload with one client in a fresh process; what it measured."""
+PINNED_ALLOCATOR = {"MALLOC_MMAP_THRESHOLD_": "131072", "MALLOC_ARENA_MAX": "1"}
+"""``--pinned-allocator``: glibc's mmap threshold fixed at its initial 128 KiB (so every large block
+is mapped on its own and unmapped when freed) and one arena for every thread: freed memory goes
+back to the kernel, or is reused, so the peak is close to what was allocated at once."""
+
+
+def in_child(p: Params, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Run one workload with one client in a fresh process (``env`` added to its environment); what
+    it measured."""
     context = multiprocessing.get_context("spawn")
     parent, child = context.Pipe()
     process = context.Process(target=_child, args=(child, p))
-    process.start()
+    saved = {key: os.environ.get(key) for key in env or {}}
+    os.environ.update(env or {})  # glibc reads these as the child starts
+    try:
+        process.start()
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
     child.close()
     try:
         result: dict[str, Any] = parent.recv()
@@ -862,7 +887,7 @@ async def run_client_workloads(args: argparse.Namespace, chosen: list[Workload])
                         if w.kind == "write":
                             p.topic = f"{topic}-{client}"
                             await _create(endpoint, database, p.topic, [])
-                        runs[client].append(in_child(p))
+                        runs[client].append(in_child(p, PINNED_ALLOCATOR if args.pinned_allocator else None))
                         if w.kind == "write":
                             await _drop(endpoint, database, p.topic)
                     if w.kind == "read":
@@ -965,7 +990,7 @@ async def account(args: argparse.Namespace, w: Workload) -> dict[str, Any]:
             w.name, "ours", endpoint, database, topic, "ours", w.messages, w.size, setting, w.max_messages, w.codec,
             args.slow_ms / 1000 if w.name == "read-raw" else 0.0, account=True,
         )
-        result = in_child(p)
+        result = in_child(p, PINNED_ALLOCATOR if args.pinned_allocator else None)
     captures = result.get("captures", {})
     moments = [m for m in ("rss_peak", "live_peak") if m in captures]
     print(f"\n{w.description}: {w.messages} x {_size(w.size)} {w.codec}, setting {setting // MIB} MiB")
@@ -1022,6 +1047,11 @@ def main() -> None:
     parser.add_argument("--messages", type=int, help="override every chosen workload's message count")
     parser.add_argument("--account", choices=[n for n, w in workloads(False).items() if w.kind != "server"],
                         help="account for this SDK's peak on one workload instead (see above)")
+    parser.add_argument(
+        "--pinned-allocator", action="store_true",
+        help="a diagnosis, not a setting to recommend: run the clients with glibc's mmap threshold fixed and one"
+        " arena (see PINNED_ALLOCATOR); the difference from a default run is memory the allocator kept",
+    )
     parser.add_argument("--json", help="write the figures to this JSON file")
     args = parser.parse_args()
     table = workloads(args.quick)
@@ -1033,6 +1063,8 @@ def main() -> None:
         result = asyncio.run(account(args, table[args.account]))
         write_json(args.json, "memory-account", args, [], account=result)
         return
+    if args.pinned_allocator:
+        print("clients run with " + " ".join(f"{k}={v}" for k, v in PINNED_ALLOCATOR.items()) + " (a diagnosis)")
     chosen = [table[name] for name in (args.workloads or list(table))]
     figures = asyncio.run(run_client_workloads(args, chosen))
     figures += asyncio.run(run_server_workloads(chosen))
