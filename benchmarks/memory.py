@@ -1018,7 +1018,7 @@ async def account(args: argparse.Namespace, w: Workload) -> dict[str, Any]:
     row("malloc arenas grown by 1 MiB+: free held", lambda c: _arenas_cell(c["arenas"], "free"))
     keys = list(dict.fromkeys(k for m in moments for k in captures[m]["state"]))
     for key in keys:
-        row(f"state: {key}", lambda c, k=key: _state_cell(c["state"].get(k)))
+        row(f"state: {key}", lambda c, k=key: _state_cell(k, c["state"].get(k)))
     for moment in moments:
         print(f"\ntop Python allocation sites at {moment}:")
         for site, (size, count) in captures[moment]["sites"].items():
@@ -1031,8 +1031,12 @@ def _arenas_cell(arenas: list[dict[str, int]], key: str) -> str:
     return " + ".join(f"{_mib(a[key])}" + ("" if i else " (main)") for i, a in enumerate(arenas) if a["size"] >= MIB)
 
 
-def _state_cell(value: Any) -> str:
-    if isinstance(value, int) and abs(value) >= 4096:
+_COUNTS = frozenset({"parts", "responses_in_buffer", "responses_kept_by_caller_only", "messages", "unsent", "inflight"})
+"""State entries that count things (the others are bytes)."""
+
+
+def _state_cell(key: str, value: Any) -> str:
+    if isinstance(value, int) and key not in _COUNTS:
         return _mib(value)
     return "-" if value is None else str(value)
 
