@@ -338,7 +338,9 @@ class TopicClient(TopicAdmin):
 
         Keyword Args:
             buffer_size_bytes (int): The most bytes received and not yet handed out, counted decoded
-                (50 MiB by default, at least 1024); the server may send one response past it.
+                (50 MiB by default, at least 1024): a compressed response counts its size and what its
+                payloads decode to, and credit is granted so that what the server may still send fits
+                once decoded, with room for the one message it may send past the credit.
             decoders (Mapping[int, Transform] | None): Extra codec functions by codec id (``bytes -> bytes``), e.g.
                 ``{LZ4_CODEC: lz4_decode}``; a decoder runs in one thread at a time unless
                 wrapped in ``ThreadSafe``.

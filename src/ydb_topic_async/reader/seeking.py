@@ -207,6 +207,7 @@ class Replay:
                 batches, count, compressed, nbytes = got
                 part = BufferedPart(session, batches, count, nbytes, commit_start, compressed)
                 part.replay = self
+                buffer.measured(nbytes, part.charge, part.share)
                 commit_start = batches[-1].records[-1].offset + 1
                 self._parts += 1
                 self._held += part.bytes_left
