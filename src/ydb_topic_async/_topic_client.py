@@ -221,8 +221,9 @@ class TopicClient(TopicAdmin):
             auto_created_at (bool): Stamp each message with the time it was written (default ``True``).
             max_buffer_messages (int | None): The most messages accepted and not yet acknowledged (100,000 by
                 default; ``None``: no limit).
-            max_buffer_bytes (int | None): The most payload bytes accepted and not yet acknowledged (64 MiB by
-                default; ``None``: no limit).
+            max_buffer_bytes (int | None): The most bytes accepted and not yet acknowledged: each message's
+                payload and metadata, plus 256 bytes for what holding a message costs (64 MiB by default;
+                ``None``: no limit).
             buffer_wait_timeout (float | None): Seconds ``write`` waits for room in a full buffer before raising
                 ``BufferFullTimeoutError`` (``None``, the default: as long as it takes).
             retry (RetryPolicy | None): The reconnect policy; ``None``: the driver's ``stream_retry`` (reconnect for
