@@ -26,6 +26,8 @@ Workloads (``--quick`` sizes in brackets):
   once written;
 - ``write-small``: 1 000 000 [200 000] messages of 100 B as fast as the writer takes them, the
   default limits (100 000 messages, 64 MiB);
+- ``write-small-bytes``: the same with ``max_buffer_messages`` of 10 000 000, so that
+  ``max_buffer_bytes`` (64 [16] MiB) is the limit that binds;
 - ``server-small`` / ``server-large``: the local server's own RSS per stored message (1 000 000
   [200 000] x 100 B; 10 [5] x 10 MiB), and what it still holds once retention deleted them.
 
@@ -145,6 +147,11 @@ def workloads(quick: bool) -> dict[str, Workload]:
         "write-small": Workload(
             "write-small", "write", 200_000 if quick else 1_000_000, 100, [64 * MIB], "raw", max_messages=100_000,
             description="writer, 100 B at full speed (default limits)",
+        ),
+        "write-small-bytes": Workload(
+            "write-small-bytes", "write", 200_000 if quick else 1_000_000, 100, [16 * MIB] if quick else [64 * MIB],
+            "raw", max_messages=10_000_000,
+            description="writer, 100 B at full speed, bound by max_buffer_bytes (max_buffer_messages 10 000 000)",
         ),
         "server-small": Workload(
             "server-small", "server", 200_000 if quick else 1_000_000, 100,
