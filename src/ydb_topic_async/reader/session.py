@@ -460,7 +460,8 @@ class ReaderConnection:
             session.topic_path,
             session.partition_id,
             start,
-            window=min(REPLAY_WINDOW, self.buffer.buffer_size),
+            # The first grant, in bytes on the wire: a window's worth once decoded.
+            window=max(1, int(min(REPLAY_WINDOW, self.buffer.buffer_size) / self.buffer.ratio)),
             decoders=self._settings.decoders,
             reader_name=self._settings.reader_name,
             init_timeout=self._settings.init_timeout,
