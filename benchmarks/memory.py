@@ -929,6 +929,15 @@ def _mib(value: float) -> str:
     return f"{value / MIB:.1f}"
 
 
+def _message_memory() -> int:
+    """What this SDK's writer charges per message beside its payload (0 for a version that did not)."""
+    try:
+        from ydb_topic_async.writer.buffer import MESSAGE_MEMORY
+    except ImportError:
+        return 0
+    return MESSAGE_MEMORY
+
+
 def report(chosen: list[Workload], figures: list[Figure], clients: list[str]) -> None:
     by = {(f.mode, f.extra.get("setting"), f.client): f for f in figures}
     rows = [(w, s) for w in chosen if w.kind != "server" for s in w.settings]
@@ -938,8 +947,9 @@ def report(chosen: list[Workload], figures: list[Figure], clients: list[str]) ->
         print("|---|---|" + "---:|" * len(clients) + "---:|---:|---:|")
     for w, setting in rows:
         # What the limits let the client hold: a writer limited by its message count before its
-        # bytes (small messages) is measured against the payload bytes that count admits.
-        admitted = min(setting, w.max_messages * w.size) if w.max_messages else setting
+        # bytes (small messages) is measured against the bytes that count admits, as this SDK's
+        # writer charges them (each message's payload and MESSAGE_MEMORY).
+        admitted = min(setting, w.max_messages * (w.size + _message_memory())) if w.max_messages else setting
         cells = []
         for client in clients:
             f = by.get((w.name, setting, client))
@@ -957,7 +967,7 @@ def report(chosen: list[Workload], figures: list[Figure], clients: list[str]) ->
         name = f"{w.name}: {w.messages} x {_size(w.size)} {w.codec}"
         what = f"{'buffer_size_bytes' if w.kind == 'read' else 'max_buffer_bytes'} {setting // MIB} MiB"
         if w.max_messages:
-            what += f", max_buffer_messages {w.max_messages} ({_mib(admitted)} MiB of payload)"
+            what += f", max_buffer_messages {w.max_messages} ({_mib(admitted)} MiB as charged)"
         print(f"| {name} | {what} | " + " | ".join(cells), end="")
         print(f" | {_mib(held)} | {bound} | {after} |")
     servers = [f for f in figures if f.client == "server"]
