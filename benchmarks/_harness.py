@@ -12,6 +12,7 @@ Results are written as JSON (``--json``), one file per run: ``charts.py`` draws 
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import json
 import multiprocessing
 import os
@@ -39,11 +40,17 @@ def _serve(conn: Connection, options: dict[str, Any], profile: str | None) -> No
 
             def on_message() -> None:
                 try:
-                    conn.recv()
+                    request = conn.recv()
                 except (EOFError, OSError):  # the parent exited or closed the pipe
                     done.set()
                     return
-                conn.send((time.process_time(), server.stats.snapshot()))
+                if isinstance(request, tuple) and request[0] == "advance_time":
+                    server.advance_time(request[1])  # retention applies at once
+                    conn.send(None)
+                elif request == "memory":
+                    conn.send(malloc_stats())
+                else:
+                    conn.send((time.process_time(), server.stats.snapshot()))
 
             asyncio.get_running_loop().add_reader(conn.fileno(), on_message)
             await done.wait()
@@ -80,6 +87,24 @@ class ServerProcess:
 
     def cpu_seconds(self) -> float:
         return self.sample()[0]
+
+    @property
+    def pid(self) -> int:
+        """The server process's id (its memory: ``proc_memory(server.pid)``)."""
+        pid = self._process.pid
+        assert pid is not None
+        return pid
+
+    def advance_time(self, seconds: float) -> None:
+        """Move the server's clock forward (``LocalTopicServer.advance_time``: retention applies at once)."""
+        self._conn.send(("advance_time", seconds))
+        self._conn.recv()
+
+    def malloc_stats(self) -> dict[str, int]:
+        """The server process's ``malloc_stats()`` (glibc's view of its heap)."""
+        self._conn.send("memory")
+        stats: dict[str, int] = self._conn.recv()
+        return stats
 
     def close(self) -> None:
         self._conn.close()
@@ -275,6 +300,65 @@ def rss_bytes() -> int:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError):
         return 0
+
+
+def proc_memory(pid: int | str = "self") -> dict[str, int]:
+    """A process's memory from Linux ``/proc`` in bytes (empty elsewhere): ``rss`` (VmRSS), ``peak``
+    (VmHWM, the resident high-water mark since start or since ``reset_peak_rss``; ``ru_maxrss`` is the
+    same figure) and, from ``smaps_rollup``, ``anonymous`` (heap and mmapped memory, not files)."""
+    out: dict[str, int] = {}
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key in ("VmRSS", "VmHWM"):
+                    out["rss" if key == "VmRSS" else "peak"] = int(value.split()[0]) * 1024
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key == "Anonymous":
+                    out["anonymous"] = int(value.split()[0]) * 1024
+    except (OSError, ValueError):
+        pass
+    return out
+
+
+def reset_peak_rss(pid: int | str = "self") -> bool:
+    """Start a process's resident high-water mark (VmHWM) again from its RSS now (Linux: ``5`` to
+    ``/proc/PID/clear_refs``); False where that is not possible."""
+    try:
+        with open(f"/proc/{pid}/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
+                     "keepcost")
+    ]
+
+
+def malloc_stats() -> dict[str, int]:
+    """glibc's ``mallinfo2()`` of this process, in bytes (empty without glibc 2.33+), summed over
+    every malloc arena (the main one and those of other threads):
+
+    - ``heap``: memory the arenas took from the kernel (``arena``), of which ``in_use`` is allocated
+      (``uordblks``) and ``free_held`` free but kept by the allocator (``fordblks``: what was freed
+      and not returned; the part of it that was ever touched counts in the RSS);
+    - ``mmapped``: large blocks served directly by ``mmap`` (``hblkhd``), returned when freed.
+    """
+    try:
+        libc = ctypes.CDLL(None)
+        call = libc.mallinfo2
+    except (OSError, AttributeError):
+        return {}
+    call.restype = _MallInfo2
+    info = call()
+    return {"heap": info.arena, "in_use": info.uordblks, "free_held": info.fordblks, "mmapped": info.hblkhd}
 
 
 async def measure_sizes(

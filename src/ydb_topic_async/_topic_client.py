@@ -221,8 +221,9 @@ class TopicClient(TopicAdmin):
             auto_created_at (bool): Stamp each message with the time it was written (default ``True``).
             max_buffer_messages (int | None): The most messages accepted and not yet acknowledged (100,000 by
                 default; ``None``: no limit).
-            max_buffer_bytes (int | None): The most payload bytes accepted and not yet acknowledged (64 MiB by
-                default; ``None``: no limit).
+            max_buffer_bytes (int | None): The most bytes accepted and not yet acknowledged: each message's
+                payload and metadata, plus 256 bytes for what holding a message costs (64 MiB by default;
+                ``None``: no limit).
             buffer_wait_timeout (float | None): Seconds ``write`` waits for room in a full buffer before raising
                 ``BufferFullTimeoutError`` (``None``, the default: as long as it takes).
             retry (RetryPolicy | None): The reconnect policy; ``None``: the driver's ``stream_retry`` (reconnect for
@@ -338,7 +339,9 @@ class TopicClient(TopicAdmin):
 
         Keyword Args:
             buffer_size_bytes (int): The most bytes received and not yet handed out, counted decoded
-                (50 MiB by default, at least 1024); the server may send one response past it.
+                (50 MiB by default, at least 1024): a compressed response counts its size and what its
+                payloads decode to, and credit is granted so that what the server may still send fits
+                once decoded, with room for the one message it may send past the credit.
             decoders (CodecFunctions | None): Extra codec functions by codec id (``bytes -> bytes``), e.g.
                 ``{LZ4_CODEC: lz4_decode}``; a decoder runs in one thread at a time unless
                 wrapped in ``ThreadSafe``.

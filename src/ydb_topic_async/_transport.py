@@ -95,10 +95,12 @@ _MTLS_HINT = (
 
 _READY = grpc.ChannelConnectivity.READY
 _FAILED_TO_CONNECT = grpc.ChannelConnectivity.TRANSIENT_FAILURE
-_NODE_FAILURES = frozenset((grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED))
+_NODE_FAILURES = frozenset((grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.INTERNAL))
 """Transport failures that say the node, not the request, is at fault: it cannot be reached, its
-connection broke, or (DEADLINE_EXCEEDED while the channel is not connected) connecting to it
-outlasted the call."""
+connection broke, or, while the channel is not connected, connecting to it outlasted the call
+(DEADLINE_EXCEEDED) or the connection was reset in the middle of a message (INTERNAL, "Internal
+error from Core")."""
+_FAULTS_ONLY_WHEN_DISCONNECTED = frozenset((grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.INTERNAL))
 
 
 class _Channel:
@@ -465,8 +467,8 @@ class Transport:
             return
         slot = route.slot
         state = slot.channel.get_state()
-        if error.code == grpc.StatusCode.DEADLINE_EXCEEDED and state is _READY:
-            return  # connected and slow to answer: the call's own deadline, not the node's fault
+        if error.code in _FAULTS_ONLY_WHEN_DISCONNECTED and state is _READY:
+            return  # still connected: the call's own deadline or error, not the node's fault
         if self.balancer.pessimize(route.endpoint):
             nodes = len(self.balancer.nodes)
             logger.log(

@@ -219,7 +219,9 @@ async def test_no_token_key_or_password_of_any_kind_reaches_the_logs(
                 assert "has no valid token" in str(failure.value)
         else:
             await asyncio.sleep(1.2)  # a login or two more
-        await driver.topic.describe_topic(f"secret-{kind}", timeout=10)
+        # A bound, not a timing: the refresh after an outage may wait out its backoff (up to 5 s)
+        # and the call its own retry delay.
+        await driver.topic.describe_topic(f"secret-{kind}", timeout=30)
         secrets = s.all_secrets()
     records = [r for r in caplog.records if r.name.startswith("ydb_topic_async")]
     text = _record_texts(records)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
+import random
 import threading
 import time
 
@@ -13,7 +14,7 @@ import pytest
 import ydb_topic_async as yta
 from ydb_topic_async._proto import ydb_topic_pb2 as pb
 from ydb_topic_async.reader.commits import merge_ranges
-from ydb_topic_async.reader.flow_control import ReadBuffer
+from ydb_topic_async.reader.flow_control import UNMEASURED_RATIO, ReadBuffer
 from ydb_topic_async.reader.messages import PartitionSession, PartitionSessionState
 from ydb_topic_async.reader.parts import BufferedPart
 from ydb_topic_async.reader.wire import _ServerBatchInfo
@@ -289,10 +290,37 @@ async def test_buffered_bytes_stay_bounded(driver: yta.Driver, topic: str) -> No
             await asyncio.sleep(0.002)  # a slow consumer: the server could send far more
             batch = await reader.receive_batch(max_messages=3, timeout=10)
             got += len(batch)
-            assert reader.buffered_bytes < buffer_size + len(payload)
-        # The server fills the credit and may overshoot it by less than one message (its last
-        # message crosses the limit); credit comes back only as messages are handed out.
-        assert buffer_size <= reader.peak_buffered_bytes < buffer_size + len(payload)
+            assert reader.buffered_bytes <= buffer_size
+        # The server fills the credit and may send one message past it (the one that crosses
+        # the limit): the reader keeps room for it, so the buffer fills up to its size and no
+        # further; credit comes back only as messages are handed out.
+        assert buffer_size - 2 * len(payload) < reader.peak_buffered_bytes <= buffer_size
+
+
+def _text(size: int, seed: int) -> bytes:
+    """Words drawn from a small vocabulary: zstd shrinks it about four times."""
+    rng = random.Random(seed)
+    words = [b"%x" % rng.getrandbits(24) for _ in range(400)]
+    out = b" ".join(rng.choice(words) for _ in range(size // 4))
+    return out[:size]
+
+
+async def test_compressed_payloads_stay_within_the_buffer_once_decoded(driver: yta.Driver, topic: str) -> None:
+    """Credit is granted in decoded terms: payloads that decode to several times their size on
+    the wire do not bring several buffers' worth of data in (granting the buffer in wire bytes,
+    this reader held about five times its buffer here)."""
+    payloads = [_text(32 * 1024, i) for i in range(80)]
+    await fill(driver, topic, payloads, codec=yta.Codec.ZSTD)
+    buffer_size = 128 * 1024
+    async with driver.topic.reader(topic, consumer="consumer", buffer_size_bytes=buffer_size) as reader:
+        got: list[bytes] = []
+        while len(got) < len(payloads):
+            await asyncio.sleep(0.002)  # a slow consumer: the server could send far more
+            batch = await reader.receive_batch(max_messages=2, timeout=10)
+            got.extend(m.data for m in batch)
+            assert reader.buffered_bytes <= buffer_size
+        assert got == payloads
+        assert buffer_size // 2 < reader.peak_buffered_bytes <= buffer_size
 
 
 def _part(session: PartitionSession, payloads: list[bytes], nbytes: int, codec: int = 1) -> BufferedPart:
@@ -305,52 +333,79 @@ def _part(session: PartitionSession, payloads: list[bytes], nbytes: int, codec: 
     return BufferedPart(session, [_ServerBatchInfo(batch, decoder)], len(payloads), nbytes, 0, decoder is not None)
 
 
-async def test_credit_accounting_is_exact() -> None:
+def _within_buffer(buf: ReadBuffer) -> bool:
+    """What the buffer holds, what the server may still send (charged as the buffer predicts) and
+    the room kept for one message past the credit fit in the buffer."""
+    return buf.buffered_bytes + buf.server_credit * buf.ratio + buf.reserve <= buf.buffer_size
+
+
+async def test_credit_lets_in_no_more_than_the_buffer() -> None:
+    """Credit is ``(buffer - buffered - reserve) / ratio - outstanding``: before anything was
+    measured the first grant assumes payloads decode to ``UNMEASURED_RATIO`` times their wire
+    size; raw payloads are charged their wire bytes (ratio 1), and room is kept for the one
+    message the server may send past the credit (the largest seen)."""
     wake = asyncio.Event()
     drained: list[PartitionSession] = []
-    buf = ReadBuffer(1000, 250, drained.append, wake)
-    assert buf.reset() == 1000
+    buf = ReadBuffer(16000, 1000, drained.append, wake)
+    assert buf.reset() == 16000 // UNMEASURED_RATIO == 1000
     session = PartitionSession(1, "/local/t", 0, 0, 0, 10)
-    buf.charge(1200)  # one response past the credit: the server may overshoot once
-    buf.push(_part(session, [b"x"] * 3, 1200))
+    buf.charge(1200)  # one response past the credit: its last message crossed it
+    part = _part(session, [b"x"] * 3, 1200)
+    buf.push(part)
+    buf.measured(1200, part.charge, part.share)
+    buf.release(0)
     assert (buf.buffered_bytes, buf.peak_buffered_bytes, buf.server_credit) == (1200, 1200, -200)
+    assert (buf.ratio, buf.reserve) == (1.0, 400)  # raw: charged as on the wire; 400 per message
+    assert buf.credit_ready and wake.is_set()
+    assert buf.take_credit() == 16000 - 1200 - 400 + 200  # the overshoot paid back too
+    assert buf.server_credit == 14400 and _within_buffer(buf)
     message = buf.pop_one()
     assert message is not None and message.offset == 0  # frees its share: 1200 // 3
-    assert (buf.buffered_bytes, buf.credit_ready) == (800, True)
-    assert wake.is_set()
-    assert buf.take_credit() == 400  # the server's balance back to 200 of 1000
+    assert (buf.buffered_bytes, buf.credit_ready) == (800, False)  # 400 is below the release threshold
     rest = buf.pop(None, None)
     assert [m.offset for m in rest] == [1, 2]
-    assert (buf.buffered_bytes, buf.take_credit()) == (0, 800)  # all 1200 bytes granted back
-    assert buf.server_credit == 1000
+    assert (buf.buffered_bytes, buf.credit_ready) == (0, True)
+    assert buf.take_credit() == 1200  # all 1200 bytes granted back
+    assert buf.server_credit == 16000 - 400 and _within_buffer(buf)
     assert drained == [session] and not buf
+    assert buf.reset() == 16000 - 400  # a new stream starts from what was learned
 
 
 async def test_compressed_payloads_are_charged_as_decoded_and_decoded_as_taken() -> None:
     """The buffer bound counts decoded bytes: a response whose payloads decode to ten times its
-    wire size holds back credit until that much was taken, and a payload is decoded only when a
-    receive is about to hand it out."""
+    wire size is charged both (the response stays until its last message is taken), credit is
+    granted in those terms (so what the server may still send fits once decoded), and a payload
+    is decoded only when a receive is about to hand it out."""
     wake = asyncio.Event()
-    buf = ReadBuffer(1000, 100, lambda session: None, wake)
-    buf.reset()
+    buf = ReadBuffer(16000, 1000, lambda session: None, wake)
+    assert buf.reset() == 1000
     session = PartitionSession(1, "/local/t", 0, 0, 0, 10)
     payloads = [bytes([i]) * 500 for i in range(4)]
     part = _part(session, payloads, 200, codec=yta.LZ4_CODEC)
     buf.charge(200)
-    buf.push(part)  # charged 2000 decoded bytes, not the 200 on the wire
-    assert buf.buffered_bytes == part.bytes_left and buf.buffered_bytes >= 2000
+    buf.push(part)  # charged 2000 decoded bytes and the 200 on the wire
+    buf.measured(200, part.charge, part.share)
+    buf.release(0)
+    assert buf.buffered_bytes == part.bytes_left == 2200
+    assert (buf.ratio, buf.reserve) == (11.0, 550)
+    # What the server still has (800 of the first grant) would be 8800 once decoded: that and the
+    # 2200 held and the 550 reserved leave room for 404 more wire bytes.
+    assert buf.credit_ready and buf.take_credit() == (16000 - 2200 - 550) // 11 - 800 == 404
+    assert _within_buffer(buf)
     assert not buf.front_ready(1, None) and buf.pop_one() is None and not part.decoded
     await buf.decode_front(2, None)
     assert buf.front_ready(2, None) and len(part.decoded) == 2  # only what the take needs
     taken = buf.pop(2, None)
     assert [m.data for m in taken] == payloads[:2]
-    ready_once_decoded = buf.credit_ready
-    assert not ready_once_decoded and buf.take_credit() == 0  # still over the bound once decoded
+    assert buf.buffered_bytes == 1100
+    # 1100 decoded bytes handed out: 100 more wire bytes.
+    assert buf.credit_ready and buf.take_credit() == (16000 - 1100 - 550) // 11 - 1204 == 100
+    assert _within_buffer(buf)
     await buf.decode_front(None, None)
     taken = buf.pop(None, None)
     assert [m.data for m in taken] == payloads[2:]
-    assert buf.credit_ready and buf.take_credit() == 200  # what the server used, and no more
-    assert buf.server_credit == 1000
+    assert buf.credit_ready and buf.take_credit() == (16000 - 550) // 11 - 1304 == 100
+    assert buf.server_credit == 1404 and _within_buffer(buf)
 
 
 # --- partition sessions and several readers --------------------------------------------------

@@ -7,6 +7,7 @@ import datetime as dt
 import gzip
 import os
 import random
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -229,6 +230,38 @@ async def test_large_raw_payloads_are_charged_once_against_the_buffer(
             got.extend(await reader.receive_batch(timeout=10))
     assert _seen(got) == _expected(stored)
     assert sum(external_payloads) == 4
+
+
+@pytest.mark.parametrize("codec", [yta.Codec.RAW, yta.Codec.ZSTD], ids=["raw", "zstd"])
+async def test_batches_the_caller_holds_do_not_keep_their_response(
+    server: LocalTopicServer, driver: yta.Driver, topic: str, monkeypatch: pytest.MonkeyPatch, codec: int
+) -> None:
+    """Once a payload left in the received bytes was decoded or copied out, nothing handed out
+    refers to those bytes: a caller holding the batches holds their payloads, not the whole
+    response beside them. (Checked by the received ``bytes``' reference count.)"""
+    responses: list[object] = []
+    taken = parsing.ReadResponseParser.payloads_of
+
+    def spy(self: parsing.ReadResponseParser, message: object) -> parsing.ExternalPayloads | None:
+        found = taken(self, message)
+        if found:
+            responses.append(next(iter(found.values())).obj)  # the received bytes
+        return found
+
+    monkeypatch.setattr(parsing.ReadResponseParser, "payloads_of", spy)
+    stored = _store(server, topic, codec, [LARGE] * 4)
+    async with driver.topic.reader(topic, consumer="consumer") as reader:
+        first = await reader.receive_batch(max_messages=2, timeout=10)
+        assert len(responses) == 1  # the four messages came in one response
+        unreferenced = sys.getrefcount(object())  # the count of an object only the call holds
+        assert sys.getrefcount(responses[0]) > unreferenced + 1  # two payloads are still in it
+        second = await reader.receive_batch(timeout=10)
+        held = [*first, *second]
+        # Only the list above holds it (once the codec thread let go of what it was given).
+        await eventually(
+            lambda: sys.getrefcount(responses[0]) == unreferenced + 1, "the response freed", timeout=5
+        )
+    assert _seen(held) == _expected(stored)
 
 
 # --- the parser alone, against protobuf's own parse ----------------------------------------------

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ydb_topic_async as yta
-from ydb_topic_async.writer.buffer import PendingMessage, WriteBuffer, seq_no_of
+from ydb_topic_async.writer.buffer import MESSAGE_MEMORY, PendingMessage, WriteBuffer, seq_no_of
 
 
 def _entry(seq_no: int, size: int = 1) -> PendingMessage:
@@ -28,7 +28,8 @@ async def test_a_call_is_admitted_when_it_fits_or_the_buffer_is_empty() -> None:
 
 
 async def test_waiters_are_admitted_in_fifo_order_and_block_later_calls() -> None:
-    buffer = WriteBuffer(max_messages=None, max_bytes=10)
+    # Room for two messages of 10 payload bytes in all (each is charged MESSAGE_MEMORY too).
+    buffer = WriteBuffer(max_messages=None, max_bytes=10 + 2 * MESSAGE_MEMORY)
     assert buffer.try_reserve(1, 10)
     order: list[str] = []
 
@@ -104,13 +105,15 @@ def test_admission_never_exceeds_the_limits_except_for_one_call_into_an_empty_bu
     calls: list[tuple[int, int]],
 ) -> None:
     async def scenario() -> None:
-        buffer = WriteBuffer(max_messages=6, max_bytes=60)
+        limit = 60 + 4 * MESSAGE_MEMORY  # the bytes bind before the count at times, and at others not
+        buffer = WriteBuffer(max_messages=6, max_bytes=limit)
         admitted: list[tuple[int, int]] = []
         for count, nbytes in calls:
             was_empty = buffer.messages == 0
             if buffer.try_reserve(count, nbytes):
                 admitted.append((count, nbytes))
-                assert was_empty or (buffer.messages <= 6 and buffer.nbytes <= 60)
+                charged = buffer.nbytes + buffer.messages * MESSAGE_MEMORY
+                assert was_empty or (buffer.messages <= 6 and charged <= limit)
             elif admitted:
                 # Full: acknowledging the oldest call makes room again.
                 buffer.release(*admitted.pop(0))

@@ -18,6 +18,7 @@ import pytest
 import ydb_topic_async as yta
 from ydb_topic_async import _codecs
 from ydb_topic_async.testing.proxy import FlakyProxy
+from ydb_topic_async.writer.buffer import MESSAGE_MEMORY
 
 from .._helpers import QUICK_RETRY, create_topic_with_consumer, proxied_driver, stored, stored_data
 from .._streams import record_requests
@@ -88,6 +89,36 @@ async def test_one_call_may_overflow_an_empty_buffer(
         await writer.flush(timeout=5)
         await writer.write(b"y")
     assert len(stored(server, topic)) == 11
+
+
+@pytest.mark.parametrize("hot_path", [True, False], ids=["write", "write_with_ack_future"])
+async def test_the_byte_limit_counts_what_each_small_message_holds(
+    server: Any, proxied: yta.Driver, proxy: FlakyProxy, topic_name: str, hot_path: bool
+) -> None:
+    """``max_buffer_bytes`` bounds memory: each message is charged its payload and what holding
+    it costs beyond that (``MESSAGE_MEMORY``), so 100-byte messages fill a 64 KiB buffer at 184
+    messages, not at 655, whichever way they were written."""
+    topic = await create_topic_with_consumer(proxied, topic_name)
+    limit = 64 * 1024
+    async with proxied.topic.writer(
+        topic, producer_id="small", max_buffer_messages=None, max_buffer_bytes=limit, buffer_wait_timeout=0.1
+    ) as writer:
+        await writer.wait_init()
+        proxy.stall()
+        accepted = 0
+        with pytest.raises(yta.BufferFullTimeoutError):
+            while accepted <= limit // 100:
+                payload = b"%0100d" % accepted
+                if hot_path:
+                    await writer.write(payload)
+                else:
+                    await writer.write_with_ack_future(payload)
+                accepted += 1
+        assert accepted == limit // (100 + MESSAGE_MEMORY) == 184
+        assert writer.buffered_bytes == 100 * accepted  # what it reports stays the payload bytes
+        proxy.resume()
+        await writer.flush(timeout=5)
+    assert stored_data(server, topic) == [b"%0100d" % i for i in range(accepted)]
 
 
 async def test_waiting_calls_are_admitted_in_order(

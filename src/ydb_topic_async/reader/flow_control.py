@@ -3,11 +3,18 @@
 The protocol works in credit: the client sends ``ReadRequest(bytes_size=N)`` to allow N more
 bytes of ``ReadResponse`` (sizes as the server counts them, on the wire). The reader bounds what
 it holds in *decoded* bytes: each response is charged its wire bytes, plus what its compressed
-payloads grow by when decoded (as their writers declared it), and credit is granted back only
-while the bytes held plus the credit the server still has stay within ``buffer_size``. So a
-response that decodes to ten times its wire size makes the reader wait until the user took that
-much before it asks for more. The server may send one response past the credit (its first
-message may exceed what is left); that overshoot is charged like any other bytes.
+payloads grow by when decoded (as their writers declared it), since the response stays in memory
+until its last message is taken and the decoded payloads exist beside it meanwhile.
+
+Credit is granted in those terms too. The reader learns how many bytes it is charged per wire
+byte (``ratio``: 1 for raw payloads, about 1 + the compression ratio for compressed ones) from
+what arrived, and grants ``(buffer_size - buffered - reserve) / ratio - server_credit``: so what
+the server may still send, once decoded, fits beside what is held. ``reserve`` is the largest
+message charge seen lately: the server may send one message past the credit (the message that
+crosses it goes out whole), and that message fits in the buffer too. Before anything arrived,
+the ratio is assumed to be ``UNMEASURED_RATIO``: the first grant is a small part of the buffer,
+and the rest follows the first response. (Granting the buffer in wire bytes, the reader would let
+a stream of 3.7x compressed payloads bring about four buffers' worth of decoded data in.)
 
 Messages stay as the server sent them, in ``BufferedPart``s (see ``parts``), until a receive
 takes them: only then is a ``TopicMessage`` built for each, and a compressed payload decoded
@@ -34,6 +41,10 @@ from .messages import MessageBatch, PartitionSession, TopicMessage
 from .parts import BufferedPart
 from .wire import DETACH_SIZE, _DetachedInfo
 
+UNMEASURED_RATIO = 16.0
+"""The bytes charged per wire byte assumed before any response was measured: the first grant of a
+reader is ``buffer_size / 16``, safe for payloads that decode to up to 15 times their wire size."""
+
 
 class ReadBuffer:
     """Messages waiting for the user, in arrival order, and the byte credit they hold."""
@@ -47,8 +58,11 @@ class ReadBuffer:
         "_cursor_start",
         "_cursor_stop",
         "_grant_level",
+        "_grant_when_empty",
         "_on_drained",
         "_queue",
+        "_seen_charge",
+        "_seen_wire",
         "_wake_sender",
         "buffer_size",
         "buffered_bytes",
@@ -56,7 +70,9 @@ class ReadBuffer:
         "nonempty",
         "partition_limit",
         "peak_buffered_bytes",
+        "ratio",
         "release_threshold",
+        "reserve",
         "server_credit",
     )
 
@@ -78,8 +94,18 @@ class ReadBuffer:
         self.peak_buffered_bytes = 0
         self.server_credit = 0
         """Bytes the server may still send (negative after it overshot)."""
+        self.ratio = UNMEASURED_RATIO
+        """Bytes charged per wire byte, as learned from what arrived (see ``measured``)."""
+        self.reserve = 0
+        """The largest message charge seen lately: room kept for the message the server may send
+        past the credit."""
+        self._seen_wire = 0.0
+        self._seen_charge = 0.0
+        """Wire bytes and charges of the responses received, older ones weighing less (see ``measured``)."""
         self._grant_level = 0
         """Credit is worth granting once ``buffered_bytes`` is at most this (see ``_set_credit``)."""
+        self._grant_when_empty = False
+        """Whether an empty buffer grants credit whatever its amount (see ``_set_credit``)."""
         self._queue: deque[BufferedPart] = deque()
         self.nonempty = asyncio.Event()
         self.credit_ready = False
@@ -100,7 +126,10 @@ class ReadBuffer:
     # --- the stream side ---------------------------------------------------------------
 
     def reset(self) -> int:
-        """Forget everything buffered (a new stream starts); return the initial credit."""
+        """Forget everything buffered (a new stream starts); return the initial credit.
+
+        What was learned of the payloads (``ratio``, ``reserve``) is kept: a new stream of the
+        same reader reads the same topics."""
         self._sync()
         self._cursor_info = self._cursor_records = self._cursor_session = None
         for entry in self._queue:
@@ -108,18 +137,55 @@ class ReadBuffer:
         self._queue.clear()
         self.nonempty.clear()
         self.buffered_bytes = 0
-        self._set_credit(self.buffer_size)
+        self._set_credit(0)
+        credit = self._room()
+        self._set_credit(credit)
         self.credit_ready = False
-        return self.buffer_size
+        return credit
+
+    def _room(self) -> int:
+        """The credit to grant now, so that what the server may send, charged as ``ratio``
+        predicts, fits in the buffer beside what it holds and ``reserve`` (at least one byte when
+        nothing is held or expected: a message larger than the buffer still comes, alone)."""
+        credit = int((self.buffer_size - self.buffered_bytes - self.reserve) / self.ratio) - self.server_credit
+        if credit <= 0 and self.buffered_bytes <= 0 and self.server_credit <= 0:
+            credit = max(1, int(self.buffer_size / self.ratio) - self.server_credit)
+        return credit
 
     def _set_credit(self, server_credit: int) -> None:
         self.server_credit = server_credit
-        # Credit worth a ReadRequest: buffer_size - buffered_bytes - server_credit >= release_threshold.
-        self._grant_level = self.buffer_size - server_credit - self.release_threshold
+        # Credit worth a ReadRequest (``_room() >= release_threshold / ratio``): buffered_bytes at
+        # most this level. An empty buffer grants whatever there is room for.
+        free = self.buffer_size - self.reserve - int(server_credit * self.ratio)
+        self._grant_level = free - self.release_threshold
+        self._grant_when_empty = free > 0 or server_credit <= 0
 
     def charge(self, nbytes: int) -> None:
         """A response of ``nbytes`` (as the server counts them) arrived: that much credit is used."""
         self._set_credit(self.server_credit - nbytes)
+
+    def measured(self, wire: int, charge: int, largest: int) -> None:
+        """The parts of a response that the reader keeps: ``wire`` of its bytes on the wire,
+        charged ``charge`` in all, ``largest`` for one message at most.
+
+        ``ratio`` becomes the larger of the latest response's charge per wire byte and the
+        average over what arrived, each response's weight fading as about a buffer's worth of
+        bytes arrives after it: payloads that decode to more take effect at once, ones that
+        decode to less over a buffer's worth. ``reserve`` moves to a larger message at once, and
+        towards smaller ones the same way."""
+        if wire <= 0:
+            return
+        keep = max(0.0, 1.0 - wire / self.buffer_size)
+        self._seen_wire = self._seen_wire * keep + wire
+        self._seen_charge = self._seen_charge * keep + charge
+        self.ratio = max(1.0, charge / wire, self._seen_charge / self._seen_wire)
+        reserve = self.reserve
+        if largest >= reserve:
+            reserve = largest
+        else:
+            reserve -= int((reserve - largest) * (1.0 - keep))
+        self.reserve = min(self.buffer_size, reserve)
+        self._set_credit(self.server_credit)
 
     def push(self, part: BufferedPart) -> None:
         """Queue a response's messages for one partition session, charged ``part.bytes_left``."""
@@ -134,7 +200,7 @@ class ReadBuffer:
         """The credit to grant in the next ReadRequest (0: nothing to send)."""
         self._sync()
         self.credit_ready = False
-        credit = self.buffer_size - self.buffered_bytes - self.server_credit
+        credit = self._room()
         if credit <= 0:
             return 0
         self._set_credit(self.server_credit + credit)
@@ -225,7 +291,7 @@ class ReadBuffer:
         """``nbytes`` of what the buffer held are gone: grant credit once enough accumulates."""
         buffered = self.buffered_bytes = self.buffered_bytes - nbytes
         if not self.credit_ready and (
-            buffered <= self._grant_level or (buffered <= 0 < self.buffer_size - self.server_credit)
+            buffered <= self._grant_level or (buffered <= 0 and self._grant_when_empty)
         ):
             self.credit_ready = True
             self._wake_sender.set()

@@ -222,6 +222,7 @@ class BufferedPart:
                     return self._take_each(1, None)  # the failed one, alone
             if end > index:
                 runs.append((info, index, end, payloads))
+                info.forget_payloads(index, end)
                 last = records[end - 1].offset
             taken += end - index
             index = end
@@ -270,6 +271,8 @@ class BufferedPart:
                 message = TopicMessage(data, offset, info, index, session, start)
                 if large and len(data) >= DETACH_SIZE:
                     message._info = _DetachedInfo(info, index)
+                if info.external:
+                    info.external.pop(offset, None)  # decoded or copied: see ``forget_payloads``
                 append(message)
                 start = offset + 1
                 taken += 1
@@ -302,6 +305,7 @@ class BufferedPart:
                 break
             if skipped < ready and info.decoder is not None:
                 decoded.popleft()  # its decoded payload (a decoded batch's messages each have one)
+            info.forget_payloads(index, index + 1)
             skipped += 1
             index += 1
             if index == len(records):

@@ -76,10 +76,12 @@ class TopicReader(ConnectionStatus, ClosesOnExit):
     """Reads messages from one or more topics as a consumer (or, without one, from given offsets).
 
     ``async with driver.topic.reader("events", consumer="c") as reader: async for m in reader``.
-    ``buffer_size_bytes`` bounds the bytes received and not yet handed out, counted decoded (the
-    server may send one response past it); compressed payloads are decoded as they are handed
-    out. ``decoders`` adds codecs (e.g. ``{LZ4_CODEC: lz4_decode}``); a decoder runs in one
-    thread at a time unless wrapped in ``ThreadSafe``.
+    ``buffer_size_bytes`` bounds the bytes received and not yet handed out, counted decoded (a
+    compressed response counts its size and what its payloads decode to): credit is granted in
+    those terms, as learned from what arrived, with room kept for the one message the server may
+    send past it; compressed payloads are decoded as they are handed out. ``decoders`` adds
+    codecs (e.g. ``{LZ4_CODEC: lz4_decode}``); a decoder runs in one thread at a time unless
+    wrapped in ``ThreadSafe``.
     ``on_partition_start(session)`` may return a read offset (int) or ``StartOffsets``;
     ``on_partition_stop(session)`` is told when a session ends; both may be coroutines.
     ``consumer=None`` reads the selectors' explicit partitions from their ``start_offsets``

@@ -47,7 +47,8 @@ if TYPE_CHECKING:
 ReadStream = BidiStream[pb.StreamReadMessage.FromClient, pb.StreamReadMessage.FromServer]
 
 REPLAY_WINDOW = 4 * 1024 * 1024
-"""The most bytes a backward seek's stream asks for at a time (less with a smaller buffer)."""
+"""The most bytes a backward seek reads ahead at a time, counted as the reader's buffer counts
+them (decoded; less with a smaller buffer)."""
 
 
 class SideRead:
@@ -207,6 +208,7 @@ class Replay:
                 batches, count, compressed, nbytes = got
                 part = BufferedPart(session, batches, count, nbytes, commit_start, compressed)
                 part.replay = self
+                buffer.measured(nbytes, part.charge, part.share)
                 commit_start = batches[-1].records[-1].offset + 1
                 self._parts += 1
                 self._held += part.bytes_left
@@ -218,7 +220,8 @@ class Replay:
                 while self._held > self._window // 2:
                     self._room.clear()
                     await self._room.wait()
-                await side.grant(self._window - self._held - side.credit)
+                # ``_held`` counts decoded bytes: so does the window; the credit is on the wire.
+                await side.grant(int((self._window - self._held) / buffer.ratio) - side.credit)
 
     def taken(self, nbytes: int, part_done: bool) -> None:
         """``nbytes`` of this replay's parts were handed out (``part_done``: a part's last)."""

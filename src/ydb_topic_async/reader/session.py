@@ -319,6 +319,7 @@ class ReaderConnection:
         share = total // count if count else 0
         decoders = self._settings.decoders
         report = self._report
+        kept = charged = largest = 0  # what the buffer learns its credit from (see ``ReadBuffer.measured``)
         for index, part in enumerate(parts):
             nbytes = share if index < count - 1 else total - share * (count - 1)
             session = self.sessions.get(part.partition_session_id)
@@ -337,6 +338,10 @@ class ReaderConnection:
                     end = skip
             session._next_commit_start = end
             buffered = BufferedPart(session, batches, messages, nbytes, start, compressed)
+            kept += nbytes
+            charged += buffered.charge
+            if buffered.share > largest:
+                largest = buffered.share
             if skip:
                 buffered.skip_to(skip)
                 if not buffered.left:
@@ -344,6 +349,7 @@ class ReaderConnection:
             buffer.push(buffered)
             if report.recording:  # only then: the payload sizes are summed over the part's messages
                 report.received(session.topic_path, session.partition_id, messages, buffered.payload_bytes())
+        buffer.measured(kept, charged, largest)
         buffer.release(0)  # the bytes of parts nobody reads may be granted again
         report.buffer_changed()
 
@@ -454,7 +460,8 @@ class ReaderConnection:
             session.topic_path,
             session.partition_id,
             start,
-            window=min(REPLAY_WINDOW, self.buffer.buffer_size),
+            # The first grant, in bytes on the wire: a window's worth once decoded.
+            window=max(1, int(min(REPLAY_WINDOW, self.buffer.buffer_size) / self.buffer.ratio)),
             decoders=self._settings.decoders,
             reader_name=self._settings.reader_name,
             init_timeout=self._settings.init_timeout,

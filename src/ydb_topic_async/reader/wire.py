@@ -76,6 +76,16 @@ class _ServerBatchInfo:
         external = self.external
         return None if external is None else external.get(record.offset)
 
+    def forget_payloads(self, first: int, end: int) -> None:
+        """The payloads of the records ``[first, end)`` were decoded or copied out (or passed
+        over): drop their views, so that the received bytes are freed once no payload of the
+        response is left in them, even while the batch that took them is held."""
+        external = self.external
+        if external:
+            records = self.records
+            for index in range(first, min(end, len(records))):
+                external.pop(records[index].offset, None)
+
     def payload(self, record: Any) -> bytes:
         """``record``'s payload as received (not decoded)."""
         view = self.view(record)

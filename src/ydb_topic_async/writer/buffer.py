@@ -11,9 +11,11 @@ A message takes one of two shapes here. One that ``write`` accepted through its 
 why; ``seq_no_of`` and ``as_pending`` read either shape where speed does not matter.
 
 Space is reserved when a call is admitted (count and bytes of all its messages at once) and
-released when acks arrive. A call is admitted when it fits, or when the buffer is empty (so a
-single call larger than the limits still makes progress). Waiting calls are admitted in FIFO
-order, so a large call is never starved by a stream of small ones.
+released when acks arrive. The byte limit counts each message's payload and metadata plus
+``MESSAGE_MEMORY``, what holding a message costs beyond them, so that it bounds the memory of many
+small messages too (a message of 10 bytes is charged 266). A call is admitted when it fits, or
+when the buffer is empty (so a single call larger than the limits still makes progress). Waiting
+calls are admitted in FIFO order, so a large call is never starved by a stream of small ones.
 """
 
 from __future__ import annotations
@@ -27,6 +29,12 @@ from .._errors import BufferFullTimeoutError
 
 if TYPE_CHECKING:
     from .messages import WriteResult
+
+MESSAGE_MEMORY = 256
+"""Bytes a buffered message costs beyond its payload and metadata, charged against the byte
+limit for each message: its tuple or object, the integers of its sequence number and creation
+time, its queue slot, the payload's object header (about 170 bytes as a ``PlainMessage``, 120
+more once it is a ``PendingMessage``, measured with ``tracemalloc`` on CPython 3.11)."""
 
 
 class PendingMessage:
@@ -114,6 +122,7 @@ class WriteBuffer:
         self.messages = 0
         """Messages admitted and not yet acknowledged (including space reserved by admitted calls)."""
         self.nbytes = 0
+        """Their payload and metadata bytes (the byte limit also counts ``MESSAGE_MEMORY`` per message)."""
         self.accepted_total = 0
         """Messages ever accepted; a flush waits until ``acked_total`` reaches this mark."""
         self.acked_total = 0
@@ -162,7 +171,8 @@ class WriteBuffer:
                 timer.cancel()
 
     def _fits(self, count: int, nbytes: int) -> bool:
-        return self.messages + count <= self._message_limit and self.nbytes + nbytes <= self._byte_limit
+        messages = self.messages + count
+        return messages <= self._message_limit and self.nbytes + nbytes + messages * MESSAGE_MEMORY <= self._byte_limit
 
     def _expire(self, waiter: _SpaceWaiter, timeout: float) -> None:
         if waiter.future.done():
@@ -171,8 +181,8 @@ class WriteBuffer:
         waiter.future.set_exception(
             BufferFullTimeoutError(
                 f"writer buffer stayed full for {timeout}s (holding {self.messages} messages / {self.nbytes} bytes,"
-                f" limits {self.max_messages} / {self.max_bytes}; the call needs {waiter.count} / {waiter.nbytes});"
-                " nothing from this call was accepted"
+                f" limits {self.max_messages} / {self.max_bytes} counting {MESSAGE_MEMORY} bytes per message;"
+                f" the call needs {waiter.count} / {waiter.nbytes}); nothing from this call was accepted"
             )
         )
 
@@ -220,7 +230,11 @@ class WriteBuffer:
         messages = self.messages
         size = len(entry[0])
         if self._space_waiters or (
-            messages and (messages >= self._message_limit or self.nbytes + size > self._byte_limit)
+            messages
+            and (
+                messages >= self._message_limit
+                or self.nbytes + size + (messages + 1) * MESSAGE_MEMORY > self._byte_limit
+            )
         ):
             return False
         self.messages = messages + 1
