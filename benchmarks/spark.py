@@ -18,7 +18,12 @@ Python data source that yields ready-made Arrow batches of the same schema and s
 "write floor" writes the same rows to a Python data source that drops them.
 
 ``--cpu`` (Linux) adds the CPU seconds each operation used, on average: the server process, this
-process (the SDK reference), Spark's JVM and its Python workers.
+process (the SDK reference), Spark's JVM and its Python workers, and per row.
+
+``--cpus 0`` (Linux) runs everything (this process, the server, Spark's JVM and Python workers) on
+those CPUs only (``sched_setaffinity``, inherited by every process started): run it with one CPU
+and with two to see whether the ratio is bound by the machine's cores, and ``--cpus 0,1`` against
+``--cpus 0`` tells how each side scales with a second core.
 """
 
 from __future__ import annotations
@@ -137,7 +142,10 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=4, help="topic partitions (= Spark read tasks)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--cpu", action="store_true", help="also report CPU seconds per process kind (Linux)")
+    parser.add_argument("--cpus", help="run on these CPUs only, e.g. 0 or 0,1 (Linux)")
     args = parser.parse_args()
+    if args.cpus:
+        os.sched_setaffinity(0, {int(cpu) for cpu in args.cpus.split(",")})
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
@@ -243,14 +251,16 @@ def main() -> None:
                     if args.cpu:
                         after = cpu_seconds(server.pid)
                         cpu[name].append({kind: after[kind] - before[kind] for kind in after})
-        print(f"\n{rows} rows x {args.size} B, {args.partitions} partitions, local[2], best of {args.rounds}")
-        print(f"{'operation':<12}{'seconds':>9}{'rows/s':>10}" + ("   CPU seconds" if args.cpu else ""))
+        cpus = sorted(os.sched_getaffinity(0))
+        print(f"\n{rows} rows x {args.size} B, {args.partitions} partitions, local[2], best of {args.rounds}, "
+              f"on CPUs {cpus}")
+        print(f"{'operation':<12}{'seconds':>9}{'rows/s':>10}" + ("   CPU seconds (µs per row)" if args.cpu else ""))
         for name, seconds in times.items():
             line = f"{name:<12}{min(seconds):>9.2f}{rows / min(seconds):>10.0f}"
             if args.cpu:
-                line += "   " + ", ".join(
-                    f"{kind} {statistics.mean(c[kind] for c in cpu[name]):.2f}" for kind in cpu[name][0]
-                )
+                used = {kind: statistics.mean(c[kind] for c in cpu[name]) for kind in cpu[name][0]}
+                line += "   " + ", ".join(f"{kind} {value:.2f}" for kind, value in used.items() if value >= 0.005)
+                line += f" (all {sum(used.values()) / rows * 1e6:.1f} µs/row)"
             print(line)
 
         def ratios(spark_op: str, reference: str) -> str:

@@ -1,7 +1,7 @@
 """What CI reads from pyproject.toml to test more than one Python.
 
     python scripts/ci_versions.py declared                     # 3.11, 3.12, ... one a line
-    python scripts/ci_versions.py requirements-without-spark   # the dev extra minus pyspark, pyarrow
+    python scripts/ci_versions.py requirements-without-spark   # the dev extra minus the Spark (and Connect) packages
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sys
 import tomllib
 
 PYPROJECT = pathlib.Path(__file__).resolve().parents[1] / "pyproject.toml"
-SPARK_ONLY = {"pyspark", "pyarrow"}
+SPARK_ONLY = {"pyspark", "pyarrow", "grpcio-status", "googleapis-common-protos", "pandas", "numpy"}
 
 
 def declared_versions(project: dict[str, object]) -> list[str]:

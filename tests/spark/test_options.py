@@ -12,15 +12,18 @@ import pytest
 from ydb_topic_async.spark._errors import DataLossError
 from ydb_topic_async.spark._offsets import (
     OffsetRange,
+    SourceOffsets,
+    Split,
     TopicOffsets,
     TopicState,
     check_start,
     limit_offsets,
     loss_reporter,
+    range_reporter,
     resolve,
     split,
 )
-from ydb_topic_async.spark._options import ByTimestamp, check_mode, parse_options
+from ydb_topic_async.spark._options import OffsetsByTopic, TimesByTopic, check_mode, parse_options
 
 BASE = {"endpoint": "grpc://localhost:2136", "database": "/local", "topic": "t"}
 
@@ -32,11 +35,12 @@ def parse(**options: str) -> Any:
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"maxOffsetPerTrigger": "5"}, "unknown option 'maxoffsetpertrigger'; did you mean 'maxOffsetsPerTrigger'"),
+        ({"maxOffsetPerTrigger": "5"}, r"unknown option 'maxoffsetpertrigger' \(as Spark passes it, in lower case\); "
+                                       "did you mean 'maxOffsetsPerTrigger'"),
         ({"failOnDataloss": "x"}, "must be one of true, false"),
         ({"startingOffset": "latest"}, "did you mean 'startingOffsets'"),
-        ({"colour": "red"}, r"unknown option 'colour' \(the options are listed in the Spark guide\)"),
-        ({"subscribe": "a,b"}, "Kafka connector's, not this source's: this source reads one topic: use 'topic'"),
+        ({"colour": "red"}, r"unknown option 'colour' \(as Spark passes it, in lower case\) \(the options are listed"),
+        ({"subscribe": "a,b"}, "Kafka connector's, not this source's: give the topics in 'topic'"),
         ({"assign": "{}"}, "name partitions in 'startingOffsets'"),
         ({"includeHeaders": "true"}, "always in the 'metadata' column"),
         ({"kafka.group.id": "g"}, "configures a Kafka client"),
@@ -58,6 +62,16 @@ def parse(**options: str) -> Any:
         ({"rootCertificates": "not a certificate"}, "PEM text"),
         ({"rootCertificatesFile": "/no/such/file.pem"}, "'rootCertificatesFile' cannot be read"),
         ({"producerIdPrefix": ""}, "'producerIdPrefix' must be a short non-empty string"),
+        ({"topic": "a, b", "startingOffsets": '{"0": 1}'}, "must name the topic of each offset when several topics"),
+        ({"topic": "a", "startingOffsets": '{"b": {"0": 1}}'}, "names topic 'b', which this query does not read"),
+        ({"topic": "a", "endingOffsets": '{"/other/a": {"0": 1}}'}, "names topic '/other/a', which this query does"),
+        ({"topic": "a,a"}, "names a topic twice"),
+        ({"topic": '["a", 1]'}, "JSON list of topics"),
+        ({"partitioner": "md5"}, "'partitioner' must be 'ydb'"),
+        ({"maxBufferBytes": "0"}, "option 'maxBufferBytes': max_buffer_bytes must be a positive int"),
+        ({"bufferWaitTimeout": "-1"}, "option 'bufferWaitTimeout': buffer_wait_timeout must be None or a number"),
+        ({"codec": "lzop"}, "option 'codec': no encoder registered for codec lzop"),
+        ({"maxRequestSize": "10"}, "option 'maxRequestSize': max_request_size must be"),
     ],
 )
 def test_bad_options_name_the_problem(options: dict[str, str], message: str) -> None:
@@ -82,10 +96,36 @@ def test_spark_own_options_and_spellings_are_accepted() -> None:
 
 
 def test_timestamps_follow_the_kafka_connector() -> None:
-    assert parse(startingTimestamp="1700000000000").starting_offsets == ByTimestamp(default=1700000000000)
+    assert parse(startingTimestamp="1700000000000").starting_offsets == TimesByTopic(default=1700000000000)
     nested = parse(startingOffsetsByTimestamp='{"t": {"0": 5, "2": 7}}').starting_offsets
-    assert nested == ByTimestamp(partitions={0: 5, 2: 7})
-    assert parse(endingTimestamp="9").ending_offsets == ByTimestamp(default=9)
+    assert nested == TimesByTopic(topics={"t": {0: 5, 2: 7}})
+    assert parse(endingTimestamp="9").ending_offsets == TimesByTopic(default=9)
+
+
+def test_several_topics_and_offsets_per_topic() -> None:
+    """``topic`` takes a list, as the Kafka connector's ``subscribe``; JSON offsets nest per topic,
+    named as the option names them or by absolute path."""
+    parsed = parse(topic="clicks, /local/views", startingOffsets='{"/local/clicks": {"0": 5}, "/local/views": '
+                                                                   '{"1": -1}}')
+    assert parsed.topics == ("clicks", "/local/views")
+    assert parsed.starting_offsets == OffsetsByTopic({"clicks": {0: 5}, "/local/views": {1: -1}})
+    assert parse(topic='["a", "b"]').topics == ("a", "b")
+    assert parse(topic="t", startingOffsets='{"0": 3}').starting_offsets == OffsetsByTopic({"t": {0: 3}})
+    with pytest.raises(ValueError, match="a write takes one 'topic', not 2"):
+        check_mode(parse(topic="a,b"), "batch write")
+    with pytest.raises(ValueError, match="option 'topic' is required"):
+        check_mode(parse_options({k: v for k, v in BASE.items() if k != "topic"}), "stream read")
+    check_mode(parse_options({k: v for k, v in BASE.items() if k != "topic"}), "stream write")  # a topic column
+
+
+def test_batch_reads_refuse_what_kafka_refuses() -> None:
+    with pytest.raises(ValueError, match="starting offset can't be latest for batch queries"):
+        check_mode(parse(startingOffsets="latest"), "batch read")
+    with pytest.raises(ValueError, match="topic 't' partition 1 can't be latest"):
+        check_mode(parse(startingOffsets='{"0": 2, "1": -1}'), "batch read")
+    check_mode(parse(startingOffsets="latest"), "stream read")
+    with pytest.raises(ValueError, match="ending offset can't be earliest"):
+        parse(endingOffsets="earliest")
 
 
 @pytest.mark.parametrize(
@@ -137,6 +177,29 @@ def test_checkpoint_offsets_round_trip_and_read_the_older_form() -> None:
         TopicOffsets.from_json({"partitions": {"x": 1}})
 
 
+def test_source_offsets_name_every_topic_and_record_the_split() -> None:
+    one = SourceOffsets({"/local/t": TopicOffsets({0: 12}, "/local/t", 1000)}, Split(min_partitions=4))
+    assert one.to_json() == {"topic": "/local/t", "createdAt": 1000, "partitions": {"0": 12},
+                             "split": {"minPartitions": 4}}
+    assert SourceOffsets.from_json(one.to_json()) == one
+    two = SourceOffsets(
+        {"/local/b": TopicOffsets({0: 1}, "/local/b", 7), "/local/a": TopicOffsets({1: 2}, "/local/a", 5)}, Split()
+    )
+    assert two.to_json() == {
+        "topics": {"/local/a": {"createdAt": 5, "partitions": {"1": 2}}, "/local/b": {"createdAt": 7,
+                                                                                     "partitions": {"0": 1}}},
+        "split": {},
+    }
+    assert SourceOffsets.from_json(two.to_json()) == two
+    older = SourceOffsets.from_json({"topic": "/local/t", "createdAt": 1, "partitions": {"0": 3}})
+    assert older.split is None  # written before splits were recorded: the options decide
+    oldest = SourceOffsets.from_json({"0": 3})
+    assert oldest.for_topic("/local/t", single=True) == TopicOffsets({0: 3})
+    assert oldest.for_topic("/local/t", single=False) is None
+    with pytest.raises(ValueError, match="bad minPartitions"):
+        SourceOffsets.from_json({"partitions": {"0": 1}, "split": {"minPartitions": 0}})
+
+
 @pytest.mark.parametrize(
     ("checkpoint", "expected", "lost"),
     [
@@ -160,13 +223,19 @@ def test_every_mismatch_between_checkpoint_and_topic_is_data_loss(
             check_start(STATE, checkpoint, loss_reporter(True, "t"))
 
 
-def test_requested_offsets_out_of_range_are_data_loss() -> None:
+def test_requested_offsets_out_of_range() -> None:
+    """Before the first offset: lost data. Past the end: not written yet, which fails as in the Kafka
+    connector (unless failOnDataLoss is false) but is not called data loss."""
     seen, report = losses()
-    assert resolve({0: 5, 1: -1}, STATE, "startingOffsets", report) == {0: 10, 1: 5}
+    strict_end = range_reporter(True, "t")
+    assert resolve({0: 5, 1: -1}, STATE, "startingOffsets", report, strict_end) == {0: 10, 1: 5}
     assert seen == ["option 'startingOffsets' asks for offset 5 of partition 0, which has offsets 10..50"]
-    with pytest.raises(DataLossError, match="asks for offset 99 of partition 1"):
-        resolve({1: 99}, STATE, "endingOffsets", loss_reporter(True, "t"))
-    assert resolve({0: -2}, STATE, "endingOffsets", report) == {0: 10, 1: 5}
+    with pytest.raises(ValueError, match="asks for offset 99 of partition 1, which ends at offset 5") as error:
+        resolve({1: 99}, STATE, "endingOffsets", loss_reporter(True, "t"), strict_end)
+    assert not isinstance(error.value, DataLossError)
+    assert "lost" not in str(error.value) and "has not been written yet" in str(error.value)
+    assert resolve({1: 99}, STATE, "endingOffsets", report, range_reporter(False, "t")) == {0: 50, 1: 5}
+    assert resolve({0: -2}, STATE, "endingOffsets", report, strict_end) == {0: 10, 1: 5}
 
 
 def test_split_gives_big_ranges_more_tasks() -> None:

@@ -21,14 +21,17 @@ from ydb_topic_async.extras import install_hint
 if not os.environ.get("CI"):  # in CI the Spark tests must run (see conftest.require_spark)
     pytest.importorskip("pyspark", reason=f"pyspark is not installed ({install_hint('spark')})")
 
-from ydb_topic_async import Driver, Message
+from pyspark.sql import functions as F
+
+from ydb_topic_async import Driver, Message, Partitioner, partition_for_key
 from ydb_topic_async.spark import lag
 from ydb_topic_async.spark._bridge import runtime, shutdown
 from ydb_topic_async.spark._offsets import OffsetRange
 from ydb_topic_async.spark._options import parse_options
 from ydb_topic_async.spark.source import HAS_READ_LIMIT, SCHEMA, _arrow_schema, read_range
 
-from .conftest import T0, Server, copy_stream, create, payload_counts, read_all, write_messages
+from .._helpers import read_with_official_sdk as read_with_official
+from .conftest import T0, Server, copy_stream, create, ended, payload_counts, read_all, write_messages
 
 # --- options ------------------------------------------------------------------------------------
 
@@ -36,7 +39,6 @@ from .conftest import T0, Server, copy_stream, create, payload_counts, read_all,
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"topic": ""}, "option 'topic' is required"),
         ({"endpoint": ""}, "option 'endpoint' is required"),
         ({"endpoint": "http://x:1"}, "grpc:// or grpcs://"),
         ({"database": "local"}, "absolute path"),
@@ -47,9 +49,9 @@ from .conftest import T0, Server, copy_stream, create, payload_counts, read_all,
         ({"maxOffsetsPerTrigger": "0"}, "maxOffsetsPerTrigger"),
         ({"maxOffsetsPerTrigger": "ten"}, "maxOffsetsPerTrigger"),
         ({"token": "t", "user": "u"}, "one way to authenticate, not 'token' and 'user'"),
-        ({"maxOffsetPerTrigger": "5"}, "unknown option 'maxoffsetpertrigger'; did you mean 'maxOffsetsPerTrigger'"),
+        ({"maxOffsetPerTrigger": "5"}, "did you mean 'maxOffsetsPerTrigger'"),
         ({"kafka.bootstrap.servers": "h:9092"}, "configures a Kafka client"),
-        ({"subscribe": "t"}, "Kafka connector's, not this source's: this source reads one topic"),
+        ({"subscribe": "t"}, "Kafka connector's, not this source's: give the topics in 'topic'"),
         ({"codec": "snappy"}, "codec"),
     ],
 )
@@ -63,33 +65,64 @@ def test_bad_options_fail_at_load_time(
         spark.read.format("ydb_topic").options(**all_options).load()
 
 
-def test_stream_only_errors_fail_at_start(spark: Any, ydb_server: Server, topic_name: str, tmp_path: Path) -> None:
+def test_stream_only_errors_fail_the_query_with_the_source_message(
+    spark: Any, ydb_server: Server, topic_name: str, tmp_path: Path
+) -> None:
+    """A stream read's option problems are found when Spark makes the stream reader; raised there,
+    pyspark's own cleanup would bury them under an UnboundLocalError, so the reader raises them from
+    its first planning call and the query's error ends with the source's own message."""
     create(ydb_server, topic_name)
-    stream = (
-        spark.readStream.format("ydb_topic")
-        .options(**ydb_server.options(topic_name, endingOffsets="latest"))
-        .load()
-        .writeStream.format("noop")
-        .option("checkpointLocation", str(tmp_path / "cp"))
-    )
-    with pytest.raises(Exception, match="'endingOffsets' is for batch reads, not a stream read"):
-        stream.start().awaitTermination(30)
-    with pytest.raises(Exception, match="no consumer 'nobody'"):
-        (
+    for n, (options, message) in enumerate([
+        ({"endingOffsets": "latest"}, "ValueError: ydb_topic: option 'endingOffsets' is for batch reads, not a "
+                                      "stream read"),
+        ({"consumer": "nobody"}, f"ValueError: ydb_topic: topic '{topic_name}' has no consumer 'nobody'"),
+    ]):
+        query = (
             spark.readStream.format("ydb_topic")
-            .options(**ydb_server.options(topic_name, consumer="nobody"))
+            .options(**ydb_server.options(topic_name, **options))
             .load()
             .writeStream.format("noop")
-            .option("checkpointLocation", str(tmp_path / "cp2"))
+            .option("checkpointLocation", str(tmp_path / f"cp{n}"))
             .start()
-            .awaitTermination(30)
         )
-    with pytest.raises(Exception, match="needs a 'data' column"):
+        error = str(ended(query, timeout=60).exception())
+        assert message in error
+        assert "UnboundLocalError" not in error
+
+
+def test_errors_at_the_call(spark: Any, ydb_server: Server, topic_name: str) -> None:
+    write_messages(ydb_server, topic_name, partitions=2, per_partition=5)
+
+    def batch(**options: str) -> Any:
+        return spark.read.format("ydb_topic").options(**ydb_server.options(topic_name, **options)).load()
+
+    # load() itself: what needs no mode.
+    with pytest.raises(Exception, match="option 'topic' is required"):
+        spark.read.format("ydb_topic").options(**{k: v for k, v in ydb_server.options("x").items() if k != "topic"})\
+            .load()
+    with pytest.raises(Exception, match="names topic 'elsewhere', which this query does not read"):
+        batch(startingOffsets='{"elsewhere": {"0": 1}}')
+    # The first action: what depends on the mode, as in the Kafka connector.
+    with pytest.raises(Exception, match="starting offset can't be latest for batch queries"):
+        batch(startingOffsets="latest").collect()
+    with pytest.raises(Exception, match="asks for offset 9 of partition 1, which ends at offset 5") as past_end:
+        batch(endingOffsets='{"1": 9}').collect()
+    assert "has not been written yet" in str(past_end.value) and "DataLossError" not in str(past_end.value)
+    assert batch(endingOffsets='{"1": 9}', failOnDataLoss="false").count() == 10  # clamped to the end
+    # Writes: save() runs the source's checks.
+    with pytest.raises(Exception, match=r"needs a 'data' \(or 'value'\) column"):
         spark.range(3).write.format("ydb_topic").options(**ydb_server.options(topic_name)).mode("append").save()
+    rows = spark.range(3).selectExpr("CAST(id AS STRING) AS data")
     with pytest.raises(Exception, match="append-only"):
-        spark.range(3).selectExpr("CAST(id AS STRING) AS data").write.format("ydb_topic").options(
-            **ydb_server.options(topic_name)
-        ).mode("overwrite").save()
+        rows.write.format("ydb_topic").options(**ydb_server.options(topic_name)).mode("overwrite").save()
+    # Spark refuses a save() without a mode before any Python runs (a Python data source cannot
+    # take Spark's default ErrorIfExists mode): the guide says to add mode("append").
+    with pytest.raises(Exception, match="UNSUPPORTED_DATA_SOURCE_SAVE_MODE"):
+        rows.write.format("ydb_topic").options(**ydb_server.options(topic_name)).save()
+    # The continuous trigger is refused when the query starts (the guide quotes this error).
+    with pytest.raises(Exception, match="does not support continuous processing"):
+        batch_stream = spark.readStream.format("ydb_topic").options(**ydb_server.options(topic_name)).load()
+        batch_stream.writeStream.format("noop").trigger(continuous="1 second").start()
 
 
 # --- batch read ---------------------------------------------------------------------------------
@@ -125,14 +158,43 @@ def test_starting_and_ending_offsets(spark: Any, ydb_server: Server, topic_name:
             result[row.partition].append(row.offset)
         return result
 
-    assert offsets(startingOffsets="latest") == {0: [], 1: []}
     assert offsets(startingOffsets='{"0": 15, "1": -2}') == {0: [15, 16, 17, 18, 19], 1: list(range(20))}
     assert offsets(startingOffsets='{"0": 5}', endingOffsets='{"0": 8, "1": 2}') == {0: [5, 6, 7], 1: [0, 1]}
-    nested = f'{{"{topic_name}": {{"0": 18, "1": -1}}}}'  # the Kafka connector's per-topic form
-    assert offsets(startingOffsets=nested) == {0: [18, 19], 1: []}
+    nested = f'{{"{topic_name}": {{"0": 18, "1": 19}}}}'  # the Kafka connector's per-topic form
+    assert offsets(startingOffsets=nested) == {0: [18, 19], 1: [19]}
     assert offsets(endingOffsets='{"1": -1, "0": 1}') == {0: [0], 1: list(range(20))}
     with pytest.raises(Exception, match="partitions the topic does not have"):
         offsets(startingOffsets='{"7": 0}')
+
+
+def test_several_topics_in_one_read(spark: Any, ydb_server: Server, topic_name: str, tmp_path: Path) -> None:
+    """``topic`` takes several topics, as the Kafka connector's ``subscribe``: batch and streaming
+    reads cover them all, offsets JSON nests per topic, the checkpoint names every topic, and
+    ``lag`` tells them apart."""
+    a, b = f"{topic_name}-a", f"{topic_name}-b"
+    write_messages(ydb_server, a, partitions=2, per_partition=5)
+    write_messages(ydb_server, b, partitions=1, per_partition=3)
+    both = f"{a}, {b}"
+    rows = read_all(spark, ydb_server, both)
+    assert Counter(r.topic for r in rows) == {a: 10, b: 3}
+    assert {(r.topic, r.data) for r in rows} == {(a, f"p{p}-{i}".encode()) for p in (0, 1) for i in range(5)} | {
+        (b, f"p0-{i}".encode()) for i in range(3)}
+    start = json.dumps({a: {"0": 3}, f"{ydb_server.database}/{b}": {"0": 2}})
+    picked = read_all(spark, ydb_server, both, startingOffsets=start, endingOffsets=json.dumps({b: {"0": -1}}))
+    assert sorted((r.topic, r.partition, r.offset) for r in picked) == [
+        (a, 0, 3), (a, 0, 4), *((a, 1, i) for i in range(5)), (b, 0, 2)]
+
+    sink = f"{topic_name}-out"
+    create(ydb_server, sink)
+    query = copy_stream(spark, ydb_server, both, sink, tmp_path / "cp", maxOffsetsPerTrigger="5")
+    assert query.exception() is None
+    assert payload_counts(spark, ydb_server, sink) == Counter(r.data for r in rows)
+    first = query.recentProgress[0]
+    checkpointed = json.loads(first.sources[0].endOffset)
+    assert set(checkpointed["topics"]) == {f"{ydb_server.database}/{a}", f"{ydb_server.database}/{b}"}
+    assert sum(lag(first, topic=a).values()) + sum(lag(first, topic=b).values()) == 13 - 5
+    with pytest.raises(ValueError, match="pass topic= to say which"):
+        lag(first)
 
 
 def test_a_task_reads_its_range_alike_as_arrow_and_as_rows(ydb_server: Server, topic_name: str) -> None:
@@ -366,3 +428,94 @@ def test_partitions_added_later_are_read_from_their_start(
     data = sorted(r.data for r in read_all(spark, ydb_server, sink))
     expected = [f"p0-{i}".encode() for i in range(10)] + [f"late-{p}-{i}".encode() for p in (1, 2) for i in range(4)]
     assert data == sorted(expected)
+
+
+# --- Kafka-shaped rows --------------------------------------------------------------------------
+
+
+def read_with_official_sdk(server: Server, topic: str, count: int) -> list[Any]:
+    """``count`` messages of ``topic`` read by the official ``ydb`` SDK's reader (consumer ``spark``):
+    what this package wrote, seen by an independent reader. It runs on the server's event loop:
+    grpc.aio on yet another short-lived loop can trip over its own poller (a BlockingIOError it
+    logs from ``PollerCompletionQueue._handle_events``)."""
+    ydb_aio = pytest.importorskip("ydb.aio")
+
+    async def main() -> list[Any]:
+        driver = ydb_aio.Driver(endpoint=server.endpoint, database=server.database)
+        await driver.wait(timeout=10)
+        try:
+            return await read_with_official(driver, topic, "spark", count)
+        finally:
+            await driver.stop()
+
+    return server.thread.call(main(), timeout=120)
+
+
+# grpc.aio's poller, shared by the event loops of this process (the server's, the SDK's), can log a
+# BlockingIOError when two of them watch it at once; nothing is lost by it.
+@pytest.mark.tolerate_asyncio_reports("PollerCompletionQueue._handle_events")
+def test_kafka_shaped_rows_land_where_keyed_producers_put_them(spark: Any, ydb_server: Server, topic_name: str) -> None:
+    """``key`` (placed by the keyed writer's partitioner and kept as ``__key``), ``headers`` (as
+    metadata), a ``topic`` per row (the option overrides it), ``partition``, ``value``: written by a
+    batch write, read back by the official SDK."""
+    even, odd, fixed = f"{topic_name}-even", f"{topic_name}-odd", f"{topic_name}-fixed"
+    for topic in (even, odd, fixed):
+        create(ydb_server, topic, partitions=4)
+    connection = {"endpoint": ydb_server.endpoint, "database": ydb_server.database}
+    rows = spark.range(80).selectExpr(
+        "CONCAT('user-', id % 13) AS key",
+        "CONCAT('v', id) AS value",
+        "array(named_struct('key', 'n', 'value', CAST(CAST(id AS STRING) AS BINARY))) AS headers",
+        f"IF(id % 2 = 0, '{even}', '{odd}') AS topic",
+    )
+    rows.write.format("ydb_topic").options(**connection).mode("append").save()
+    kafka = rows.where("CAST(SUBSTRING(value, 2) AS INT) < 40").withColumn(
+        "partition", F.expr("IF(value = 'v0', 3, NULL)").cast("int"))
+    kafka.write.format("ydb_topic").options(**connection, topic=fixed, partitioner="kafka").mode("append").save()
+
+    placements: list[tuple[str, Partitioner, int]] = [(even, "ydb", 40), (odd, "ydb", 40), (fixed, "kafka", 40)]
+    for topic, partitioner, count in placements:
+        description = ydb_server.run(lambda d, t=topic: d.topic.describe_topic(t))  # type: ignore[misc]
+        messages = read_with_official_sdk(ydb_server, topic, count)
+        assert len(messages) == count
+        for message in messages:
+            n = int(message.data.decode()[1:])
+            key = message.metadata_items["__key"]
+            assert key == f"user-{n % 13}".encode()
+            assert message.metadata_items["n"] == str(n).encode()
+            if topic == fixed and n == 0:
+                assert message.partition_id == 3  # an explicit partition wins over the key
+            else:
+                assert message.partition_id == partition_for_key(description, key, partitioner), (topic, n)
+        assert {int(m.data.decode()[1:]) % 2 for m in messages} == ({0} if topic == even else {1} if topic == odd
+                                                                    else {0, 1})
+    with pytest.raises(Exception, match="null topic present in the data"):
+        spark.range(2).selectExpr("'x' AS value", "CAST(NULL AS STRING) AS topic").write.format("ydb_topic").options(
+            **connection).mode("append").save()
+    with pytest.raises(Exception, match="column 'headers' must be array<struct<key: string, value: binary>>"):
+        spark.range(2).selectExpr("'x' AS value", "array('a') AS headers").write.format("ydb_topic").options(
+            **connection, topic=fixed).mode("append").save()
+
+
+@pytest.mark.tolerate_asyncio_reports("PollerCompletionQueue._handle_events")
+def test_the_sink_takes_kafka_shaped_rows_exactly_once(
+    spark: Any, ydb_server: Server, topic_name: str, tmp_path: Path
+) -> None:
+    """The streaming sink with ``key`` and ``headers``, run twice over the same micro-batch (its
+    commit forgotten): every row once, in its key's partition."""
+    sink = f"{topic_name}-out"
+    write_messages(ydb_server, topic_name, partitions=2, per_partition=30)
+    create(ydb_server, sink, partitions=3)
+    columns = ("data AS value", "CAST(offset % 7 AS STRING) AS key",
+               "array(named_struct('key', 'from', 'value', CAST(CONCAT(partition, ':', offset) AS BINARY))) AS headers")
+    checkpoint = tmp_path / "cp"
+    assert copy_stream(spark, ydb_server, topic_name, sink, checkpoint, columns=columns).exception() is None
+    for name in ("0", ".0.crc"):
+        (checkpoint / "commits" / name).unlink(missing_ok=True)
+    assert copy_stream(spark, ydb_server, topic_name, sink, checkpoint, columns=columns).exception() is None
+    description = ydb_server.run(lambda d: d.topic.describe_topic(sink))
+    messages = read_with_official_sdk(ydb_server, sink, 60)
+    assert Counter(m.metadata_items["from"] for m in messages) == Counter(
+        f"{p}:{o}".encode() for p in range(2) for o in range(30))
+    for message in messages:
+        assert message.partition_id == partition_for_key(description, message.metadata_items["__key"])

@@ -9,13 +9,16 @@ from a clone of the repository with ``pip install -e ".[spark]"``).
 
 The options follow Spark's Kafka connector where a counterpart exists (``startingOffsets``,
 ``endingOffsets``, ``startingTimestamp``, ``maxOffsetsPerTrigger``, ``minOffsetsPerTrigger``,
-``maxTriggerDelay``, ``minPartitions``, ``failOnDataLoss``, ...); an unknown option fails with the
-closest known name. The Spark guide (``docs/spark.md``) lists them all with each mode's guarantee.
+``maxTriggerDelay``, ``minPartitions``, ``failOnDataLoss``, ...); ``topic`` takes several topics
+for a read; an unknown option fails with the closest known name. The Spark guide
+(``docs/spark.md``) lists them all with each mode's guarantee.
 
 Rows read: topic, partition, offset, seq_no, producer_id, message_group_id, created_at,
-written_at, metadata (map<string, binary>), data (binary). Rows written: ``data`` (binary or
-string), optional ``metadata`` (map<string, binary|string>) and ``partition``. The streaming
-sink is exactly-once for replays that reproduce the same rows and detects replays that do not.
+written_at, metadata (map<string, binary>), data (binary). Rows written take the Kafka sink's
+columns: ``value`` (or ``data``), optional ``key`` (placed as the keyed writer places it),
+``headers`` (or a ``metadata`` map), ``topic`` and ``partition``. The streaming sink is
+exactly-once: a replayed micro-batch is checked against every row any earlier attempt of it
+stored, and one whose rows moved or differ fails before it writes a row twice.
 """
 
 from __future__ import annotations

@@ -1,12 +1,18 @@
 """Offsets for planning reads: the checkpoint format, data-loss checks, ranges and limits.
 
-Offsets in Spark's checkpoint are JSON objects that name the topic (its full path and the time
-it was created, which tells a recreated topic from the original) and, per partition id, the next
-offset to read::
+Offsets in Spark's checkpoint are JSON objects that name each topic (its full path and the time
+it was created, which tells a recreated topic from the original), per partition id the next
+offset to read, and the split the micro-batch was planned with (so that a replayed batch gets
+the same Spark partitions whatever the options are now)::
 
-    {"topic": "/local/clicks", "createdAt": 1714563200123, "partitions": {"0": 1200, "1": 1187}}
+    {"topic": "/local/clicks", "createdAt": 1714563200123, "partitions": {"0": 1200, "1": 1187},
+     "split": {"minPartitions": 8}}
 
-The older form ``{"0": 1200, "1": 1187}`` (partitions only) is still read.
+    {"topics": {"/local/clicks": {"createdAt": 1714563200123, "partitions": {"0": 1200}},
+                "/local/views": {"createdAt": 1714563200456, "partitions": {"0": 17}}},
+     "split": {}}
+
+The older forms (one topic without ``split``, or ``{"0": 1200, "1": 1187}``) are still read.
 """
 
 from __future__ import annotations
@@ -14,13 +20,16 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from ..observability import sdk_logger
 from ._errors import DataLossError
-from ._options import EARLIEST, LATEST, OffsetSpec
+from ._options import EARLIEST, LATEST
 
 logger = sdk_logger("spark")
+
+K = TypeVar("K", int, tuple[str, int])
+"""Offsets are keyed by partition id, or by (topic, partition id) across topics."""
 
 
 @dataclass(frozen=True)
@@ -82,6 +91,81 @@ class TopicOffsets:
         return cls(dict(partitions), state.path, state.created_at_ms)
 
 
+@dataclass(frozen=True)
+class Split:
+    """How a micro-batch's offset ranges were split into Spark partitions (``minPartitions``,
+    ``maxRecordsPerPartition``), recorded with its end offset so a replay splits them alike."""
+
+    min_partitions: int | None = None
+    max_records: int | None = None
+
+    def to_json(self) -> dict[str, int]:
+        result = {}
+        if self.min_partitions is not None:
+            result["minPartitions"] = self.min_partitions
+        if self.max_records is not None:
+            result["maxRecordsPerPartition"] = self.max_records
+        return result
+
+    @classmethod
+    def from_json(cls, value: object) -> Split:
+        if not isinstance(value, dict):
+            raise ValueError(f"ydb_topic: bad split in a checkpoint offset: {value!r}")
+        numbers = {key: value.get(key) for key in ("minPartitions", "maxRecordsPerPartition")}
+        for key, number in numbers.items():
+            if number is not None and (not isinstance(number, int) or isinstance(number, bool) or number <= 0):
+                raise ValueError(f"ydb_topic: bad {key} in a checkpoint offset: {number!r}")
+        return cls(numbers["minPartitions"], numbers["maxRecordsPerPartition"])
+
+
+@dataclass(frozen=True)
+class SourceOffsets:
+    """A checkpointed offset of the whole source: every topic's offsets (by full path; ``None`` for
+    the oldest form, which names no topic) and the split its micro-batch was planned with (``None``:
+    not recorded, an offset written before splits were)."""
+
+    topics: Mapping[str | None, TopicOffsets]
+    split: Split | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        result: dict[str, Any]
+        if len(self.topics) == 1:
+            result = next(iter(self.topics.values())).to_json()
+        else:
+            result = {"topics": {}}
+            for path in sorted(p for p in self.topics if p is not None):
+                one = self.topics[path].to_json()
+                one.pop("topic", None)
+                result["topics"][path] = one
+        if self.split is not None:
+            result["split"] = self.split.to_json()
+        return result
+
+    @classmethod
+    def from_json(cls, value: Mapping[str, Any] | None) -> SourceOffsets:
+        value = dict(value or {})
+        split = Split.from_json(value.pop("split")) if "split" in value else None
+        if "topics" in value:
+            topics = value["topics"]
+            if not isinstance(topics, dict):
+                raise ValueError(f"ydb_topic: bad topics in a checkpoint offset: {topics!r}")
+            parsed = {}
+            for path, one in topics.items():
+                if not isinstance(one, dict):
+                    raise ValueError(f"ydb_topic: bad offsets of topic {path!r} in a checkpoint offset: {one!r}")
+                parsed[path] = TopicOffsets.from_json({**one, "topic": path})
+            return cls(parsed, split)
+        one = TopicOffsets.from_json(value)
+        return cls({one.path: one}, split)
+
+    def for_topic(self, path: str, single: bool) -> TopicOffsets | None:
+        """This topic's offsets; the oldest form (no topic named) counts for the only topic read."""
+        found = self.topics.get(path)
+        if found is None and single and None in self.topics:
+            return self.topics[None]
+        return found
+
+
 LossReport = Callable[[str], None]
 """Called with a description of lost data: raises ``DataLossError`` or logs a warning."""
 
@@ -95,6 +179,22 @@ def loss_reporter(fail_on_data_loss: bool, topic: str) -> LossReport:
                 "from the first offset available."
             )
         logger.warning("ydb_topic: %s (topic %s); failOnDataLoss is false: continuing from the first offset available",
+                       what, topic)
+
+    return report
+
+
+def range_reporter(fail_on_data_loss: bool, topic: str) -> LossReport:
+    """For requested offsets past a partition's end: not lost data, data not written yet. As in the
+    Kafka connector it fails the read unless ``failOnDataLoss`` is false, which clamps them."""
+
+    def report(what: str) -> None:
+        if fail_on_data_loss:
+            raise ValueError(
+                f"ydb_topic: {what} (topic {topic}): that offset has not been written yet. Ask for -1 (the end), "
+                "or set the option failOnDataLoss to false to read up to the partition's end instead."
+            )
+        logger.warning("ydb_topic: %s (topic %s); failOnDataLoss is false: reading up to the partition's end",
                        what, topic)
 
     return report
@@ -138,20 +238,22 @@ def check_start(state: TopicState, checkpoint: TopicOffsets, report: LossReport)
     return start
 
 
-def resolve(spec: OffsetSpec, state: TopicState, name: str, report: LossReport) -> dict[int, int]:
+def resolve(
+    spec: str | Mapping[int, int], state: TopicState, name: str, report: LossReport, past_end: LossReport
+) -> dict[int, int]:
     """Concrete offsets for every partition of ``state`` from ``earliest``/``latest``/JSON.
 
     Partitions the spec does not name start at the earliest (``startingOffsets``) or end at the
-    latest (``endingOffsets``). An offset outside the partition's ``[first, end]`` is reported
-    and then clamped into it.
+    latest (``endingOffsets``). An offset before the partition's first is lost data (``report``);
+    one past its end was never written (``past_end``); either is then clamped into the range.
     """
     bounds = state.bounds
     if spec == "earliest":
         return state.firsts
     if spec == "latest":
         return state.ends
-    if not isinstance(spec, dict):
-        raise TypeError(f"resolve takes earliest, latest or a JSON spec, not {spec!r}")
+    if isinstance(spec, str):
+        raise TypeError(f"resolve takes earliest, latest or offsets per partition, not {spec!r}")
     missing = sorted(set(spec) - set(bounds))
     if missing:
         raise ValueError(f"ydb_topic: option {name!r} names partitions the topic does not have: {missing}")
@@ -162,9 +264,12 @@ def resolve(spec: OffsetSpec, state: TopicState, name: str, report: LossReport) 
             offset = first
         elif offset == LATEST:
             offset = end
-        elif not first <= offset <= end:
+        elif offset < first:
             report(f"option {name!r} asks for offset {offset} of partition {pid}, which has offsets {first}..{end}")
-            offset = min(max(offset, first), end)
+            offset = first
+        elif offset > end:
+            past_end(f"option {name!r} asks for offset {offset} of partition {pid}, which ends at offset {end}")
+            offset = end
         result[pid] = offset
     return result
 
@@ -178,19 +283,23 @@ class OffsetRange:
     end: int
     created_at_ms: int | None = None
     """The topic's creation time when the range was planned (None: unknown)."""
+    topic: str = ""
+    """The topic's full path ("": the only topic of the options)."""
 
     @property
     def size(self) -> int:
         return max(0, self.end - self.start)
 
 
-def ranges(start: Mapping[int, int], end: Mapping[int, int], created_at_ms: int | None = None) -> list[OffsetRange]:
+def ranges(
+    start: Mapping[int, int], end: Mapping[int, int], created_at_ms: int | None = None, topic: str = ""
+) -> list[OffsetRange]:
     """Non-empty ranges per partition; a partition absent from ``start`` is new and read from 0."""
     result = []
     for pid in sorted(end):
         begin = start.get(pid, 0)
         if end[pid] > begin:
-            result.append(OffsetRange(pid, begin, end[pid], created_at_ms))
+            result.append(OffsetRange(pid, begin, end[pid], created_at_ms, topic))
     return result
 
 
@@ -213,11 +322,11 @@ def split(parts: list[OffsetRange], min_partitions: int | None, max_records: int
         for i in range(pieces):
             lo = rng.start + rng.size * i // pieces
             hi = rng.start + rng.size * (i + 1) // pieces
-            result.append(OffsetRange(rng.partition, lo, hi, rng.created_at_ms))
+            result.append(OffsetRange(rng.partition, lo, hi, rng.created_at_ms, rng.topic))
     return result
 
 
-def limit_offsets(start: Mapping[int, int], latest: Mapping[int, int], max_rows: int | None) -> dict[int, int]:
+def limit_offsets(start: Mapping[K, int], latest: Mapping[K, int], max_rows: int | None) -> dict[K, int]:
     """Cap ``latest`` so at most ``max_rows`` offsets are read in total, shared by backlog size.
 
     As in the Kafka connector, each partition gets a share proportional to its backlog; the
@@ -239,6 +348,6 @@ def limit_offsets(start: Mapping[int, int], latest: Mapping[int, int], max_rows:
     return {pid: start.get(pid, 0) + share[pid] for pid in end}
 
 
-def backlog(start: Mapping[int, int], latest: Mapping[int, int]) -> int:
+def backlog(start: Mapping[K, int], latest: Mapping[K, int]) -> int:
     """Offsets between ``start`` and ``latest`` in total (new partitions count from 0)."""
     return sum(max(0, end - start.get(pid, 0)) for pid, end in latest.items())

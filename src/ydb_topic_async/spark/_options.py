@@ -2,7 +2,7 @@
 
 This module does not import pyspark, so option handling is testable without a JVM. Every
 problem raises ``ValueError`` with the option's name, which Spark reports at ``load()``,
-``save()`` or ``start()`` time instead of failing later inside an executor task.
+``save()`` or when the query starts, instead of failing later inside an executor task.
 
 Option names follow Spark's Kafka connector where a counterpart exists. An option this source
 does not know fails (naming the closest known one), and a Kafka option it does not support fails
@@ -18,6 +18,9 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from .. import WriterSettings, YdbTopicError
 
 EARLIEST = -2
 """Kafka's sentinel for "the partition's first offset" in a JSON offsets spec."""
@@ -27,10 +30,8 @@ LATEST = -1
 
 @dataclass(frozen=True)
 class ByTimestamp:
-    """Offsets of the first message written at or after a time (milliseconds since the epoch).
-
-    ``default`` applies to every partition not in ``partitions`` (None: only ``partitions``).
-    """
+    """Offsets of the first message written at or after a time (milliseconds since the epoch), for
+    one topic. ``default`` applies to every partition not in ``partitions`` (None: only those)."""
 
     default: int | None = None
     partitions: Mapping[int, int] = field(default_factory=dict)
@@ -39,9 +40,31 @@ class ByTimestamp:
         return self.partitions.get(pid, self.default)
 
 
-OffsetSpec = str | dict[int, int] | ByTimestamp
-"""``"earliest"``, ``"latest"``, partition id -> offset (which may be ``EARLIEST``/``LATEST``),
-or a ``ByTimestamp``."""
+@dataclass(frozen=True)
+class OffsetsByTopic:
+    """A JSON offsets option: per topic (as the ``topic`` option names it), partition id -> offset
+    (which may be ``EARLIEST``/``LATEST``). A topic it does not name keeps the default."""
+
+    topics: Mapping[str, Mapping[int, int]]
+
+    def for_topic(self, topic: str) -> dict[int, int]:
+        return dict(self.topics.get(topic, {}))
+
+
+@dataclass(frozen=True)
+class TimesByTopic:
+    """``startingTimestamp`` (``default``, every partition of every topic) or
+    ``startingOffsetsByTimestamp`` (per topic, partition id -> time)."""
+
+    default: int | None = None
+    topics: Mapping[str, Mapping[int, int]] = field(default_factory=dict)
+
+    def for_topic(self, topic: str) -> ByTimestamp:
+        return ByTimestamp(self.default, dict(self.topics.get(topic, {})))
+
+
+OffsetSpec = str | OffsetsByTopic | TimesByTopic
+"""``"earliest"``, ``"latest"``, offsets per topic, or times per topic."""
 
 DEFAULT_POLL_TIMEOUT = 120.0
 """Seconds a read task waits for messages its range says exist (the Kafka connector's default)."""
@@ -56,6 +79,14 @@ _SPARK_OWN = {"path", "paths", "checkpointlocation", "queryname"}
 _READ = frozenset({"batch read", "stream read"})
 _WRITE = frozenset({"batch write", "stream write"})
 _ANY = _READ | _WRITE
+_WRITER_SETTINGS = {
+    "maxBufferMessages": "max_buffer_messages",
+    "maxBufferBytes": "max_buffer_bytes",
+    "bufferWaitTimeout": "buffer_wait_timeout",
+    "maxRequestSize": "max_request_size",
+    "initTimeout": "init_timeout",
+}
+"""Writer options (Spark spelling) and the ``WriterSettings`` field each one sets."""
 _MODES: dict[str, frozenset[str]] = {
     **dict.fromkeys(
         ("endpoint", "database", "topic", "discovery", "token", "tokenFile", "user", "password",
@@ -71,7 +102,7 @@ _MODES: dict[str, frozenset[str]] = {
     **dict.fromkeys(
         ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay", "consumer"), frozenset({"stream read"})
     ),
-    **dict.fromkeys(("codec", "producerIdPrefix"), _WRITE),
+    **dict.fromkeys(("codec", "producerIdPrefix", "partitioner", *_WRITER_SETTINGS), _WRITE),
     "onReplayMismatch": frozenset({"stream write"}),
 }
 """Every option this source understands (documented spelling) and the modes it applies to."""
@@ -79,8 +110,8 @@ _KNOWN = {name.lower(): name for name in _MODES}
 """Lowercase name -> the documented spelling."""
 
 _KAFKA_ONLY = {
-    "subscribe": "this source reads one topic: use 'topic'",
-    "subscribepattern": "this source reads one topic: use 'topic'",
+    "subscribe": "give the topics in 'topic' (comma-separated, or a list)",
+    "subscribepattern": "name the topics in 'topic' (comma-separated): this source does not match patterns",
     "assign": "name partitions in 'startingOffsets' JSON instead (unnamed ones start at the earliest)",
     "groupidprefix": "offsets live in Spark's checkpoint; use 'consumer' to commit them for a YDB consumer",
     "includeheaders": "message metadata (YDB's headers) is always in the 'metadata' column; "
@@ -112,13 +143,22 @@ class ConnectionOptions:
         auth = auth or ("provider" if self.credentials_provider else "anonymous")
         return f"ConnectionOptions({self.endpoint!r}, {self.database!r}, auth={auth})"
 
+    @property
+    def database_path(self) -> str | None:
+        """The database, from the option or from the endpoint's ``?database=``."""
+        if self.database:
+            return self.database
+        match = re.search(r"[?&]database=([^&]+)", self.endpoint)
+        return match.group(1) if match else None
+
 
 @dataclass(frozen=True)
 class SourceOptions:
     """Every option of one read or write (plain values: they are pickled to executors)."""
 
     connection: ConnectionOptions
-    topic: str
+    topics: tuple[str, ...] = ()
+    """The topics of the ``topic`` option, as given (a write takes at most one; none: a ``topic`` column)."""
     starting_offsets: OffsetSpec = "earliest"
     ending_offsets: OffsetSpec | None = None
     timestamp_strategy_latest: bool = False
@@ -132,12 +172,42 @@ class SourceOptions:
     consumer: str | None = None
     poll_timeout: float = DEFAULT_POLL_TIMEOUT
     include_metadata: bool = True
-    codec: int | None = None
+    writer: Mapping[str, Any] = field(default_factory=dict)
+    """Keyword options for ``WriterSettings`` (checked here), without the ones each task sets."""
     producer_id_prefix: str | None = None
+    partitioner: str = "ydb"
+    """How the ``key`` column places rows: ``"ydb"`` or ``"kafka"`` (``partition_for_key``)."""
     rewrite_on_replay_mismatch: bool = False
     """``onReplayMismatch`` = ``atLeastOnce``: write a mismatching replay again instead of failing."""
+    checkpoint_location: str | None = None
+    """The ``checkpointLocation`` Spark passes to a streaming sink."""
     given: frozenset[str] = frozenset()
     """The options the user set (documented spelling), for checks that depend on the mode."""
+
+    @property
+    def topic(self) -> str:
+        """The one topic of the ``topic`` option ("" when it names none)."""
+        return self.topics[0] if self.topics else ""
+
+    def full_path(self, topic: str) -> str:
+        """``topic`` as an absolute path (relative names are under the database)."""
+        return full_path(self.connection.database_path, topic)
+
+    def writer_settings(self, **per_task: Any) -> WriterSettings:
+        """The writer options with what a task sets (producer id, partition, retries), checked."""
+        return WriterSettings(**{**self.writer, **per_task})
+
+    @property
+    def codec(self) -> int | None:
+        codec = self.writer.get("codec")
+        return int(codec) if codec is not None else None
+
+
+def full_path(database: str | None, topic: str) -> str:
+    """``topic`` as an absolute path: relative names are under ``database``."""
+    if topic.startswith("/") or not database:
+        return topic
+    return f"{database.rstrip('/')}/{topic}"
 
 
 def parse_options(options: Mapping[str, str]) -> SourceOptions:
@@ -146,14 +216,14 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
     opts = {str(k).lower(): str(v) for k, v in options.items() if v is not None}
     _reject_unknown(opts)
     given = frozenset(_KNOWN[k] for k in opts if k in _KNOWN)
-    topic = (opts.get("topic") or opts.get("path") or "").strip()
-    if not topic.strip("/"):
-        raise ValueError("ydb_topic: option 'topic' is required")
+    connection = _connection(opts)
+    topics = _topics(opts.get("topic") or opts.get("path") or "")
+    database = connection.database_path
     return SourceOptions(
-        connection=_connection(opts),
-        topic=topic,
-        starting_offsets=_starting(opts),
-        ending_offsets=_ending(opts),
+        connection=connection,
+        topics=topics,
+        starting_offsets=_starting(opts, topics, database),
+        ending_offsets=_ending(opts, topics, database),
         timestamp_strategy_latest=_choice(opts, "startingOffsetsByTimestampStrategy", {"error": False, "latest": True}),
         max_offsets_per_trigger=_optional_int(opts, "maxOffsetsPerTrigger"),
         min_offsets_per_trigger=_optional_int(opts, "minOffsetsPerTrigger"),
@@ -164,20 +234,50 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         consumer=opts.get("consumer") or None,
         poll_timeout=_seconds(opts, "pollTimeout", DEFAULT_POLL_TIMEOUT),
         include_metadata=_bool(opts, "includeMetadata", True),
-        codec=_codec(opts["codec"]) if "codec" in opts else None,
+        writer=_writer(opts),
         producer_id_prefix=_producer_id_prefix(opts.get("produceridprefix")),
+        partitioner=_partitioner(opts.get("partitioner")),
         rewrite_on_replay_mismatch=_choice(opts, "onReplayMismatch", {"fail": False, "atLeastOnce": True}),
+        checkpoint_location=opts.get("checkpointlocation") or None,
         given=given,
     )
 
 
 def check_mode(options: SourceOptions, mode: str) -> None:
-    """Fail when an option was given that does not apply to ``mode`` (``"batch read"``, ``"stream write"``, ...)."""
+    """Fail when an option does not apply to ``mode`` (``"batch read"``, ``"stream write"``, ...),
+    and check what a mode needs: a read needs topics and takes several, a write takes one."""
     for name in sorted(options.given):
         modes = _MODES[name]
         if mode not in modes:
             raise ValueError(f"ydb_topic: option {name!r} is for {' and '.join(m + 's' for m in sorted(modes))}, "
                              f"not a {mode}")
+    if mode in _READ and not options.topics:
+        raise ValueError("ydb_topic: option 'topic' is required (the topic to read, or several, comma-separated)")
+    if mode in _WRITE and len(options.topics) > 1:
+        raise ValueError(
+            f"ydb_topic: a write takes one 'topic', not {len(options.topics)}; to write rows to several topics, "
+            "leave the option out and give each row's topic in a 'topic' column"
+        )
+    if mode == "batch read":
+        _check_batch_offsets(options)
+
+
+def _check_batch_offsets(options: SourceOptions) -> None:
+    """The Kafka connector's rules for batch reads: a batch cannot start at the end or end at the start."""
+    start = options.starting_offsets
+    if start == "latest":
+        raise ValueError(
+            "ydb_topic: starting offset can't be latest for batch queries (a batch read would return nothing); "
+            "use 'earliest' or JSON offsets"
+        )
+    if isinstance(start, OffsetsByTopic):
+        for topic, offsets in start.topics.items():
+            for pid, offset in sorted(offsets.items()):
+                if offset == LATEST:
+                    raise ValueError(
+                        f"ydb_topic: startingOffsets for topic {topic!r} partition {pid} can't be latest (-1) for "
+                        "batch queries"
+                    )
 
 
 def _reject_unknown(opts: Mapping[str, str]) -> None:
@@ -195,7 +295,34 @@ def _reject_unknown(opts: Mapping[str, str]) -> None:
             )
         close = difflib.get_close_matches(key, list(_KNOWN), n=1, cutoff=0.6)
         hint = f"; did you mean {_KNOWN[close[0]]!r}?" if close else ""
-        raise ValueError(f"ydb_topic: unknown option {key!r}{hint} (the options are listed in the Spark guide)")
+        # Spark lower-cases option names before a Python data source sees them: say so, since
+        # the name quoted is not spelt as the user typed it.
+        raise ValueError(
+            f"ydb_topic: unknown option {key!r} (as Spark passes it, in lower case){hint} "
+            "(the options are listed in the Spark guide)"
+        )
+
+
+def _topics(value: str) -> tuple[str, ...]:
+    """The ``topic`` option: one topic, several comma-separated, or a JSON list of them."""
+    text = value.strip()
+    if text.startswith("["):
+        try:
+            parsed = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"ydb_topic: option 'topic' looks like a JSON list but is not one: {exc.msg}") from None
+        if not isinstance(parsed, list) or not all(isinstance(t, str) for t in parsed):
+            raise ValueError(f"ydb_topic: option 'topic' must be a topic, topics separated by commas, or a JSON "
+                             f"list of topics, got {value!r}")
+        names = [t.strip() for t in parsed]
+    else:
+        names = [t.strip() for t in text.split(",")]
+    topics = tuple(name for name in names if name.strip("/"))
+    if text and not topics:
+        raise ValueError(f"ydb_topic: option 'topic' names no topic: {value!r}")
+    if len(set(topics)) != len(topics):
+        raise ValueError(f"ydb_topic: option 'topic' names a topic twice: {value!r}")
+    return topics
 
 
 def _connection(opts: Mapping[str, str]) -> ConnectionOptions:
@@ -271,31 +398,41 @@ def _root_certificates(opts: Mapping[str, str]) -> bytes | None:
     return pem.encode()
 
 
-def _starting(opts: Mapping[str, str]) -> OffsetSpec:
-    by_time = _by_timestamp(opts, "startingTimestamp", "startingOffsetsByTimestamp", "startingOffsets")
+def _starting(opts: Mapping[str, str], topics: tuple[str, ...], database: str | None) -> OffsetSpec:
+    by_time = _by_timestamp(opts, "startingTimestamp", "startingOffsetsByTimestamp", "startingOffsets", topics,
+                            database)
     if by_time is not None:
         return by_time
-    return parse_offsets(opts.get("startingoffsets", "earliest"), "startingOffsets", allow_earliest=True)
+    if "startingoffsets" not in opts:
+        return "earliest"
+    return parse_offsets(opts["startingoffsets"], "startingOffsets", topics, database, allow_earliest=True)
 
 
-def _ending(opts: Mapping[str, str]) -> OffsetSpec | None:
-    by_time = _by_timestamp(opts, "endingTimestamp", "endingOffsetsByTimestamp", "endingOffsets")
+def _ending(opts: Mapping[str, str], topics: tuple[str, ...], database: str | None) -> OffsetSpec | None:
+    by_time = _by_timestamp(opts, "endingTimestamp", "endingOffsetsByTimestamp", "endingOffsets", topics, database)
     if by_time is not None:
         return by_time
     if "endingoffsets" in opts:
-        return parse_offsets(opts["endingoffsets"], "endingOffsets", allow_earliest=False)
+        return parse_offsets(opts["endingoffsets"], "endingOffsets", topics, database, allow_earliest=False)
     return None
 
 
-def _by_timestamp(opts: Mapping[str, str], single: str, per_partition: str, offsets: str) -> ByTimestamp | None:
+def _by_timestamp(
+    opts: Mapping[str, str], single: str, per_partition: str, offsets: str, topics: tuple[str, ...],
+    database: str | None,
+) -> TimesByTopic | None:
     given = [name for name in (single, per_partition, offsets) if name.lower() in opts]
     if len(given) > 1:
         raise ValueError(f"ydb_topic: give one of {', '.join(repr(g) for g in given)}, not several")
     if single.lower() in opts:
-        return ByTimestamp(default=_timestamp(opts[single.lower()], single))
+        return TimesByTopic(default=_timestamp(opts[single.lower()], single))
     if per_partition.lower() in opts:
-        parsed = _partition_json(opts[per_partition.lower()], per_partition, "timestamp in milliseconds")
-        return ByTimestamp(partitions={pid: _timestamp(value, per_partition, pid) for pid, value in parsed.items()})
+        parsed = _topics_json(opts[per_partition.lower()], per_partition, "timestamp in milliseconds", topics,
+                              database)
+        return TimesByTopic(topics={
+            topic: {pid: _timestamp(value, per_partition, pid) for pid, value in partitions.items()}
+            for topic, partitions in parsed.items()
+        })
     return None
 
 
@@ -315,19 +452,48 @@ def _timestamp(value: object, name: str, pid: int | None = None) -> int:
     return number
 
 
-def _partition_json(value: str, name: str, what: str) -> dict[int, object]:
-    """A JSON object of partition id -> value, or Kafka's ``{"topic": {...}}`` nesting of one."""
+def _topics_json(
+    value: str, name: str, what: str, topics: tuple[str, ...], database: str | None
+) -> dict[str, dict[int, object]]:
+    """A JSON object of partition id -> value (one topic read), or, as in the Kafka connector, of
+    topic -> {partition id -> value}. Keys are matched to the topics of the ``topic`` option (as
+    given or as absolute paths); the result is keyed by the topic as the option gives it."""
+    example = '{"0": ..., "1": ...}' if len(topics) <= 1 else '{"topic": {"0": ..., "1": ...}}'
     try:
         parsed = json.loads(value.strip())
     except json.JSONDecodeError as exc:
         raise ValueError(
-            f"ydb_topic: option {name!r} must be JSON like {{\"0\": ..., \"1\": ...}} (partition id -> {what}), "
-            f"got {value!r}: {exc.msg}"
+            f"ydb_topic: option {name!r} must be JSON like {example} (partition id -> {what}), got {value!r}: "
+            f"{exc.msg}"
         ) from None
-    if isinstance(parsed, dict) and len(parsed) == 1 and isinstance(next(iter(parsed.values())), dict):
-        parsed = next(iter(parsed.values()))  # Kafka's per-topic nesting: one topic per source here
     if not isinstance(parsed, dict) or not parsed:
-        raise ValueError(f"ydb_topic: option {name!r} must be a non-empty JSON object of partition id -> {what}")
+        raise ValueError(f"ydb_topic: option {name!r} must be a non-empty JSON object like {example}")
+    nested = [isinstance(item, dict) for item in parsed.values()]
+    if any(nested) and not all(nested):
+        raise ValueError(f"ydb_topic: option {name!r} mixes topics and partition ids at its top level")
+    if not any(nested):
+        if len(topics) > 1:
+            raise ValueError(
+                f"ydb_topic: option {name!r} must name the topic of each offset when several topics are read, "
+                f'e.g. {{"{topics[0]}": {{"0": ...}}}}'
+            )
+        return {topics[0] if topics else "": _partition_items(parsed, name)}
+    by_path = {full_path(database, t): t for t in topics}
+    result: dict[str, dict[int, object]] = {}
+    for key, partitions in parsed.items():
+        topic = key if key in topics else by_path.get(full_path(database, key))
+        if topic is None:
+            read = ", ".join(repr(t) for t in topics) or "none"
+            raise ValueError(
+                f"ydb_topic: option {name!r} names topic {key!r}, which this query does not read (it reads {read})"
+            )
+        if topic in result:
+            raise ValueError(f"ydb_topic: option {name!r} names topic {topic!r} twice")
+        result[topic] = _partition_items(partitions, name, f" of topic {key!r}")
+    return result
+
+
+def _partition_items(parsed: Mapping[str, object], name: str, where: str = "") -> dict[int, object]:
     result: dict[int, object] = {}
     for key, item in parsed.items():
         try:
@@ -335,13 +501,18 @@ def _partition_json(value: str, name: str, what: str) -> dict[int, object]:
         except ValueError:
             pid = -1
         if pid < 0:
-            raise ValueError(f"ydb_topic: option {name!r}: partition ids must be non-negative integers, got {key!r}")
+            raise ValueError(
+                f"ydb_topic: option {name!r}{where}: partition ids must be non-negative integers, got {key!r}"
+            )
         result[pid] = item
     return result
 
 
-def parse_offsets(value: str, name: str, *, allow_earliest: bool) -> OffsetSpec:
-    """``earliest`` | ``latest`` | JSON: ``{"0": 23, "1": -2}`` or Kafka's ``{"topic": {"0": 23}}``.
+def parse_offsets(
+    value: str, name: str, topics: tuple[str, ...] = (), database: str | None = None, *, allow_earliest: bool
+) -> OffsetSpec:
+    """``earliest`` | ``latest`` | JSON: ``{"0": 23, "1": -2}`` (one topic) or, as in the Kafka
+    connector, ``{"topic": {"0": 23}}`` (required when several topics are read).
 
     In JSON, -2 means the partition's first offset and -1 its end; ``endingOffsets`` takes
     ``latest`` (or -1) but not ``earliest``, as in the Kafka connector.
@@ -349,22 +520,27 @@ def parse_offsets(value: str, name: str, *, allow_earliest: bool) -> OffsetSpec:
     text = value.strip()
     if text.lower() in ("earliest", "latest"):
         if text.lower() == "earliest" and not allow_earliest:
-            raise ValueError(f"ydb_topic: option {name!r} cannot be 'earliest'")
+            raise ValueError(f"ydb_topic: option {name!r} cannot be 'earliest' (ending offset can't be earliest)")
         return text.lower()
     if not text.startswith("{"):
         raise ValueError(
             f"ydb_topic: option {name!r} must be 'earliest', 'latest' or JSON like "
             f'{{"0": 42, "1": -2}} (partition id -> offset), got {value!r}'
         )
-    result: dict[int, int] = {}
     lowest = EARLIEST if allow_earliest else LATEST
-    for pid, offset in _partition_json(text, name, "offset").items():
-        if not isinstance(offset, int) or isinstance(offset, bool) or offset < lowest:
-            raise ValueError(
-                f"ydb_topic: option {name!r}: offset of partition {pid} must be an integer >= {lowest}, got {offset!r}"
-            )
-        result[pid] = offset
-    return result
+    result: dict[str, dict[int, int]] = {}
+    for topic, partitions in _topics_json(text, name, "offset", topics, database).items():
+        offsets: dict[int, int] = {}
+        for pid, offset in partitions.items():
+            if not isinstance(offset, int) or isinstance(offset, bool) or offset < lowest:
+                what = "" if len(topics) <= 1 else f" of topic {topic!r}"
+                raise ValueError(
+                    f"ydb_topic: option {name!r}: offset of partition {pid}{what} must be an integer >= {lowest}, "
+                    f"got {offset!r}"
+                )
+            offsets[pid] = offset
+        result[topic] = offsets
+    return OffsetsByTopic(result)
 
 
 def _optional_int(opts: Mapping[str, str], name: str) -> int | None:
@@ -430,11 +606,39 @@ def _choice(opts: Mapping[str, str], name: str, values: Mapping[str, bool], defa
 _CODECS = {"raw": 1, "gzip": 2, "lzop": 3, "zstd": 4}
 
 
-def _codec(value: str) -> int:
-    name = value.strip().lower()
-    if name in _CODECS:
-        return _CODECS[name]
-    raise ValueError(f"ydb_topic: option 'codec' must be one of {', '.join(_CODECS)}, got {value!r}")
+def _writer(opts: Mapping[str, str]) -> dict[str, Any]:
+    """The writer options, checked by ``WriterSettings`` (the one place writer options are checked)."""
+    settings: dict[str, Any] = {}
+    if "codec" in opts:
+        name = opts["codec"].strip().lower()
+        if name not in _CODECS:
+            raise ValueError(f"ydb_topic: option 'codec' must be one of {', '.join(_CODECS)}, got {opts['codec']!r}")
+        settings["codec"] = _CODECS[name]
+    for option, setting in _WRITER_SETTINGS.items():
+        value = opts.get(option.lower())
+        if value is None:
+            continue
+        settings[setting] = _number(value, setting.endswith("timeout"))
+    by_setting: dict[str, str] = {setting: option for option, setting in _WRITER_SETTINGS.items()}
+    by_setting["codec"] = "codec"
+    try:
+        WriterSettings(**settings)
+    except YdbTopicError as exc:
+        # The settings name their field (max_buffer_bytes); the user gave the Spark option.
+        text = str(exc)
+        named = next((opt for key, opt in by_setting.items() if key in text), None)
+        prefix = f"option {named!r}: " if named is not None else ""
+        raise ValueError(f"ydb_topic: {prefix}{text}") from None
+    return settings
+
+
+def _number(value: str, seconds: bool) -> int | float | str:
+    """``value`` as the number a writer setting takes; as given when it is none (the settings say
+    what they need)."""
+    try:
+        return float(value) if seconds else int(value)
+    except ValueError:
+        return value
 
 
 def _producer_id_prefix(value: str | None) -> str | None:
@@ -443,3 +647,15 @@ def _producer_id_prefix(value: str | None) -> str | None:
     if not value or len(value) > 512 or any(ch in value for ch in "\r\n"):
         raise ValueError(f"ydb_topic: option 'producerIdPrefix' must be a short non-empty string, got {value!r}")
     return value
+
+
+def _partitioner(value: str | None) -> str:
+    if value is None:
+        return "ydb"
+    name = value.strip().lower()
+    if name not in ("ydb", "kafka"):
+        raise ValueError(
+            f"ydb_topic: option 'partitioner' must be 'ydb' (where YDB's own producers put a key) or 'kafka' "
+            f"(Kafka's murmur2 partitioner), got {value!r}"
+        )
+    return name

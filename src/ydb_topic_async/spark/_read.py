@@ -44,7 +44,7 @@ def read_range(options: SourceOptions, rng: OffsetRange | None, arrow: pa.Schema
 
 def _read(options: SourceOptions, rng: OffsetRange, arrow: pa.Schema | None) -> Iterator[Any]:
     rt = runtime()
-    report = loss_reporter(options.fail_on_data_loss, options.topic)
+    report = loss_reporter(options.fail_on_data_loss, _topic(options, rng))
     reader = rt.run(_open(rt, options, rng))
     try:
         position = rng.start
@@ -52,14 +52,26 @@ def _read(options: SourceOptions, rng: OffsetRange, arrow: pa.Schema | None) -> 
             batches, start, position = rt.run(_collect(rt, reader, options, rng, position, report))
             columns = _columns(batches, rng, start, report)
             if len(columns):
-                yield from _emit(options.topic, rng.partition, columns, arrow, options.include_metadata)
+                yield from _emit(_shown(options, rng), rng.partition, columns, arrow, options.include_metadata)
     finally:
         rt.run(reader.close())
 
 
+def _topic(options: SourceOptions, rng: OffsetRange) -> str:
+    """The range's topic (its full path; ranges planned before several topics were read carry none)."""
+    return rng.topic or options.topic
+
+
+def _shown(options: SourceOptions, rng: OffsetRange) -> str:
+    """The ``topic`` column of the range's rows: the topic as the ``topic`` option names it."""
+    if not rng.topic:
+        return options.topic
+    return next((t for t in options.topics if t == rng.topic or options.full_path(t) == rng.topic), rng.topic)
+
+
 async def _open(rt: Runtime, options: SourceOptions, rng: OffsetRange) -> TopicReader:
     driver = await rt.driver(options.connection)
-    selector = TopicSelector(options.topic, partitions=[rng.partition], start_offsets={rng.partition: rng.start})
+    selector = TopicSelector(_topic(options, rng), partitions=[rng.partition], start_offsets={rng.partition: rng.start})
     retry = retry_policy(options.connection)
     return driver.topic.reader(selector, consumer=None, buffer_size_bytes=READ_BUFFER, retry=retry)
 
@@ -96,7 +108,7 @@ async def _check_silence(
 ) -> int:
     """Nothing arrived for a while: find out whether the rest of the range still exists."""
     driver = await rt.driver(options.connection)
-    state = await describe(driver, options.topic)
+    state = await describe(driver, _topic(options, rng))
     first, end = state.bounds.get(rng.partition, (0, 0))
     if rng.created_at_ms is not None and state.created_at_ms not in (None, rng.created_at_ms):
         report(f"the topic was deleted and created again while partition {rng.partition} "
@@ -111,7 +123,7 @@ async def _check_silence(
         return min(first, rng.end)
     if time.monotonic() - since >= options.poll_timeout:
         raise TimeoutError(
-            f"ydb_topic: no message from {options.topic} partition {rng.partition} at offset {position} "
+            f"ydb_topic: no message from {_topic(options, rng)} partition {rng.partition} at offset {position} "
             f"within pollTimeout={options.poll_timeout}s (the partition has offsets {first}..{end - 1}; "
             f"reading up to {rng.end})"
         )

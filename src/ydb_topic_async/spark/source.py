@@ -8,10 +8,11 @@ options (``_bridge``).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import pyarrow as pa
@@ -27,6 +28,7 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 from pyspark.sql.types import (
+    ArrayType,
     BinaryType,
     IntegerType,
     LongType,
@@ -41,8 +43,9 @@ from .. import Driver
 from ..observability import sdk_logger
 from . import _offsets
 from ._bridge import runtime
-from ._offsets import TopicOffsets, TopicState, loss_reporter
-from ._options import ByTimestamp, OffsetSpec, SourceOptions, check_mode, parse_options
+from ._ledger import SinkPlan, forget_before, plan_batch
+from ._offsets import SourceOffsets, Split, TopicOffsets, TopicState, loss_reporter, range_reporter
+from ._options import OffsetsByTopic, OffsetSpec, SourceOptions, TimesByTopic, check_mode, parse_options
 from ._planning import describe, offsets_by_time
 from ._read import read_range
 from ._write import (
@@ -105,7 +108,7 @@ class YdbTopicDataSource(DataSource):  # type: ignore[misc,unused-ignore]
 
     def __init__(self, options: dict[str, str]) -> None:
         super().__init__(options)
-        # Checked here so that bad options fail at load()/save()/start() on the driver.
+        # Checked here so that bad options fail at load()/save() on the driver.
         self.parsed = parse_options(options)
 
     @classmethod
@@ -113,6 +116,9 @@ class YdbTopicDataSource(DataSource):  # type: ignore[misc,unused-ignore]
         return NAME
 
     def schema(self) -> StructType:
+        # Spark asks for the schema only when reading (at load()): a read needs its topics.
+        if not self.parsed.topics:
+            raise ValueError("ydb_topic: option 'topic' is required (the topic to read, or several, comma-separated)")
         return SCHEMA if self.parsed.include_metadata else SCHEMA_WITHOUT_METADATA
 
     def reader(self, schema: StructType) -> DataSourceReader:
@@ -121,25 +127,33 @@ class YdbTopicDataSource(DataSource):  # type: ignore[misc,unused-ignore]
         return _BatchReader(self.parsed, schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        check_mode(self.parsed, "stream read")
-        self._check_read_schema(schema)
-        return _StreamReader(self.parsed, schema)
+        # An error raised here reaches the user behind pyspark's own UnboundLocalError (its source
+        # runner's cleanup touches the reader that was never made): hand it to the reader, which
+        # raises it from its first planning call, where Spark reports it as it is.
+        error: ValueError | None = None
+        try:
+            check_mode(self.parsed, "stream read")
+            self._check_read_schema(schema)
+        except ValueError as exc:
+            error = exc
+        return _StreamReader(self.parsed, schema, error)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         check_mode(self.parsed, "batch write")
         if overwrite:
             raise ValueError("ydb_topic: topics are append-only; use mode('append'), not 'overwrite'")
-        return _BatchWriter(self.parsed, _input_columns(schema))
+        return _BatchWriter(self.parsed, _input_columns(schema, self.parsed))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         check_mode(self.parsed, "stream write")
         # overwrite means output mode "complete": each batch's rows are appended, as in Kafka's sink.
-        return _StreamWriter(self.parsed, _input_columns(schema))
+        return _StreamWriter(self.parsed, _input_columns(schema, self.parsed))
 
     def _check_read_schema(self, schema: StructType) -> None:
-        if [f.name for f in schema.fields] != self.schema().fieldNames():
+        expected = SCHEMA if self.parsed.include_metadata else SCHEMA_WITHOUT_METADATA
+        if [f.name for f in schema.fields] != expected.fieldNames():
             raise ValueError(
-                f"ydb_topic: the schema is fixed ({self.schema().simpleString()}); do not pass another one"
+                f"ydb_topic: the schema is fixed ({expected.simpleString()}); do not pass another one"
             )
 
 
@@ -153,20 +167,33 @@ def _call(options: SourceOptions, fn: Callable[[Driver], Awaitable[T]]) -> T:
     return rt.run(main())
 
 
-def _describe(options: SourceOptions) -> TopicState:
-    return _call(options, lambda driver: describe(driver, options.topic))
+def _describe(options: SourceOptions) -> dict[str, TopicState]:
+    """Every topic read (keyed as the ``topic`` option names it), described at once."""
+
+    async def all_topics(driver: Driver) -> dict[str, TopicState]:
+        states = await asyncio.gather(*(describe(driver, topic) for topic in options.topics))
+        return dict(zip(options.topics, states, strict=True))
+
+    return _call(options, all_topics)
 
 
-def _resolve(options: SourceOptions, state: TopicState, spec: OffsetSpec, name: str) -> dict[int, int]:
-    """Concrete offsets for ``spec`` (offsets, earliest/latest, or times)."""
-    report = loss_reporter(options.fail_on_data_loss, options.topic)
-    if not isinstance(spec, ByTimestamp):
-        return _offsets.resolve(spec, state, name, report)
+def _for_topic(spec: OffsetSpec, topic: str) -> str | dict[int, int] | TimesByTopic:
+    if isinstance(spec, OffsetsByTopic):
+        return spec.for_topic(topic)
+    return spec
+
+
+def _resolve(options: SourceOptions, topic: str, state: TopicState, spec: OffsetSpec, name: str) -> dict[int, int]:
+    """Concrete offsets of one topic for ``spec`` (offsets, earliest/latest, or times)."""
+    one = _for_topic(spec, topic)
+    if not isinstance(one, TimesByTopic):
+        report = loss_reporter(options.fail_on_data_loss, topic)
+        return _offsets.resolve(one, state, name, report, range_reporter(options.fail_on_data_loss, topic))
     ending = name.startswith("ending")
     return _call(
         options,
         lambda driver: offsets_by_time(
-            driver, state, spec, name=name, missing_is_end=ending or options.timestamp_strategy_latest,
+            driver, state, one.for_topic(topic), name=name, missing_is_end=ending or options.timestamp_strategy_latest,
             timeout=options.poll_timeout,
         ),
     )
@@ -175,7 +202,7 @@ def _resolve(options: SourceOptions, state: TopicState, spec: OffsetSpec, name: 
 def _starting_name(options: SourceOptions) -> str:
     """The option that set the starting offsets (for error messages)."""
     spec = options.starting_offsets
-    if isinstance(spec, ByTimestamp):
+    if isinstance(spec, TimesByTopic):
         return "startingTimestamp" if spec.default is not None else "startingOffsetsByTimestamp"
     return "startingOffsets"
 
@@ -183,13 +210,13 @@ def _starting_name(options: SourceOptions) -> str:
 def _ending_name(options: SourceOptions) -> str:
     """The option that set the ending offsets (for error messages)."""
     spec = options.ending_offsets
-    if isinstance(spec, ByTimestamp):
+    if isinstance(spec, TimesByTopic):
         return "endingTimestamp" if spec.default is not None else "endingOffsetsByTimestamp"
     return "endingOffsets"
 
 
-def _input_partitions(options: SourceOptions, parts: list[_offsets.OffsetRange]) -> list[InputPartition]:
-    return [InputPartition(r) for r in _offsets.split(parts, options.min_partitions, options.max_records_per_partition)]
+def _split(options: SourceOptions) -> Split:
+    return Split(options.min_partitions, options.max_records_per_partition)
 
 
 def _arrow_schema(schema: StructType) -> pa.Schema | None:
@@ -217,54 +244,93 @@ class _BatchReader(DataSourceReader):  # type: ignore[misc,unused-ignore]
 
     def partitions(self) -> Sequence[InputPartition]:
         options = self.options
-        state = _describe(options)
-        start = _resolve(options, state, options.starting_offsets, _starting_name(options))
-        ending = options.ending_offsets or "latest"
-        end = _resolve(options, state, ending, _ending_name(options))
-        for pid in sorted(start):
-            if start[pid] > end[pid]:
-                raise ValueError(
-                    f"ydb_topic: partition {pid} would be read from offset {start[pid]} to {end[pid]}: "
-                    "the starting offset is after the ending offset"
-                )
-        return _input_partitions(options, _offsets.ranges(start, end, state.created_at_ms))
+        parts: list[_offsets.OffsetRange] = []
+        for topic, state in _describe(options).items():
+            start = _resolve(options, topic, state, options.starting_offsets, _starting_name(options))
+            end = _resolve(options, topic, state, options.ending_offsets or "latest", _ending_name(options))
+            for pid in sorted(start):
+                if start[pid] > end[pid]:
+                    raise ValueError(
+                        f"ydb_topic: partition {pid} of topic {topic!r} would be read from offset {start[pid]} to "
+                        f"{end[pid]}: the starting offset is after the ending offset"
+                    )
+            parts.extend(_offsets.ranges(start, end, state.created_at_ms, state.path))
+        pieces = _offsets.split(parts, options.min_partitions, options.max_records_per_partition)
+        return [InputPartition(r) for r in pieces]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         return read_range(self.options, partition.value, _arrow_schema(self.schema))
 
 
 class _StreamReaderBase(DataSourceStreamReader):  # type: ignore[misc,unused-ignore]
-    """Offsets are ``TopicOffsets`` JSON; partitions that appear later are read from their start.
+    """Offsets are ``SourceOffsets`` JSON; partitions that appear later are read from their start.
 
     Every field is plain data: Spark pickles this object to the executors for ``read``.
     """
 
-    def __init__(self, options: SourceOptions, schema: StructType) -> None:
+    def __init__(self, options: SourceOptions, schema: StructType, error: Exception | None = None) -> None:
         self.options = options
         self.schema = schema
-        self._available_now: dict[int, int] | None = None
-        self._last_end: TopicOffsets | None = None
+        self._error = error
+        """An option problem found when Spark made this reader: raised by the first planning call."""
+        self._consumer_checked = not options.consumer
+        self._available_now: dict[tuple[str, int], int] | None = None
+        self._last_end: SourceOffsets | None = None
         """Where the previous micro-batch ended (pyspark < 4.2 does not pass ``start`` to ``latestOffset``)."""
-        self._initial: TopicOffsets | None = None
-        self._latest: TopicOffsets | None = None
+        self._initial: SourceOffsets | None = None
+        self._latest: SourceOffsets | None = None
         """The end of every partition at the last ``latestOffset``: what ``reportLatestOffset`` says."""
-        self._planned: tuple[dict[str, Any], TopicState] | None = None
-        """The last offset ``latestOffset`` returned and the topic state it came from."""
-        self._committed: dict[int, int] = {}
+        self._planned: tuple[dict[str, Any], dict[str, TopicState]] | None = None
+        """The last offset ``latestOffset`` returned and the topic states it came from."""
+        self._committed: dict[tuple[str, int], int] = {}
         self._last_trigger = time.monotonic()
-        if options.consumer:
-            consumers = _call(options, lambda d: d.topic.describe_topic(options.topic)).consumers
-            if options.consumer not in {c.name for c in consumers}:
-                raise ValueError(f"ydb_topic: topic {options.topic!r} has no consumer {options.consumer!r}")
+
+    def _ready(self) -> None:
+        """Raise the option problem found at creation; check the consumer once (not in the
+        constructor: Spark makes this reader twice per query start, in two processes)."""
+        if self._error is not None:
+            raise self._error
+        if self._consumer_checked:
+            return
+        options = self.options
+        consumer = options.consumer
+
+        async def consumers(driver: Driver) -> dict[str, set[str]]:
+            described = await asyncio.gather(*(driver.topic.describe_topic(topic) for topic in options.topics))
+            return {topic: {c.name for c in d.consumers} for topic, d in zip(options.topics, described, strict=True)}
+
+        for topic, names in _call(options, consumers).items():
+            if consumer not in names:
+                self._error = ValueError(f"ydb_topic: topic {topic!r} has no consumer {consumer!r}")
+                raise self._error
+        self._consumer_checked = True
+
+    @property
+    def _single(self) -> bool:
+        return len(self.options.topics) == 1
+
+    def _offsets_of(self, states: Mapping[str, TopicState], offsets: Mapping[tuple[str, int], int]) -> SourceOffsets:
+        topics: dict[str | None, TopicOffsets] = {}
+        for state in states.values():
+            partitions = {pid: offset for (path, pid), offset in offsets.items() if path == state.path}
+            topics[state.path] = TopicOffsets.of(state, partitions)
+        return SourceOffsets(topics, _split(self.options))
+
+    def _starting(self, topic: str, state: TopicState) -> dict[int, int]:
+        return _resolve(self.options, topic, state, self.options.starting_offsets, _starting_name(self.options))
 
     def initialOffset(self) -> dict[str, Any]:
-        options = self.options
-        state = _describe(options)
-        start = TopicOffsets.of(state, _resolve(options, state, options.starting_offsets, _starting_name(options)))
-        self._initial = self._last_end = start
-        return start.to_json()
+        self._ready()
+        states = _describe(self.options)
+        start = {
+            (state.path, pid): offset for topic, state in states.items()
+            for pid, offset in self._starting(topic, state).items()
+        }
+        self._initial = self._last_end = self._offsets_of(states, start)
+        return self._initial.to_json()
 
     def getDefaultReadLimit(self) -> Any:
+        self._ready()
         if self.options.max_offsets_per_trigger is not None:
             return ReadMaxRows(self.options.max_offsets_per_trigger)
         if self.options.min_offsets_per_trigger is not None:
@@ -272,30 +338,49 @@ class _StreamReaderBase(DataSourceStreamReader):  # type: ignore[misc,unused-ign
         return ReadAllAvailable()
 
     def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict[str, Any]:
+        self._ready()
         options = self.options
-        report = loss_reporter(options.fail_on_data_loss, options.topic)
-        state = _describe(options)
-        latest = state.ends
-        self._latest = TopicOffsets.of(state, latest)
-        checkpoint = TopicOffsets.from_json(start) if start is not None else self._last_end
+        states = _describe(options)
+        latest = {(state.path, pid): end for state in states.values() for pid, end in state.ends.items()}
+        self._latest = self._offsets_of(states, latest)
+        checkpoint = SourceOffsets.from_json(start) if start is not None else self._last_end
         if checkpoint is not None and checkpoint != self._initial:
             # Spark asks for the next offset only once the batch that ended at ``start`` is done
             # (it never calls commit() for the last batch of a run): commit it for the consumer.
-            self._commit_consumer(checkpoint, state)
+            self._commit_consumer(checkpoint, states)
         if self._available_now is not None:
             # Trigger.AvailableNow: stop at what existed when the query started.
-            latest = {pid: min(end, self._available_now.get(pid, 0)) for pid, end in latest.items()}
+            latest = {key: min(end, self._available_now.get(key, 0)) for key, end in latest.items()}
         if checkpoint is None:  # pyspark < 4.2 after a restart: nothing to limit against yet
             end = latest
         else:
-            begin = _offsets.check_start(state, checkpoint, report)
-            end = self._limit(begin, latest, limit)
-        result = TopicOffsets.of(state, end).to_json()
-        self._last_end = TopicOffsets.of(state, end)
-        self._planned = (result, state)
-        return result
+            begin: dict[tuple[str, int], int] = {}
+            fixed: set[tuple[str, int]] = set()
+            for topic, state in states.items():
+                known = checkpoint.for_topic(state.path, self._single)
+                if known is None:
+                    # A topic added to the option since the checkpoint: this micro-batch only records
+                    # where it starts (as startingOffsets says); the next one reads from there.
+                    logger.info("ydb_topic: topic %s is new to the checkpoint; it starts as startingOffsets says",
+                                topic)
+                    for pid, offset in self._starting(topic, state).items():
+                        begin[(state.path, pid)] = offset
+                        fixed.add((state.path, pid))
+                    continue
+                report = loss_reporter(options.fail_on_data_loss, topic)
+                for pid, offset in _offsets.check_start(state, known, report).items():
+                    begin[(state.path, pid)] = offset
+            growing = {key: o for key, o in latest.items() if key not in fixed}
+            end = {**self._limit({k: v for k, v in begin.items() if k not in fixed}, growing, limit),
+                   **{key: begin[key] for key in fixed}}
+        result = self._offsets_of(states, end)
+        self._last_end = result
+        self._planned = (result.to_json(), states)
+        return self._planned[0]
 
-    def _limit(self, begin: dict[int, int], latest: dict[int, int], limit: Any) -> dict[int, int]:
+    def _limit(
+        self, begin: dict[tuple[str, int], int], latest: dict[tuple[str, int], int], limit: Any
+    ) -> dict[tuple[str, int], int]:
         options = self.options
         everything = HAS_READ_LIMIT and isinstance(limit, ReadAllAvailable)
         if limit is None:  # pyspark < 4.2 has no ReadLimit: apply the options here
@@ -311,7 +396,7 @@ class _StreamReaderBase(DataSourceStreamReader):  # type: ignore[misc,unused-ign
             and now - self._last_trigger < options.max_trigger_delay
         )
         if waiting:
-            return {pid: begin.get(pid, 0) for pid in latest}  # not enough yet: no batch this trigger
+            return {key: begin.get(key, 0) for key in latest}  # not enough yet: no batch this trigger
         end = _offsets.limit_offsets(begin, latest, max_rows)
         if _offsets.backlog(begin, end):
             self._last_trigger = now
@@ -321,53 +406,93 @@ class _StreamReaderBase(DataSourceStreamReader):  # type: ignore[misc,unused-ign
         return self._latest.to_json() if self._latest is not None else None
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._available_now = _describe(self.options).ends
+        self._ready()
+        self._available_now = {
+            (state.path, pid): end for state in _describe(self.options).values() for pid, end in state.ends.items()
+        }
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        """The micro-batch's input partitions, a function of ``start``, ``end`` and the split ``end``
+        recorded alone: a replayed micro-batch gets the Spark partitions its first attempt had,
+        row for row, whatever the options are now (the exactly-once sink relies on it). What no
+        longer matches the topic is reported here; the read tasks skip what is missing."""
+        self._ready()
         options = self.options
-        report = loss_reporter(options.fail_on_data_loss, options.topic)
+        first, target = SourceOffsets.from_json(start), SourceOffsets.from_json(end)
+        split = target.split if target.split is not None else _split(options)
+        if split != _split(options):
+            logger.info(
+                "ydb_topic: this micro-batch was planned with %s; it is read that way again (the options now say %s, "
+                "which apply from the next micro-batch)", split.to_json() or "no split", _split(options).to_json(),
+            )
         planned = self._planned
-        # The state latestOffset saw for this end; a batch replayed after a restart describes anew.
-        state = planned[1] if planned is not None and planned[0] == end else _describe(options)
-        begin = _offsets.check_start(state, TopicOffsets.from_json(start), report)
-        target = TopicOffsets.from_json(end)
-        if target.created_at_ms is not None and state.created_at_ms not in (None, target.created_at_ms):
-            report("the topic was deleted and created again after this micro-batch was planned")
-            return []
-        ends: dict[int, int] = {}
-        for pid, offset in target.partitions.items():
-            if pid not in state.bounds:
-                report(f"partition {pid} is gone (this micro-batch reads it up to offset {offset})")
+        # The states latestOffset saw for this end; a batch replayed after a restart describes anew.
+        states = planned[1] if planned is not None and planned[0] == end else _describe(options)
+        parts: list[_offsets.OffsetRange] = []
+        gone: set[tuple[str, int]] = set()
+        for topic, state in states.items():
+            report = loss_reporter(options.fail_on_data_loss, topic)
+            until = target.for_topic(state.path, self._single)
+            if until is None:
                 continue
-            last = state.bounds[pid][1]
-            if offset > last:
-                report(f"partition {pid} ends at offset {last}, before this micro-batch's end {offset}: "
-                       "offsets went backwards")
-                offset = last
-            ends[pid] = offset
-        return _input_partitions(options, _offsets.ranges(begin, ends, state.created_at_ms))
+            since = first.for_topic(state.path, self._single)
+            if until.created_at_ms is not None and state.created_at_ms not in (None, until.created_at_ms):
+                report("the topic was deleted and created again after this micro-batch was planned")
+                continue
+            if since is None or (since.created_at_ms not in (None, until.created_at_ms)):
+                # New to the checkpoint, or recreated before this micro-batch: its end is its start.
+                begin = dict(until.partitions) if since is None else {}
+            else:
+                begin = dict(since.partitions)
+            for pid, offset in sorted(until.partitions.items()):
+                if pid not in state.bounds:
+                    report(f"partition {pid} is gone (this micro-batch reads it up to offset {offset})")
+                    gone.add((state.path, pid))
+                    continue
+                low, high = state.bounds[pid]
+                since_offset = begin.get(pid, 0)
+                if since_offset > offset:
+                    # The checkpoint was past the partition's end (offsets went backwards, reported
+                    # when the batch was planned): latestOffset continued from its first offset.
+                    begin[pid] = since_offset = low
+                if offset > high:
+                    report(f"partition {pid} ends at offset {high}, before this micro-batch's end {offset}: "
+                           "offsets went backwards")
+                elif since_offset < low and since_offset < offset:
+                    report(f"offsets {since_offset}..{min(low, offset) - 1} of partition {pid} expired before they "
+                           "were read")
+            parts.extend(_offsets.ranges(begin, until.partitions, state.created_at_ms, state.path))
+        pieces = _offsets.split(parts, split.min_partitions, split.max_records)
+        # A partition that is gone keeps its place (an empty one): the layout stays the planned one.
+        return [InputPartition(None if (r.topic, r.partition) in gone else r) for r in pieces]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         return read_range(self.options, partition.value, _arrow_schema(self.schema))
 
     def commit(self, end: dict[str, Any]) -> None:
-        self._commit_consumer(TopicOffsets.from_json(end), None)
+        self._commit_consumer(SourceOffsets.from_json(end), None)
 
-    def _commit_consumer(self, offsets: TopicOffsets, state: TopicState | None) -> None:
+    def _commit_consumer(self, offsets: SourceOffsets, states: Mapping[str, TopicState] | None) -> None:
         consumer = self.options.consumer
         if not consumer:
             return
-        if state is not None and offsets.created_at_ms not in (None, state.created_at_ms):
-            return  # offsets of a topic that no longer exists
-        todo = {pid: o for pid, o in offsets.partitions.items() if self._committed.get(pid) != o}
+        todo: dict[tuple[str, int], int] = {}
+        for path, topic_offsets in offsets.topics.items():
+            if path is None:
+                path = self.options.full_path(self.options.topic)
+            state = next((s for s in (states or {}).values() if s.path == path), None)
+            if state is not None and topic_offsets.created_at_ms not in (None, state.created_at_ms):
+                continue  # offsets of a topic that no longer exists
+            for pid, offset in topic_offsets.partitions.items():
+                if self._committed.get((path, pid)) != offset:
+                    todo[(path, pid)] = offset
         if not todo:
             return
-        topic = self.options.topic
 
         async def commit_all(driver: Driver) -> None:
-            for pid, offset in sorted(todo.items()):
-                await driver.topic.commit_offset(topic, pid, consumer, offset)
-                self._committed[pid] = offset
+            for (path, pid), offset in sorted(todo.items()):
+                await driver.topic.commit_offset(path, pid, consumer, offset)
+                self._committed[(path, pid)] = offset
 
         try:
             _call(self.options, commit_all)
@@ -388,11 +513,12 @@ else:
     _StreamReader = _StreamReaderBase  # type: ignore[misc,assignment,unused-ignore]
 
 
-def lag(progress: Any) -> dict[int, int]:
+def lag(progress: Any, topic: str | None = None) -> dict[int, int]:
     """Per partition, how many offsets the last micro-batch of ``progress`` stopped short of the latest.
 
     ``progress`` is a ``StreamingQueryProgress`` (``query.lastProgress``) or its JSON/dict form;
-    its first ``ydb_topic`` source counts. Empty when the progress has no such source.
+    its first ``ydb_topic`` source counts. When the source reads several topics, ``topic`` (its
+    full path, or the end of it) says which. Empty when the progress has no such source.
     """
     data = json.loads(progress.json) if hasattr(progress, "json") else progress
     if isinstance(data, str):
@@ -401,39 +527,82 @@ def lag(progress: Any) -> dict[int, int]:
         end, latest = source.get("endOffset"), source.get("latestOffset")
         end = json.loads(end) if isinstance(end, str) else end
         latest = json.loads(latest) if isinstance(latest, str) else latest
-        if isinstance(end, dict) and isinstance(latest, dict) and "partitions" in latest:
-            done = TopicOffsets.from_json(end).partitions
-            return {pid: max(0, o - done.get(pid, 0)) for pid, o in TopicOffsets.from_json(latest).partitions.items()}
+        if not (isinstance(end, dict) and isinstance(latest, dict) and ("partitions" in latest or "topics" in latest)):
+            continue
+        done, now = SourceOffsets.from_json(end), SourceOffsets.from_json(latest)
+        paths = list(now.topics)
+        if topic is not None:
+            paths = [p for p in paths if p is not None and (p == topic or p.endswith("/" + topic.lstrip("/")))]
+        if len(paths) != 1:
+            named = ", ".join(sorted(str(p) for p in now.topics))
+            raise ValueError(f"lag: the source reads {named}; pass topic= to say which" if topic is None
+                             else f"lag: the source reads no topic {topic!r} (it reads {named})")
+        path = paths[0]
+        finished = done.topics.get(path) or done.topics.get(None) or TopicOffsets({})
+        return {pid: max(0, o - finished.partitions.get(pid, 0)) for pid, o in now.topics[path].partitions.items()}
     return {}
 
 
 # --- writing ---------------------------------------------------------------------------------
 
 
-def _input_columns(schema: StructType) -> Columns:
+def _input_columns(schema: StructType, options: SourceOptions) -> Columns:
+    """Where the columns a write uses are, checked against the Kafka sink's shapes: ``value`` (or
+    ``data``), ``key``, ``headers`` (or ``metadata``), ``topic``, ``partition``."""
     names = [f.name.lower() for f in schema.fields]
     types = {f.name.lower(): f.dataType for f in schema.fields}
-    if "data" not in names:
-        raise ValueError(f"ydb_topic: writing needs a 'data' column (binary or string); the input has {names}")
-    if not isinstance(types["data"], (BinaryType, StringType)):
-        raise ValueError(f"ydb_topic: column 'data' must be binary or string, not {types['data'].simpleString()}")
-    metadata = names.index("metadata") if "metadata" in names else None
+
+    def position(name: str, allowed: tuple[type, ...], shape: str) -> int | None:
+        if name not in names:
+            return None
+        if not isinstance(types[name], allowed):
+            raise ValueError(f"ydb_topic: column {name!r} must be {shape}, not {types[name].simpleString()}")
+        return names.index(name)
+
+    if "data" in names and "value" in names:
+        raise ValueError("ydb_topic: give the payload in 'data' or in 'value' (as the Kafka sink), not both")
+    payload = "data" if "data" in names else "value"
+    data = position(payload, (BinaryType, StringType), "binary or string")
+    if data is None:
+        raise ValueError(
+            f"ydb_topic: writing needs a 'data' (or 'value') column, binary or string; the input has {names}"
+        )
+    metadata = position("metadata", (MapType,), "map<string, binary|string>")
     if metadata is not None:
         mt = types["metadata"]
-        if not (
-            isinstance(mt, MapType)
-            and isinstance(mt.keyType, StringType)
-            and isinstance(mt.valueType, (BinaryType, StringType))
-        ):
+        assert isinstance(mt, MapType)
+        if not (isinstance(mt.keyType, StringType) and isinstance(mt.valueType, (BinaryType, StringType))):
             raise ValueError(
                 f"ydb_topic: column 'metadata' must be map<string, binary|string>, not {mt.simpleString()}"
             )
-    partition = names.index("partition") if "partition" in names else None
-    if partition is not None and not isinstance(types["partition"], (IntegerType, LongType)):
+    headers = position("headers", (ArrayType,), "array<struct<key: string, value: binary>>")
+    if headers is not None:
+        element = types["headers"].elementType  # type: ignore[attr-defined]
+        fields = {f.name.lower(): f.dataType for f in getattr(element, "fields", [])}
+        if not (
+            isinstance(element, StructType)
+            and isinstance(fields.get("key"), StringType)
+            and isinstance(fields.get("value"), (BinaryType, StringType))
+        ):
+            raise ValueError(
+                "ydb_topic: column 'headers' must be array<struct<key: string, value: binary>> (as the Kafka sink), "
+                f"not {types['headers'].simpleString()}"
+            )
+        if metadata is not None:
+            raise ValueError("ydb_topic: give message metadata in 'headers' or in 'metadata', not both")
+    topic = position("topic", (StringType,), "string")
+    if topic is None and not options.topics:
         raise ValueError(
-            f"ydb_topic: column 'partition' must be int or bigint, not {types['partition'].simpleString()}"
+            "ydb_topic: a write needs the option 'topic', or a 'topic' column naming each row's topic"
         )
-    return Columns(names.index("data"), metadata, partition)
+    return Columns(
+        data=data,
+        metadata=metadata if metadata is not None else headers,
+        partition=position("partition", (IntegerType, LongType), "int or bigint"),
+        key=position("key", (BinaryType, StringType), "binary or string"),
+        # The option overrides the column, as in the Kafka sink.
+        topic=topic if not options.topics else None,
+    )
 
 
 def _task_context() -> tuple[int, TaskContext | None]:
@@ -448,6 +617,10 @@ def _totals(messages: list[WriterCommitMessage | None]) -> tuple[int, int, int]:
         sum(m.already_stored for m in reports),
         sum(m.rewritten for m in reports),
     )
+
+
+def _where(options: SourceOptions) -> str:
+    return options.topic or "the rows' topics"
 
 
 class _BatchWriter(DataSourceArrowWriter):  # type: ignore[misc,unused-ignore]
@@ -467,26 +640,37 @@ class _BatchWriter(DataSourceArrowWriter):  # type: ignore[misc,unused-ignore]
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         written, _, _ = _totals(messages)
-        logger.info("ydb_topic: the write stored %d messages in %s", written, self.options.topic)
+        logger.info("ydb_topic: the write stored %d messages in %s", written, _where(self.options))
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         written, _, _ = _totals(messages)
         logger.warning(
             "ydb_topic: the write failed; %d messages of the tasks that finished are stored in %s and stay there "
             "(topics are append-only): running the job again writes them again",
-            written, self.options.topic,
+            written, _where(self.options),
         )
 
 
 class _StreamWriter(_StreamWriterBase):  # type: ignore[misc,unused-ignore]
     """The exactly-once sink (see ``_write``): producer ``<prefix>-<query id>-<Spark partition>``,
-    seq_no ``(batch id + 1) << 32 | row position``, a chained row digest in each message's metadata."""
+    seq_no ``(batch id + 1) << 32 | row position``, a chained row digest in each message's metadata,
+    and, per micro-batch, a record in the checkpoint (``_ledger``) that tells a replay from a
+    first attempt before any of its tasks writes."""
 
     def __init__(self, options: SourceOptions, cols: Columns) -> None:
         self.options = options
         self.cols = cols
         self.prefix = options.producer_id_prefix or "spark"
         self.fallback_query_id = uuid.uuid4().hex
+        self.plan: SinkPlan | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Spark pickles this writer on the driver once per micro-batch, into the batch's tasks
+        # (the writer its commit() runs on is made apart and never pickled): the moment to look
+        # the batch up in the ledger, before any task of it runs. Once per writer object.
+        if self.plan is None:
+            self.plan = plan_batch(self.options)
+        return self.__dict__.copy()
 
     def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
         partition, ctx = _task_context()
@@ -499,15 +683,18 @@ class _StreamWriter(_StreamWriterBase):  # type: ignore[misc,unused-ignore]
             if _StreamWriterBase is not DataSourceStreamWriter
             else chunks_from_rows(iterator, self.cols)
         )
-        return write_sink_task(self.options, f"{self.prefix}-{query_id}-{partition}", int(batch_id), chunks)
+        return write_sink_task(
+            self.options, f"{self.prefix}-{query_id}-", partition, int(batch_id), chunks, self.plan, query_id
+        )
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         written, already, rewritten = _totals(messages)
         logger.info("ydb_topic: batch %d stored %d messages in %s (%d already stored by an earlier attempt)",
-                    batchId, written + rewritten, self.options.topic, already)
+                    batchId, written + rewritten, _where(self.options), already)
         if rewritten:
             logger.warning("ydb_topic: batch %d wrote %d rows again after a replay mismatch (at-least-once)",
                            batchId, rewritten)
+        forget_before(self.options, batchId)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         # Whatever was stored stays; the batch's replay is checked against it.
