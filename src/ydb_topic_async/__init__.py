@@ -77,6 +77,7 @@ from .writer import (
     Written,
     WrittenInTx,
     partition_for_key,
+    partition_key,
 )
 
 __all__ = [
@@ -133,6 +134,7 @@ __all__ = [
     "Written",
     "WrittenInTx",
     "partition_for_key",
+    "partition_key",
     # Reading.
     "CommitAck",
     "MessageBatch",

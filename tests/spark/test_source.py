@@ -23,7 +23,7 @@ if not os.environ.get("CI"):  # in CI the Spark tests must run (see conftest.req
 
 from pyspark.sql import functions as F
 
-from ydb_topic_async import Driver, Message, Partitioner, partition_for_key
+from ydb_topic_async import PARTITION_KEY_METADATA, Driver, Message, Partitioner, partition_for_key, partition_key
 from ydb_topic_async.spark import lag
 from ydb_topic_async.spark._bridge import runtime, shutdown
 from ydb_topic_async.spark._offsets import OffsetRange
@@ -482,6 +482,10 @@ def test_kafka_shaped_rows_land_where_keyed_producers_put_them(spark: Any, ydb_s
             n = int(message.data.decode()[1:])
             key = message.metadata_items["__key"]
             assert key == f"user-{n % 13}".encode()
+            # The partition key goes with the message as the keyed writer sends it (not with Kafka's partitioner).
+            assert message.metadata_items.get(PARTITION_KEY_METADATA) == (
+                None if partitioner == "kafka" else partition_key(key)
+            )
             assert message.metadata_items["n"] == str(n).encode()
             if topic == fixed and n == 0:
                 assert message.partition_id == 3  # an explicit partition wins over the key

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from pyspark.sql.datasource import WriterCommitMessage
 
 from .. import (
+    PARTITION_KEY_METADATA,
     Driver,
     Message,
     OperationTimeoutError,
@@ -53,6 +54,7 @@ from .. import (
     WriteResult,
     Written,
     partition_for_key,
+    partition_key,
 )
 from ..observability import sdk_logger
 from ._bridge import Runtime, retry_policy, runtime
@@ -266,6 +268,9 @@ class _Placement:
             target = partition
             if key is not None:
                 metadata = [*(metadata or ()), (KEY_METADATA, key)]
+                if options.partitioner != "kafka":
+                    # As the keyed writer and YDB's own producers send it.
+                    metadata.append((PARTITION_KEY_METADATA, partition_key(key)))
                 if target is None:
                     target = await self._partition_for(topic, key)
             result.append(Row(path, topic, target, data, metadata))

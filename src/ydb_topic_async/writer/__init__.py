@@ -5,7 +5,7 @@ when a transaction commits."""
 from .keyed import KeyedWriter, PartitionWriterStatus
 from .keyed_tx import KeyedTxWriter
 from .messages import InitInfo, Message, Skipped, WriteResult, WriteStatistics, Written, WrittenInTx
-from .partitioning import PARTITION_KEY_METADATA, Partitioner, PartitionFunction, partition_for_key
+from .partitioning import PARTITION_KEY_METADATA, Partitioner, PartitionFunction, partition_for_key, partition_key
 from .settings import (
     DEFAULT_MAX_BUFFER_BYTES,
     DEFAULT_MAX_BUFFER_MESSAGES,
@@ -38,4 +38,5 @@ __all__ = [
     "Written",
     "WrittenInTx",
     "partition_for_key",
+    "partition_key",
 ]

@@ -184,4 +184,4 @@ def partition_for_key(
     return KeyRouter(description, check_partitioner(partitioner)).partition_for(key_bytes(key))
 
 
-__all__ = ["PARTITION_KEY_METADATA", "PartitionFunction", "Partitioner", "partition_for_key"]
+__all__ = ["PARTITION_KEY_METADATA", "PartitionFunction", "Partitioner", "partition_for_key", "partition_key"]
