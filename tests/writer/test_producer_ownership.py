@@ -169,3 +169,27 @@ async def test_rolling_deploy_with_a_handover(server: LocalTopicServer, driver: 
     assert [(m.seq_no, m.data) for m in server.storage.read(topic, 0)] == [
         (1, b"old 1"), (2, b"old 2"), (3, b"old 3"), (4, b"new 1")
     ]
+
+
+async def test_an_idle_writer_reconnecting_to_its_own_history_goes_on(
+    server: LocalTopicServer, driver: yta.Driver, topic: str
+) -> None:
+    """A writer started after an earlier run of the same producer id (a restarted pod) has sent
+    nothing when its stream breaks: the reconnect's handshake reports the earlier run's last
+    seq_no, which this writer already numbers after, so it is not another writer's and the
+    writer goes on."""
+    async with driver.topic.writer(topic, producer_id="pod") as earlier_run:
+        assert [r.seq_no for r in await earlier_run.write_with_ack([b"1", b"2", b"3"])] == [1, 2, 3]
+    async with proxy_to(server) as proxy, yta.Driver(proxy.endpoint, server.database, discovery=False) as via_proxy:
+        writer = via_proxy.topic.writer(topic, producer_id="pod", retry=yta.RetryPolicy(max_elapsed=30))
+        assert (await writer.wait_init(timeout=10)).last_seq_no == 3
+        first_session = writer.session_id
+        proxy.cut()
+        await eventually(
+            lambda: writer.session_id != first_session and writer.connection_state is yta.ConnectionState.CONNECTED,
+            "the writer reconnected",
+        )
+        assert writer.failure is None
+        assert await writer.write_with_ack(b"4") == yta.Written(0, 3, 4)
+        await writer.close()
+    assert [m.data for m in server.storage.read(topic, 0)] == [b"1", b"2", b"3", b"4"]

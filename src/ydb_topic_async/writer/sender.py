@@ -275,6 +275,10 @@ class WriterSender:
                 " reconnected; the unacknowledged messages were not written"
             )
         self._resent_up_to = self._sent_up_to
+        if self._first_init:
+            # This writer numbers its messages after the stored seq_no: a reconnect's handshake
+            # reporting that one is not someone else's, even when this writer sent nothing yet.
+            self._sent_up_to = max(self._sent_up_to, init.last_seq_no)
         self.keeper.connected(init.session_id)
         info = InitInfo(
             last_seq_no=init.last_seq_no,
