@@ -17,11 +17,11 @@ from ydb_topic_async.extras import install_hint
 if not os.environ.get("CI"):  # in CI the Spark tests must run (see conftest.require_spark)
     pytest.importorskip("pyspark", reason=f"pyspark is not installed ({install_hint('spark')})")
 
-from ydb_topic_async import Driver
+from ydb_topic_async import Driver, OperationTimeoutError, TopicMessage
 from ydb_topic_async.spark import DataLossError
 from ydb_topic_async.spark._offsets import OffsetRange
 from ydb_topic_async.spark._options import parse_options
-from ydb_topic_async.spark._write import Chunk, Record, write_batch_task
+from ydb_topic_async.spark._write import Chunk, Record, _read_between, write_batch_task
 from ydb_topic_async.spark.source import SCHEMA, _arrow_schema, _StreamReaderBase, read_range
 
 from .._helpers import fill
@@ -185,6 +185,35 @@ def test_a_planned_range_that_expires_before_the_task_reads_it(own_server: Serve
     lenient = parse_options(server.options(topic_name, failOnDataLoss="false"))
     batches = list(read_range(lenient, OffsetRange(0, 10, 45), arrow))
     assert [o for b in batches for o in b.column("offset").to_pylist()] == list(range(40, 45))
+
+
+def test_reading_back_for_a_replay_fails_when_nothing_comes_unless_the_range_expired(
+    own_server: Server, topic_name: str
+) -> None:
+    """A replayed batch reads back what earlier attempts stored to find what it must not write
+    again. A read that gives nothing within pollTimeout while the partition still holds the range
+    (a slow server) fails the task: taking it for "nothing stored" would write duplicates. A
+    range that expired meanwhile is nothing stored, rightly."""
+    server = own_server
+    server.run(lambda d: _old_topic(d, topic_name))
+    server.run(lambda d: _write(d, topic_name, "a", 5))
+    # A poll timeout too short for any read to answer stands for a server slower than the option.
+    impatient = parse_options(server.options(topic_name, pollTimeout="0.000001"))
+
+    async def read_back(driver: Driver) -> list[TopicMessage]:
+        return [m async for ms in _read_between(driver, impatient, topic_name, 0, 0, 5) for m in ms]
+
+    with pytest.raises(OperationTimeoutError, match=r"offsets \[0, 5\) .* rather than risk a duplicate"):
+        server.run(read_back)
+    patient = parse_options(server.options(topic_name))
+
+    async def read_back_patiently(driver: Driver) -> list[TopicMessage]:
+        return [m async for ms in _read_between(driver, patient, topic_name, 0, 0, 5) for m in ms]
+
+    assert [m.data for m in server.run(read_back_patiently)] == [f"a-{i}".encode() for i in range(5)]
+    _advance(server, 2 * 3600)
+    server.run(lambda d: _write(d, topic_name, "b", 1))  # retention runs as the partition is written
+    assert server.run(read_back) == []
 
 
 def _advance(server: Server, seconds: float) -> None:

@@ -941,7 +941,18 @@ async def _read_between(
             try:
                 batch = await reader.receive_batch(timeout=options.poll_timeout)
             except OperationTimeoutError:
-                return  # the rest expired meanwhile
+                # Nothing came: either the rest expired meanwhile (then the partition now starts
+                # at or past ``end``) or the server is slow. A slow read must fail the task, not
+                # pass as "nothing stored": the check would miss messages and let a replay
+                # write them twice.
+                first, _ = (await describe(driver, topic)).bounds.get(partition, (0, 0))
+                if first >= end:
+                    return
+                raise OperationTimeoutError(
+                    f"reading back offsets [{position}, {end}) of {topic!r} partition {partition} gave nothing"
+                    f" within poll_timeout ({options.poll_timeout:g}s) while the partition still holds them;"
+                    " the task fails so that Spark retries it rather than risk a duplicate"
+                ) from None
             yield [m for m in batch if m.offset < end]
             position = batch.end_offset
 
