@@ -282,3 +282,21 @@ async def test_when_reading_again_fails_everything_uncommitted_is_delivered_agai
         assert _offsets(again) == list(range(2, 10))
         assert reader.read_session_id != before and first[0].partition_session.closed
     assert any("after a seek failed" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_partition_stop_while_reading_again_is_not_taken_for_its_end(
+    server: LocalTopicServer, driver: yta.Driver, topic: str
+) -> None:
+    """The stream reading again for a backward seek is stopped by the server part-way (the
+    protocol lets the server stop any partition session): the rest of the range is not passed
+    over, everything uncommitted is delivered again."""
+    payloads = [bytes([i % 251]) * 2000 for i in range(200)]
+    await fill(driver, topic, payloads)
+    async with driver.topic.reader(topic, consumer="consumer", buffer_size_bytes=64 * 1024) as reader:
+        first = await _take(reader, 200)
+        await reader.seek(first[0].partition_session, 0)
+        again = await _take(reader, 10)  # the side stream now waits for room in its window
+        assert server.faults.stop_partition_sessions_without_consumer() >= 2
+        while again[-1].offset != 199:
+            again.extend(await _take(reader, 1))
+        assert set(_offsets(again)) == set(range(200))

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from .. import _codecs
+from .._errors import ConnectionLostError
 from .._proto import ydb_topic_pb2 as pb
 from .._stream import BidiStream
 from .parsing import STREAM_READ, ReadResponseParser
@@ -118,7 +119,11 @@ class SideRead:
 
     async def next_part(self) -> tuple[list[_ServerBatchInfo], int, bool, int] | None:
         """The next received messages: their server batches, how many messages, whether some
-        need decoding, and the response's size; None when the partition has no more (it ended)."""
+        need decoding, and the response's size; None when the partition has no more (it ended).
+
+        Raises:
+            ConnectionLostError: The server stopped the partition session before its end.
+        """
         stream = self._stream
         assert stream is not None
         while True:
@@ -143,8 +148,16 @@ class SideRead:
                     if count:
                         return batches, count, compressed, read.bytes_size
                 await self.grant(read.bytes_size)  # nothing in it: let the server go on
-            elif kind in ("end_partition_session", "stop_partition_session_request"):
-                return None
+            elif kind == "end_partition_session":
+                return None  # the partition was split or merged and read to its end
+            elif kind == "stop_partition_session_request":
+                # The server may stop a partition session at any time, with the range not read
+                # yet: taking that for the end would pass over it. The replay fails instead and
+                # the reader reads everything uncommitted again.
+                raise ConnectionLostError(
+                    f"the server stopped reading {self._path} partition {self._partition_id} again"
+                    f" from offset {self.start} before its end (a StopPartitionSessionRequest)"
+                )
 
 
 class Replay:

@@ -26,11 +26,13 @@ _BROKEN_DETAILS = "stream broken by fault injection"
 class StreamHandle:
     """One open stream the fault injector can break."""
 
-    __slots__ = ("broken", "kind", "wakeup")
+    __slots__ = ("broken", "kind", "stop_partitions", "wakeup")
 
     def __init__(self, kind: str, wakeup: asyncio.Event) -> None:
         self.kind = kind
         self.broken = False
+        self.stop_partitions = False
+        """A read stream without a consumer is to stop its partition sessions (then clears it)."""
         self.wakeup = wakeup
 
     def is_broken(self) -> bool:
@@ -69,6 +71,22 @@ class Faults:
     def drop_read_streams(self) -> int:
         """Break every open read stream; returns how many."""
         return self._drop("read")
+
+    def stop_partition_sessions_without_consumer(self) -> int:
+        """Stop (not gracefully) every partition session of every open read stream without a
+        consumer, leaving the streams open; returns how many read streams were open (those with a
+        consumer ignore it).
+
+        The protocol lets the server stop a partition session at any time; a client must not
+        take the stop for the partition's end. The stream gets no new session for the partition.
+        """
+        told = 0
+        for handle in self._streams:
+            if handle.kind == "read":
+                handle.stop_partitions = True
+                handle.wakeup.set()
+                told += 1
+        return told
 
     def drop_write_stream_after(self, messages: int) -> None:
         """Break the write stream that stores the ``messages``-th message from now (once).

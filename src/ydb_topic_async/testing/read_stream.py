@@ -133,6 +133,11 @@ class ReadService:
                 if dropped is not None:
                     yield read_wire.error("SCHEME_ERROR", f"topic {dropped} was dropped")
                     return
+                if handle.stop_partitions:
+                    handle.stop_partitions = False
+                    if session.consumer_name is None:
+                        for partition_session in list(session.sessions.values()):
+                            session.stop(partition_session, graceful=False)
                 self._rebalance_all()
                 session.end_partitions()
                 while session.outbox:
