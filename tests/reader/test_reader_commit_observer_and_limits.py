@@ -130,3 +130,6 @@ async def test_bad_limits_and_observers_fail_at_the_call(driver: yta.Driver, top
             driver.topic.reader(topic, consumer="consumer", partition_max_in_flight_bytes=bad)  # type: ignore[arg-type]
     with pytest.raises(yta.InvalidArgumentError, match="on_commit"):
         driver.topic.reader(topic, consumer="consumer", on_commit="print")  # type: ignore[arg-type]
+    # Nothing is committed without a consumer: the limit would stop the reader for good.
+    with pytest.raises(yta.InvalidArgumentError, match="partition_max_in_flight_bytes needs a consumer"):
+        driver.topic.reader(yta.TopicSelector(topic, partitions=[0]), consumer=None, partition_max_in_flight_bytes=1000)

@@ -93,7 +93,8 @@ class TopicReader(ConnectionStatus, ClosesOnExit):
     ``partition_max_in_flight_bytes`` bounds, per partition session, the bytes handed out and
     not yet committed: a partition at the limit is not taken from (others are) until commits
     free room; one receive may cross it. The server is told too and stops sending such a
-    partition (YDB counts the bytes it sent and not committed). ``None`` or 0: no limit.
+    partition (YDB counts the bytes it sent and not committed). ``None`` or 0: no limit; a
+    reader without a consumer (which commits nothing) refuses a limit.
     ``on_commit(ack)`` is called with a ``CommitAck`` (topic, partition, committed offset) each
     time the server moves a partition session's committed offset; it runs on the reader's task
     and must return quickly; an exception it raises is logged and ignored.
@@ -157,6 +158,13 @@ class TopicReader(ConnectionStatus, ClosesOnExit):
         if not selectors:
             raise InvalidArgumentError("give at least one topic to read")
         if consumer is None:
+            if in_flight_limit:
+                # Without a consumer nothing is committed: the limit would never free again and
+                # the reader would stop for good after the first ``partition_max_in_flight_bytes``.
+                raise InvalidArgumentError(
+                    "partition_max_in_flight_bytes needs a consumer: a reader without one commits"
+                    " nothing, so the bytes it counts would never be freed"
+                )
             for selector in selectors:
                 if not selector.partition_ids:
                     raise InvalidArgumentError(
