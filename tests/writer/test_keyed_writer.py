@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
+from functools import partial
 
 import pytest
 
@@ -22,7 +23,9 @@ from ydb_topic_async import (
     PARTITION_KEY_METADATA,
     AutoPartitioningSettings,
     AutoPartitioningStrategy,
+    BufferFullTimeoutError,
     Codec,
+    ConnectionState,
     Driver,
     InvalidArgumentError,
     KeyedWriter,
@@ -356,3 +359,49 @@ async def test_a_topic_grown_after_creation_is_refused_by_the_default_partitione
     async with driver.topic.keyed_writer("grown-from-one", producer_id="p") as writer:
         result = await writer.write_with_ack(b"x", key="customer-17")
     assert isinstance(result, Written) and result.partition_id == expected_partition("customer-17", 3)
+
+
+def _reconnecting(writer: KeyedWriter) -> bool:
+    return writer.connection_state is ConnectionState.RECONNECTING
+
+
+async def test_a_write_waiting_for_a_splits_recovery_is_bounded_and_ends_with_close(server: LocalTopicServer) -> None:
+    """While a split partition's messages are being placed again (here the server cannot
+    describe the topic), a write to that key waits at most ``buffer_wait_timeout``, as a write
+    to a full buffer does, and accepts nothing; a write still waiting when the keyed writer is
+    closed fails at once with ``WriterClosedError`` instead of waiting for a recovery that will
+    not finish."""
+    async with Driver(server.endpoint, server.database, discovery=False) as driver:
+        await driver.topic.create_topic("stuck", min_active_partitions=1, auto_partitioning=AUTO)
+        forever = RetryPolicy.forever()
+        bounded = driver.topic.keyed_writer("stuck", producer_id="p", retry=forever, buffer_wait_timeout=0.5)
+        unbounded = driver.topic.keyed_writer("stuck", producer_id="q", retry=forever)
+        for writer in (bounded, unbounded):
+            await writer.write_with_ack("k:0", key="k")
+        server.faults.fail_next("DescribeTopic", "UNAVAILABLE", times=1000)
+        server.storage.split_partition("stuck", 0)
+        pending = []
+        for writer in (bounded, unbounded):
+            pending.append(await writer.write_with_ack_future("k:1", key="k"))  # the split partition's writer takes it
+        for writer in (bounded, unbounded):
+            await eventually(partial(_reconnecting, writer), "the split noticed")
+        await asyncio.sleep(0.1)  # the failed acks' callbacks start the recoveries
+
+        waited = asyncio.get_running_loop().time()
+        with pytest.raises(BufferFullTimeoutError, match="nothing from this call was accepted"):
+            await asyncio.wait_for(bounded.write("k:2", key="k"), 20)
+        assert asyncio.get_running_loop().time() - waited < 15  # the 0.5 s bound, not the 20 s guard
+
+        stuck_write = asyncio.ensure_future(unbounded.write("k:2", key="k"))
+        await asyncio.sleep(0.5)
+        assert not stuck_write.done()  # waiting for the recovery
+        for writer in (bounded, unbounded):
+            with pytest.raises(OperationTimeoutError):
+                await writer.close(timeout=0.5)
+        with pytest.raises(WriterClosedError):
+            await asyncio.wait_for(stuck_write, 10)
+        for future in pending:
+            with pytest.raises(OperationTimeoutError):
+                await future
+        server.faults.clear()
+    assert [m.data for m in stored_by_partition(server, "stuck")[0]] == [b"k:0", b"k:0"]

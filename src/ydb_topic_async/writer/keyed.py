@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, overload
 
 from .._closing import ClosesOnExit
 from .._errors import (
+    BufferFullTimeoutError,
     InvalidArgumentError,
     OperationTimeoutError,
     OverloadedError,
@@ -205,11 +206,13 @@ class KeyedWriter(ClosesOnExit):
     first time (``open``), to read the topic's partitions (``describe_topic``, retried by the
     driver's ``retry`` policy); after that it buffers at once, also for a partition not written
     to yet while the server cannot be reached (its writer connects in the background), and waits
-    only while that partition's buffer is full (``buffer_wait_timeout``), as ``TopicWriter.write``
-    does, or while a split partition's messages are being placed again. Messages are numbered
-    by the writer: ``Message.seq_no`` is not accepted. A message whose acknowledgement was lost
-    as its partition split, and which that partition had stored, resolves as ``Skipped``. Placing
-    a split partition's messages again reads the topic's partitions, retried under ``retry``.
+    only while that partition's buffer is full, as ``TopicWriter.write`` does, or while a split
+    or overloaded partition's messages are being placed again; either wait ends after
+    ``buffer_wait_timeout`` with ``BufferFullTimeoutError``, having accepted nothing of the
+    call. Messages are numbered by the writer: ``Message.seq_no`` is not accepted. A message
+    whose acknowledgement was lost as its partition split, and which that partition had stored,
+    resolves as ``Skipped``. Placing a split partition's messages again reads the topic's
+    partitions, retried under ``retry``.
 
     A partition's writer that has nothing unacknowledged and was not written to for
     ``idle_timeout`` seconds is closed (its stream too); the next write to that partition opens
@@ -344,6 +347,7 @@ class KeyedWriter(ClosesOnExit):
             task.cancel()
         if tasks:
             await asyncio.wait(tasks)
+        self._steady.set()  # writes waiting for a recovery that will not finish now see the close
         lanes, self._lanes = list(self._lanes.values()), {}
         for lane in lanes:
             with contextlib.suppress(Exception):
@@ -456,7 +460,8 @@ class KeyedWriter(ClosesOnExit):
                 entry.result = loop.create_future()
         await self.open()
         while True:
-            await self._steady.wait()
+            if not self._steady.is_set():
+                await self._wait_steady()
             self._check_usable()
             assert self._routes is not None
             lane = self._lane(self._routes.partition_for(key))
@@ -470,6 +475,18 @@ class KeyedWriter(ClosesOnExit):
                 continue
             await self._handed_over(lane, entries)
             return entries
+
+    async def _wait_steady(self) -> None:
+        """Wait while a split or overloaded partition's messages are being placed again: as
+        long as a full buffer would make ``TopicWriter.write`` wait (``buffer_wait_timeout``)."""
+        timeout = self._lane_settings.buffer_wait_timeout
+        try:
+            await asyncio.wait_for(self._steady.wait(), timeout)
+        except TimeoutError:
+            raise BufferFullTimeoutError(
+                f"keyed writer for {self.path}: a split or overloaded partition's messages were still being"
+                f" placed again after {timeout}s (buffer_wait_timeout); nothing from this call was accepted"
+            ) from None
 
     async def _handed_over(self, lane: _Lane, entries: list[_Entry]) -> None:
         """Told when ``lane`` took a call's ``entries`` (a subclass may wait for them)."""
