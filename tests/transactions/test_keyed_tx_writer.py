@@ -8,6 +8,8 @@ transaction checks), so the keyed writer does not move messages inside one.
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from ydb_topic_async import (
@@ -19,6 +21,7 @@ from ydb_topic_async import (
     WrittenInTx,
 )
 from ydb_topic_async.testing import LocalTopicServer
+from ydb_topic_async.testing.proxy import proxy_to
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -123,3 +126,28 @@ async def test_mistakes_are_refused_at_the_call(driver: Driver) -> None:
             await writer.write(b"x", key=17)  # type: ignore[arg-type]
         await writer.write(b"fine", key="k")
     assert tx.state is TransactionState.COMMITTED
+
+
+async def test_a_write_racing_a_partitions_first_write_also_waits_for_its_acknowledgement(
+    server: LocalTopicServer,
+) -> None:
+    """Two writes to a partition new to the transaction, the second before the first was
+    acknowledged: neither returns before the partition is part of the transaction, so a query
+    run after either cannot race the attach."""
+    async with proxy_to(server) as proxy, Driver(proxy.endpoint, server.database, discovery=False) as driver:
+        await driver.topic.create_topic("racing", min_active_partitions=2)
+        tx = driver.query.transaction()
+        writer = driver.topic.keyed_tx_writer(tx, "racing", producer_id="p")
+        await writer.open()
+        keys = {writer.partition_for(f"k{i}"): f"k{i}" for i in range(20)}
+        await writer.write(b"first", key=keys[0])  # the transaction has begun
+        proxy.stall()
+        racing = [asyncio.ensure_future(writer.write(data, key=keys[1])) for data in (b"a", b"b")]
+        await asyncio.sleep(0.5)
+        assert [t.done() for t in racing] == [False, False]
+        proxy.resume()
+        await asyncio.wait_for(asyncio.gather(*racing), 10)
+        assert tx.session_id is not None and tx.tx_id is not None
+        held = server.query.sessions[tx.session_id].transactions[tx.tx_id].writes.messages
+        assert 1 in {p.partition_id for p, _ in held}
+        await tx.rollback()

@@ -60,6 +60,8 @@ class KeyedTxWriter(KeyedWriter):
         self._identity: pb.TransactionIdentity | None = None
         self._joined: set[int] = set()
         """Partitions whose first write was acknowledged: they are part of the transaction."""
+        self._joining: dict[int, list[asyncio.Future[WriteResult]]] = {}
+        """The results of each partition's first write, while it is not acknowledged yet."""
         self._results: list[asyncio.Future[WriteResult]] = []
         self._writing = 0
         """Writes under way that have not handed their messages over yet."""
@@ -113,15 +115,19 @@ class KeyedTxWriter(KeyedWriter):
         return writer
 
     async def _handed_over(self, lane: _Lane, entries: list[_Entry]) -> None:
-        if lane.partition_id in self._joined:
+        pid = lane.partition_id
+        if pid in self._joined:
             return
-        self._joined.add(lane.partition_id)
-        futures = [entry.result for entry in entries if entry.result is not None]
-        await asyncio.wait(futures)
-        for future in futures:
+        # A write that comes while the partition's first write waits for its acknowledgement
+        # waits for it too: until then the partition may not be part of the transaction yet.
+        first = self._joining.setdefault(pid, [entry.result for entry in entries if entry.result is not None])
+        await asyncio.wait(first)
+        for future in first:
             error = future.exception()
             if error is not None:
                 raise error.with_traceback(None)
+        self._joined.add(pid)
+        self._joining.pop(pid, None)
 
     def _lane_failed(self, lane: _Lane) -> None:
         # Inside a transaction a split partition fails the transaction: nothing is moved.
