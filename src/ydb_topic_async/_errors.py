@@ -14,12 +14,13 @@ The tree::
     │   │   └── TransactionEndedError the transaction was committed, rolled back or failed
     │   ├── UnsupportedCodecError     codec not registered or not allowed by the topic
     │   ├── CommitNotAllowedError     commit on a reader without a consumer
-    │   ├── CredentialsError          the credentials gave no usable token
-    │   │   ├── InvalidTokenError     a token that is not a string, or not valid in a gRPC header
-    │   │   ├── TokenProviderError    the token provider raised (retriable; the cause is chained)
-    │   │   ├── TokenRefreshError     no valid token: refreshing it keeps failing (retriable)
-    │   │   └── CredentialsRejectedError  the token service refused the credentials themselves
+    │   ├── InvalidTokenError         a token that is not a string, or not valid in a gRPC header (also a CredentialsError)
     │   └── MissingDependencyError    an optional feature's package is not installed (also an ImportError)
+    ├── CredentialsError              the credentials gave no usable token; nothing was sent
+    │   ├── InvalidTokenError         (also a UsageError)
+    │   ├── TokenProviderError        the token provider raised (retriable; the cause is chained)
+    │   ├── TokenRefreshError         no valid token: refreshing it keeps failing (retriable)
+    │   └── CredentialsRejectedError  the token service refused the credentials themselves
     ├── BufferFullTimeoutError        write() waited for buffer space longer than allowed (also TimeoutError)
     ├── OperationTimeoutError         a client-side deadline passed (also TimeoutError)
     ├── PartitionSessionClosedError   a commit for a partition session that has ended
@@ -162,11 +163,12 @@ class InvalidCodecError(UnsupportedCodecError, InvalidArgumentError):
     """A codec argument that is not a codec id (an int such as ``Codec.ZSTD``) at all."""
 
 
-class CredentialsError(UsageError):
-    """The credentials could not give a usable token; nothing was sent."""
+class CredentialsError(YdbTopicError):
+    """The credentials could not give a usable token; nothing was sent. Not a ``UsageError``:
+    a token service that is down or refuses a revoked key is not a wrong call."""
 
 
-class InvalidTokenError(CredentialsError):
+class InvalidTokenError(CredentialsError, UsageError):
     """A token that is not a string, or holds characters a gRPC header cannot carry (line breaks,
     non-ASCII): a programming error of the credentials, so it is not retried."""
 

@@ -141,7 +141,8 @@ async def test_a_token_provider_that_fails_is_named_and_retried_by_writers(
         with pytest.raises(yta.TokenProviderError, match="HTTP 503") as raised:
             await driver.topic.describe_topic(topic)
         assert isinstance(raised.value.__cause__, TokenServiceDown)
-        assert isinstance(raised.value, yta.CredentialsError) and isinstance(raised.value, yta.UsageError)
+        # A token service that is down is not a wrong call: a CredentialsError, not a UsageError.
+        assert isinstance(raised.value, yta.CredentialsError) and not isinstance(raised.value, yta.UsageError)
         # Retried like an overloaded server (the token service may come back): by unary calls
         # and, here, by a writer.
         async with driver.topic.writer(topic, producer_id="p", retry=yta.RetryPolicy.forever()) as writer:
@@ -170,8 +171,9 @@ async def test_a_token_that_cannot_be_a_header_is_refused_with_its_problem(
     async with yta.Driver(
         server.endpoint, server.database, yta.TokenProviderCredentials(provider), discovery=False
     ) as driver:
-        with pytest.raises(yta.InvalidTokenError, match=problem):
+        with pytest.raises(yta.InvalidTokenError, match=problem) as invalid:
             await driver.topic.describe_topic(topic)
+        assert isinstance(invalid.value, yta.UsageError)  # the credentials' own mistake
         writer = driver.topic.writer(topic)
         with pytest.raises(yta.InvalidTokenError):  # not retried: it will not get better
             await writer.wait_init(timeout=10)
