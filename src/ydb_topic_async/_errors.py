@@ -14,7 +14,7 @@ The tree::
     │   │   └── TransactionEndedError the transaction was committed, rolled back or failed
     │   ├── UnsupportedCodecError     codec not registered or not allowed by the topic
     │   ├── CommitNotAllowedError     commit on a reader without a consumer
-    │   ├── InvalidTokenError         a token that is not a string, or not valid in a gRPC header (also a CredentialsError)
+    │   ├── InvalidTokenError         a token not valid in a gRPC header (also a CredentialsError)
     │   └── MissingDependencyError    an optional feature's package is not installed (also an ImportError)
     ├── CredentialsError              the credentials gave no usable token; nothing was sent
     │   ├── InvalidTokenError         (also a UsageError)

@@ -706,7 +706,8 @@ class Transport:
             ydb_auth_pb2.LoginResult,
             idempotent=True,
             with_token=False,
-            endpoint=self.endpoint,
+            # Any node logs in: the balancer's choice, so that the given endpoint going away
+            # (a seed node or load balancer that is down) does not end every token's renewal.
             timeout=LOGIN_TIMEOUT,
         )
         assert result is not None

@@ -17,6 +17,7 @@ import time
 import pytest
 
 import ydb_topic_async as yta
+from ydb_topic_async._credentials.refresh import IssuedToken, TokenCache, expiry_margin
 from ydb_topic_async.testing import IamTokenService, LocalTopicServer, TokenExchangeService
 
 from .._polling import eventually
@@ -185,3 +186,18 @@ async def test_the_guides_offline_example_runs() -> None:
     namespace: dict[str, object] = {}
     exec(f"async def example():\n{textwrap.indent(example, '    ')}", namespace)
     await namespace["example"]()  # type: ignore[operator]
+
+
+@pytest.mark.parametrize("lifetime", [2.0, 60.0, 3600.0])
+async def test_a_refresh_comes_before_the_token_stops_being_used(lifetime: float) -> None:
+    """A token is used until a margin before its expiry (a tenth of a short lifetime); the
+    background refresh comes well before that even with ``refresh_fraction`` 0.9 (the user and
+    password default), so that no call waits for it."""
+    async def fetch() -> IssuedToken:
+        return IssuedToken("a-token", lifetime)
+
+    cache = TokenCache(fetch, lambda: "test credentials", refresh_fraction=0.9)
+    await cache.token()
+    used_for = lifetime - expiry_margin(lifetime)
+    assert cache.next_refresh_in() <= 0.9 * used_for + 0.1
+    assert used_for - cache.next_refresh_in() >= 0.1 * used_for - 0.1  # time left to refresh in

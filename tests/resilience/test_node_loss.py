@@ -313,3 +313,20 @@ async def test_a_producer_taken_over_through_another_node(ydb_topic_cluster: Loc
                 assert [r.seq_no for r in b] == [len(acked) + 1, len(acked) + 2]
     partition = b[0].partition_id
     assert [m.data for m in cluster.storage.read("t", partition)] == [*acked, b"b1", b"b2"]
+
+
+async def test_logins_go_on_through_the_other_nodes_when_the_given_endpoint_stops() -> None:
+    """A user/password driver renews its token through any node: once the endpoint it was given
+    stops, the renewals go to the nodes discovery found, and calls go on after the token the
+    stopped node issued expired."""
+    async with LocalTopicCluster(3, users={"alice": "secret"}, token_ttl=2) as cluster:
+        credentials = yta.StaticCredentials("alice", "secret", refresh_interval=1)
+        async with yta.Driver(cluster.endpoint, cluster.database, credentials, retry=QUICK) as driver:
+            await driver.wait_ready(timeout=10)
+            assert len(driver.endpoints) == 3
+            await driver.topic.create_topic("logins")
+            await cluster.stop_node(0)
+            await asyncio.sleep(2.5)  # every token issued before the stop has expired
+            for _ in range(3):
+                assert (await driver.topic.describe_topic("logins")).path.endswith("logins")
+                await asyncio.sleep(1)

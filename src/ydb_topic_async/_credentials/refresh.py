@@ -5,9 +5,10 @@ metadata service, OAuth 2.0 token exchange, user and password):
 
 - A call gets the cached token at once while it is valid; it waits only when there is no valid
   token (the first call, or after the token expired while refreshing kept failing).
-- A token is refreshed at a fraction of its lifetime (half, by default, as the Go and Java SDKs
-  do for exchanged tokens), in the background, by a task of each connection that uses the
-  credentials (``Refreshers``): calls never wait for a refresh while the old token is valid.
+- A token is refreshed at a fraction of the time it is used (its lifetime less the margin
+  below; half, by default, as the Go and Java SDKs do for exchanged tokens), in the background,
+  by a task of each connection that uses the credentials (``Refreshers``): calls never wait
+  for a refresh while the old token is valid.
 - A failed refresh is retried with a growing pause (``TRANSIENT_BACKOFF``), always several
   times before the old token expires. A token counts as valid until a small margin before its
   expiry (``expiry_margin``), so that it does not expire on its way to the server.
@@ -181,7 +182,10 @@ class TokenCache:
         else:
             lifetime = math.inf
             self._valid_until = math.inf
-        self._refresh_at = started + lifetime * self._refresh_fraction
+        # A fraction of the time the token is used, not of its lifetime: with a short lifetime
+        # (its margin a tenth of it) and a fraction near 1, the refresh would come only as the
+        # token stops being used, and every call would wait for it.
+        self._refresh_at = started + (self._valid_until - started) * self._refresh_fraction
         if self._warned:
             logger.info("%s got a new token after %d failed attempts", self._describe(), self._failures)
         self._warned = False
