@@ -174,7 +174,7 @@ def _check_client_certificate(endpoint: Endpoint, chain: bytes | None, key: byte
     if chain is not None and not endpoint.secure:
         raise InvalidArgumentError(f"a client certificate needs a TLS endpoint (grpcs://), not {endpoint}")
     if key is not None:
-        register_secret(key.decode("ascii", "replace"))
+        register_secret(key.decode("ascii", "replace"), pinned=True)
 
 
 def keepalive_options(interval: float | None, timeout: float) -> dict[str, int]:

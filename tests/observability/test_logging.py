@@ -230,3 +230,19 @@ async def test_no_token_key_or_password_of_any_kind_reaches_the_logs(
     assert len(secrets) >= 2  # a token before the outage (or the login), a new one after it
     for secret in secrets:
         assert secret not in text
+
+
+def test_a_password_stays_masked_however_many_tokens_rotate_after_it(caplog: pytest.LogCaptureFixture) -> None:
+    """Tokens rotate and only the most recent are kept for masking; a password (or a key, or a
+    fixed token) is kept for good: a service that runs for months still never logs it."""
+    yta.StaticCredentials("alice", "a-long-lived-password")
+    yta.AccessTokenCredentials("a-fixed-access-token")
+    for i in range(1000):
+        register_secret(f"rotating-token-{i:06d}")
+    logger = sdk_logger("observability-pinned")
+    with caplog.at_level(logging.INFO, logger=logger.name):
+        logger.info("login with a-long-lived-password and a-fixed-access-token and rotating-token-000999")
+        logger.info("an old rotating-token-000000 may show: it expired long ago")
+    first, second = (r.getMessage() for r in caplog.records)
+    assert first == "login with *** and *** and ***"
+    assert "rotating-token-000000" in second  # evicted: what keeps the list bounded

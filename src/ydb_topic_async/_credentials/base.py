@@ -57,7 +57,7 @@ class AccessTokenCredentials:
             raise InvalidArgumentError("token must be a non-empty string")
         check_token(token, "AccessTokenCredentials")
         self._token = token
-        register_secret(token)
+        register_secret(token, pinned=True)
 
     async def auth_token(self) -> str | None:
         """The token given at construction."""

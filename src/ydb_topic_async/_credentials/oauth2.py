@@ -51,7 +51,7 @@ class FixedTokenSource:
             raise InvalidArgumentError("a fixed token source needs a non-empty token")
         if not isinstance(token_type, str) or not token_type:
             raise InvalidArgumentError("a fixed token source needs a non-empty token type")
-        register_secret(token)
+        register_secret(token, pinned=True)
         self._token = token
         self.token_type = token_type
 
@@ -103,7 +103,7 @@ class JwtTokenSource:
             if value is not None and not isinstance(value, str):
                 raise InvalidArgumentError(f"{name} must be a string")
         self.audience = _string_list(audience, "audience") if audience is not None else None
-        register_secret(private_key if isinstance(private_key, str) else private_key.decode("latin-1"))
+        register_secret(private_key if isinstance(private_key, str) else private_key.decode("latin-1"), pinned=True)
         jwt_module(_FEATURE)
         self.signing_method = algorithm
         if algorithm.startswith("HS"):
@@ -406,7 +406,7 @@ def _token_source(config: object, what: str) -> TokenSource | None:
             raise InvalidArgumentError(f"{what}: a JWT needs alg and private-key")
         secret: str | bytes = key
         if algorithm.upper().startswith("HS"):
-            register_secret(key)
+            register_secret(key, pinned=True)
             try:
                 secret = base64.b64decode(key + "=" * (-len(key) % 4), validate=True)
             except (binascii.Error, ValueError):

@@ -105,7 +105,9 @@ class ServiceAccountCredentials(RefreshingCredentials):
             raise InvalidArgumentError("private_key must be a PEM private key (str or bytes)")
         if iam_root_certificates is not None and not isinstance(iam_root_certificates, bytes):
             raise InvalidArgumentError("iam_root_certificates must be PEM bytes")
-        register_secret(private_key if isinstance(private_key, str) else private_key.decode("ascii", "replace"))
+        register_secret(
+            private_key if isinstance(private_key, str) else private_key.decode("ascii", "replace"), pinned=True
+        )
         key = load_private_key(private_key, _FEATURE, "the service account key's private_key")
         from cryptography.hazmat.primitives.asymmetric import rsa
 

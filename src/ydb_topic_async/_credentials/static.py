@@ -40,7 +40,7 @@ class StaticCredentials(OwnedCredentials):
         refresh_interval = check_seconds(refresh_interval, "refresh_interval", positive=True)
         self.user = user
         self._password = password
-        register_secret(password)
+        register_secret(password, pinned=True)
         self._refresh_interval = float(refresh_interval)
         self._refresh_fraction = refresh_fraction
         self._sessions: dict[object, TokenCache] = {}

@@ -40,22 +40,28 @@ class _SecretRedactor(logging.Filter):
         super().__init__()
         self._lock = threading.Lock()
         self._recent: OrderedDict[str, None] = OrderedDict()
-        """Registration order, for evicting the oldest; only touched under the lock."""
+        """Rotating secrets (tokens) in registration order, for evicting the oldest; only touched
+        under the lock."""
+        self._pinned: set[str] = set()
+        """Secrets that live as long as the process may log (passwords, keys, fixed tokens): never evicted."""
         self._secrets: tuple[str, ...] = ()
         """What ``filter`` masks, longest first; replaced whole, never changed in place, so that a
         record logged in one thread is masked safely while another thread registers a secret."""
 
-    def register(self, secret: str) -> None:
+    def register(self, secret: str, pinned: bool) -> None:
         if len(secret) < _MIN_SECRET_LENGTH:
             return
         with self._lock:
-            recent = self._recent
-            recent[secret] = None
-            recent.move_to_end(secret)
-            while len(recent) > _MAX_SECRETS:
-                recent.popitem(last=False)
+            if pinned:
+                self._pinned.add(secret)
+            else:
+                recent = self._recent
+                recent[secret] = None
+                recent.move_to_end(secret)
+                while len(recent) > _MAX_SECRETS:
+                    recent.popitem(last=False)
             # Longest first: a secret that contains another one must be masked whole.
-            self._secrets = tuple(sorted(recent, key=len, reverse=True))
+            self._secrets = tuple(sorted(self._pinned.union(self._recent), key=len, reverse=True))
 
     @staticmethod
     def _mask(secrets: tuple[str, ...], text: str) -> str:
@@ -92,10 +98,14 @@ class _SecretRedactor(logging.Filter):
 _redactor = _SecretRedactor()
 
 
-def register_secret(secret: str | None) -> None:
-    """Mask ``secret`` (a token or password) wherever it would appear in the SDK's log records."""
+def register_secret(secret: str | None, *, pinned: bool = False) -> None:
+    """Mask ``secret`` (a token or password) wherever it would appear in the SDK's log records.
+
+    Rotating tokens are masked among the most recent ``_MAX_SECRETS``; a ``pinned`` secret (a
+    password, a private key, a fixed token) is masked for good, however many tokens follow it.
+    """
     if secret:
-        _redactor.register(secret)
+        _redactor.register(secret, pinned)
         # Modules that made their logger with logging.getLogger get the filter too.
         for name, logger in list(logging.root.manager.loggerDict.items()):
             if not isinstance(logger, logging.Logger) or not name.startswith(LOGGER_PREFIX + "."):
