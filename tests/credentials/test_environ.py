@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 import ydb_topic_async as yta
+from ydb_topic_async._credentials.environ import connection_from_env
 from ydb_topic_async.testing import IamTokenService, LocalTopicServer
 
 from ._pki import CertificateAuthority, private_pem, rsa_key
@@ -286,3 +287,18 @@ def test_a_client_certificate_needs_tls_and_its_key(
     env["YDB_CLIENT_CERT_KEY_FILE"] = str(tmp_path / "c.key")
     with pytest.raises(yta.InvalidArgumentError, match="needs a TLS endpoint"):
         yta.Driver.from_env(environ=env)
+
+
+def test_the_connection_read_from_the_environment_shows_no_private_key(tmp_path: Path) -> None:
+    """``repr`` of what the environment says about the connection (for a log line or a debug
+    print) names the certificate, never the client's private key."""
+    key = private_pem(rsa_key())
+    (tmp_path / "client.key").write_bytes(key)
+    (tmp_path / "client.pem").write_bytes(b"-----BEGIN CERTIFICATE-----\nC\n-----END CERTIFICATE-----\n")
+    settings = connection_from_env(
+        {"YDB_CONNECTION_STRING": "grpcs://db.example:2135/?database=/db",
+         "YDB_CLIENT_CERT_FILE": str(tmp_path / "client.pem"), "YDB_CLIENT_CERT_KEY_FILE": str(tmp_path / "client.key")}
+    )
+    assert settings.private_key == key
+    shown = repr(settings)
+    assert "certificate_chain=" in shown and "PRIVATE KEY" not in shown and "private_key" not in shown

@@ -28,7 +28,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .._errors import InvalidArgumentError, MissingDependencyError
 from ._cloud import jwt_module, read_file
@@ -124,7 +124,7 @@ class ConnectionSettings:
     database: str | None = None
     root_certificates: bytes | None = None
     certificate_chain: bytes | None = None
-    private_key: bytes | None = None
+    private_key: bytes | None = field(default=None, repr=False)  # a secret: never in a repr or log line
 
 
 def connection_from_env(environ: Mapping[str, str] | None = None) -> ConnectionSettings:
