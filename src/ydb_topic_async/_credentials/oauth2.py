@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from .._errors import InvalidArgumentError
 from .._validate import check_seconds
-from ..observability.logging import register_secret
+from ..observability.logging import mask_secrets, register_secret
 from ._cloud import REJECTING_HTTP_STATUSES, http_request, httpx_module, jwt_module, load_private_key, read_file
 from .refresh import FetchFailed, IssuedToken, RefreshingCredentials
 
@@ -317,8 +317,9 @@ def _error_details(body: bytes) -> str:
         return ""
     if not isinstance(parsed, dict):
         return ""
+    # Masked before it is cut short: an endpoint may echo the request's tokens back.
     parts = [
-        f"{key} {value[:_DETAIL_LIMIT]!r}"
+        f"{key} {mask_secrets(value)[:_DETAIL_LIMIT]!r}"
         for key in ("error", "error_description", "error_uri")
         if isinstance(value := parsed.get(key), str) and value
     ]

@@ -14,7 +14,7 @@ import grpc.aio
 
 from .._errors import InvalidArgumentError
 from .._proto import iam_token_service_pb2 as iam_pb
-from ..observability.logging import register_secret
+from ..observability.logging import mask_secrets, register_secret
 from ._cloud import jwt_module, load_private_key, read_file
 from .refresh import FetchFailed, IssuedToken, RefreshingCredentials
 
@@ -196,7 +196,8 @@ class ServiceAccountCredentials(RefreshingCredentials):
         except grpc.aio.AioRpcError as exc:
             code = exc.code()
             raise FetchFailed(
-                f"the IAM token service at {self.iam_endpoint} answered {code.name}: {exc.details() or 'no details'}",
+                f"the IAM token service at {self.iam_endpoint} answered {code.name}:"
+                f" {mask_secrets(exc.details() or 'no details')}",
                 rejected=code in _REJECTING_CODES,
             ) from None
         finally:

@@ -114,6 +114,12 @@ def register_secret(secret: str | None, *, pinned: bool = False) -> None:
                 logger.addFilter(_redactor)
 
 
+def mask_secrets(text: str) -> str:
+    """``text`` with every registered secret masked: for text from elsewhere (a token service's
+    error description) that goes into an exception, which no logging filter sees."""
+    return _SecretRedactor._mask(_redactor._secrets, text)
+
+
 def sdk_logger(name: str) -> logging.Logger:
     """The SDK logger ``ydb_topic_async.<name>``, with secret redaction installed."""
     logger = logging.getLogger(f"{LOGGER_PREFIX}.{name}")

@@ -376,7 +376,8 @@ class TokenExchangeService(_HttpTokenService):
             return _oauth_error(400, "invalid_target", f"the audience must be {self.audience!r}")
         user = self._subject(one("subject_token"), one("subject_token_type"))
         if user is None:
-            return _oauth_error(400, "invalid_grant", "the subject token is not valid")
+            # Echoing the token, as careless token services do: a client must not pass it on.
+            return _oauth_error(400, "invalid_grant", f"the subject token {one('subject_token')} is not valid")
         token, _ = self.issue(user)
         answer: dict[str, Any] = {
             "access_token": token,
