@@ -152,4 +152,4 @@ async def test_the_race_gives_up_after_its_timeout() -> None:
         loop = asyncio.get_running_loop()
         started = loop.time()
         assert await nearest_location([Node(hanging, "dc1"), Node(hanging, "dc2")], timeout=0.5) is None
-        assert 0.5 <= loop.time() - started < 3
+        assert 0.5 <= loop.time() - started < 10  # gives up (the hanging nodes never would)

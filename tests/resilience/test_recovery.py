@@ -30,10 +30,10 @@ pytestmark = pytest.mark.timeout(90)
 
 OUTAGE = 10.0
 """Long enough for gRPC's own reconnect backoff to have grown to several seconds."""
-STEP = 1.0
-"""The default policy's longest backoff step for a lost connection."""
-SLACK = 1.5
-"""What this shared, busy machine may add to it."""
+GRPC_NEXT_STEP = 4.0
+"""Where gRPC's own reconnect backoff would be after OUTAGE seconds of refused connections (1 s
+grown 1.6 times thrice: 4.1 s to the next try). Recovering within it tells the SDK's reconnect
+from gRPC's; it is no speed target (``scripts/recovery.py`` measures that: well under a second)."""
 
 
 async def test_writers_readers_and_calls_resume_within_a_backoff_step_of_the_servers_return(
@@ -59,7 +59,7 @@ async def test_writers_readers_and_calls_resume_within_a_backoff_step_of_the_ser
             await asyncio.wait_for(asyncio.gather(*acks), 10)
             await eventually(lambda: all(r.connection_state is yta.ConnectionState.CONNECTED for r in readers))
             elapsed = time.monotonic() - back
-        assert elapsed < STEP + SLACK, elapsed
+        assert elapsed < GRPC_NEXT_STEP, elapsed
 
 
 def test_grpc_reconnects_no_slower_than_the_policy() -> None:
@@ -105,7 +105,7 @@ async def test_the_retry_budget_bounds_a_unary_call_without_a_timeout(
         with pytest.raises(error, match=message):
             await driver.topic.describe_topic("events")
         elapsed = time.monotonic() - started
-    assert elapsed < budget + 0.5
+    assert elapsed < budget + 3.0  # the budget ends it, not an attempt begun before it ran out
     if error is yta.OperationTimeoutError:
         assert elapsed > budget - 0.1
 
