@@ -333,3 +333,18 @@ async def test_a_driver_closed_beside_another_event_loop_leaves_nothing_for_its_
     assert (proc.returncode, out) == (0, b"ok\n"), err.decode()[-2000:]
     assert b"Event loop is closed" not in err, err.decode()[-2000:]
     assert b"Traceback" not in err, err.decode()[-2000:]
+
+
+def test_what_the_driver_shows_is_what_its_clients_use() -> None:
+    """The policies, recorder and limits a driver shows are those its writers and readers are
+    built with; they are fixed at construction (assigning one would change nothing)."""
+    policy = yta.RetryPolicy(max_elapsed=5)
+    driver = yta.Driver("grpc://localhost:2136", "/local", retry=policy, max_message_size=1 << 20)
+    assert driver.retry is policy and driver.stream_retry is policy
+    assert driver.max_message_size == 1 << 20 and isinstance(driver.metrics, yta.NoopMetrics)
+    plain = yta.Driver("grpc://localhost:2136", "/local")
+    assert plain.stream_retry.max_elapsed is None  # writers and readers reconnect while open
+    assert plain.retry.max_elapsed == 60
+    for name in ("retry", "stream_retry", "metrics", "tracing", "max_message_size", "database", "credentials"):
+        with pytest.raises(AttributeError):
+            setattr(driver, name, None)

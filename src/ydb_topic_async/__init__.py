@@ -16,6 +16,7 @@ from ._credentials import (
     ServiceAccountCredentials,
     StaticCredentials,
     TokenProviderCredentials,
+    TokenSource,
     credentials_from_env,
 )
 from ._driver import Driver
@@ -97,6 +98,7 @@ __all__ = [
     "ServiceAccountCredentials",
     "StaticCredentials",
     "TokenProviderCredentials",
+    "TokenSource",
     "credentials_from_env",
     "retry_call",
     # Topic administration (driver.topic).

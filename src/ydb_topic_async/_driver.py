@@ -158,15 +158,8 @@ class Driver:
             )
         self.close_timeout = check_timeout(close_timeout, "close_timeout")
         """How long ``close()`` and leaving ``async with`` wait for writers and readers to finish."""
-        self.metrics: MetricsRecorder = metrics or NoopMetrics()
-        """The metrics recorder given at construction (a ``NoopMetrics`` when none was)."""
         recorder = active_recorder(metrics)
-        self.tracing = resolve_tracing(tracing)
-        """The OpenTelemetry tracing of this driver's writers and readers, or None when off."""
-        self.retry: RetryPolicy = retry or DEFAULT_RETRY
-        """The retry policy of unary calls not given one."""
-        self.stream_retry: RetryPolicy = retry or RECONNECT_FOREVER
-        """The reconnect policy of writers and readers not given one."""
+        unary_retry = retry or DEFAULT_RETRY
         self._transport = Transport(
             endpoint,
             database,
@@ -177,7 +170,7 @@ class Driver:
             application_name=application_name,
             discovery=discovery,
             discovery_interval=discovery_interval,
-            retry=self.retry,
+            retry=unary_retry,
             max_message_size=max_message_size,
             channel_options=channel_options,
             keepalive_interval=keepalive_interval,
@@ -186,15 +179,14 @@ class Driver:
             location=location,
             detect_location=detect_location,
         )
-        self.database = self._transport.database
-        self.credentials: Credentials = self._transport.credentials
-        self.max_message_size = max_message_size
+        # Every client is built from this context; the driver's attributes below read it, so
+        # what they show is what the clients use.
         self._context = ClientContext(
             transport=self._transport,
-            retry=self.retry,
-            stream_retry=self.stream_retry,
-            metrics=self.metrics,
-            tracing=self.tracing,
+            retry=unary_retry,
+            stream_retry=retry or RECONNECT_FOREVER,
+            metrics=metrics or NoopMetrics(),
+            tracing=resolve_tracing(tracing),
             max_message_size=max_message_size,
         )
         self._opened = False
@@ -254,6 +246,42 @@ class Driver:
     def endpoint(self) -> str:
         """The endpoint given at construction."""
         return str(self._transport.endpoint)
+
+    @property
+    def database(self) -> str:
+        """The database every path is relative to."""
+        return self._transport.database
+
+    @property
+    def credentials(self) -> Credentials:
+        """The credentials every call authenticates with."""
+        return self._transport.credentials
+
+    @property
+    def retry(self) -> RetryPolicy:
+        """The retry policy of unary calls not given one."""
+        return self._context.retry
+
+    @property
+    def stream_retry(self) -> RetryPolicy:
+        """The reconnect policy of writers and readers not given one (the ``retry`` given at
+        construction, else reconnecting for as long as they are open)."""
+        return self._context.stream_retry
+
+    @property
+    def metrics(self) -> MetricsRecorder:
+        """The metrics recorder given at construction (a ``NoopMetrics`` when none was)."""
+        return self._context.metrics
+
+    @property
+    def tracing(self) -> OpenTelemetryTracing | None:
+        """The OpenTelemetry tracing of this driver's writers and readers, or None when off."""
+        return self._context.tracing
+
+    @property
+    def max_message_size(self) -> int:
+        """The largest gRPC message the channels send or receive, in bytes."""
+        return self._context.max_message_size
 
     @property
     def endpoints(self) -> list[str]:

@@ -1,17 +1,17 @@
-"""Partition key ranges: how YDB places a key among the partitions of an auto-partitioned topic.
+"""Partition key ranges: the 16-byte key space an auto-partitioned topic's partitions divide.
 
-A key's place is the MD5 digest of its bytes, read as a 128-bit big-endian number (YDB hashes
-producer ids the same way to pick their partition). Each partition of an auto-partitioned topic
-covers the half-open range ``[from_bound, to_bound)`` of such 16-byte values (``None``: open
-end). A topic created with ``n`` partitions starts with ``n`` ranges cut at
-``(i + 1) * ((2**128 - 1) // n) - 1`` for ``i < n - 1``, the last one taking the remainder.
-(ydb-platform/ydb: ydb/core/persqueue/writer/partition_chooser.cpp, partition_key_range.h;
-ydb/core/tx/schemeshard/schemeshard__operation_create_pq.cpp takes each partition's ``to_bound``
-from ``RangeFromShardNumber(i, n).End`` in ydb/services/lib/sharding/sharding.cpp.)
+Each partition covers the half-open range ``[from_bound, to_bound)`` of 16-byte values compared
+as big-endian numbers (``None``: open end). A topic created with ``n`` partitions starts with
+``n`` ranges cut at ``(i + 1) * ((2**128 - 1) // n) - 1`` for ``i < n - 1``, the last one taking
+the remainder. (ydb-platform/ydb: ydb/core/tx/schemeshard/schemeshard__operation_create_pq.cpp
+takes each partition's ``to_bound`` from ``RangeFromShardNumber(i, n).End`` in
+ydb/services/lib/sharding/sharding.cpp.)
 
-The SDK's keyed writer and the local topic server both use this module, so they agree with each
-other and with YDB.
-"""
+The server places a producer id (a message group) in that space by the MD5 digest of its bytes
+(``key_hash``; ydb/core/persqueue/writer/partition_chooser.cpp). The keyed writer places keys
+differently, by their MurmurHash64A partition key (``writer.partitioning``), and takes only the
+ranges from here. The SDK and the local topic server both use this module, so they agree with
+each other and with YDB."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ Bound = bytes | None
 
 
 def key_hash(key: bytes) -> bytes:
-    """Where ``key`` lies in the key space: its MD5 digest (16 bytes, compared as big-endian)."""
+    """Where the server places producer id ``key``: its MD5 digest (16 bytes, compared as big-endian)."""
     return hashlib.md5(key, usedforsecurity=False).digest()
 
 

@@ -63,24 +63,35 @@ class Selector:
 
 @dataclass(eq=False)
 class PartitionSessionState:
-    """One partition as read by one read session."""
+    """One partition session: one partition as read by one read session, from the
+    StartPartitionSessionRequest the server sends to the stop (or end) that releases it."""
 
     session_id: int
+    """The partition session id the client names the partition by on this stream."""
     topic: Topic
     partition: Partition
     consumer: Consumer | None
+    """The reading consumer; None for a reader without one (it commits nothing)."""
     selector: Selector
+    """The reader's settings for the topic (partitions, read_from, max_lag)."""
     committed: int = 0
     """The committed offset as this session knows it (the start of the next commit range)."""
     started: bool = False
+    """The client confirmed the start (StartPartitionSessionResponse): messages may be sent."""
     read_offset: int = 0
+    """The next offset to send."""
     stopping: bool = False
+    """A graceful stop was sent and not confirmed yet: nothing more is sent."""
     end_sent: bool = False
+    """An EndPartitionSession was sent (the partition was split or merged and read to its end)."""
     pending_commits: list[tuple[int, int]] = field(default_factory=list)
+    """Commit ranges received ahead of the committed offset, applied once the gap before them closes."""
     created_ns: int = 0
+    """When the session was created (server clock, ns)."""
     in_flight: deque[tuple[int, int]] = field(default_factory=deque)
     """(offset, payload bytes) of the messages sent and not committed (under a partition limit)."""
     in_flight_bytes: int = 0
+    """The payload bytes of ``in_flight``."""
 
     def release_in_flight(self) -> None:
         """The committed offset moved: what lies below it is no longer in flight."""

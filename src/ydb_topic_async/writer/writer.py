@@ -518,8 +518,8 @@ class TopicWriter(ConnectionStatus, ClosesOnExit):
 
     @property
     def selected_codec(self) -> int | None:
-        """The codec of the latest batch sent: the ``codec`` option, or with ``codec="auto"`` the
-        one picked for it (None before the first batch)."""
+        """The codec batches go with: the ``codec`` option; with ``codec="auto"`` the one picked
+        for the latest batch sent (None before the first)."""
         selector = self._sender.batcher.selector
         if selector is None:
             assert isinstance(self.codec, int)
