@@ -26,6 +26,8 @@ import pytest
 
 import ydb_topic_async
 
+pytestmark = pytest.mark.slow
+
 PACKAGE = Path(ydb_topic_async.__file__).parent
 NAME = "ydb_topic_async"
 

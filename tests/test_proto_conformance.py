@@ -22,6 +22,8 @@ from google.protobuf.unknown_fields import UnknownFieldSet
 
 import ydb_topic_async._proto as ours_pkg
 
+pytestmark = pytest.mark.slow
+
 if TYPE_CHECKING:
     # A message's DESCRIPTOR is typed as either backend's descriptor (upb's is the one at run time).
     from google._upb._message import FieldDescriptor as UpbFieldDescriptor

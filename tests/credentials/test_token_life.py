@@ -24,7 +24,7 @@ from .._polling import eventually
 from ._kinds import ACCESS_TOKEN_TYPE, CLOUD_KINDS, KINDS, SUBJECT_TOKEN, USER, setup
 from ._pki import private_pem, rsa_key
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.slow]
 
 GUIDE = pathlib.Path(__file__).resolve().parents[2] / "docs" / "authentication.md"
 TTL = 2.0

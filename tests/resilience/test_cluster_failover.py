@@ -21,7 +21,7 @@ from ydb_topic_async.testing import LocalTopicCluster
 from .._metrics import RetryCount
 from .._polling import eventually
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
 
 
 async def _read_until(reader: yta.TopicReader, wanted: set[bytes]) -> None:

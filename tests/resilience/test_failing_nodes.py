@@ -29,7 +29,7 @@ from .._discovery import ListedNode, proxied_nodes
 from .._metrics import RetryCount
 from .._polling import eventually
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.slow]
 
 PAYLOAD = b"n" * 50_000
 """Large enough that the proxy carrying a stream stands out in the byte counts."""

@@ -20,7 +20,7 @@ from ydb_topic_async.testing import LocalTopicCluster, StoredMessage
 
 from .._polling import eventually
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
 
 QUICK = yta.RetryPolicy(
     fast=yta.BackoffSchedule(base=0.01, cap=0.2), slow=yta.BackoffSchedule(base=0.05, cap=0.5)

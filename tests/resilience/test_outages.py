@@ -22,7 +22,7 @@ from ydb_topic_async.testing.proxy import proxy_to
 from .._helpers import proxied_driver, stored
 from .._polling import eventually
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.slow]
 
 OUTAGE = 30.0
 """The long test's refused-connection outage and stall, in seconds."""

@@ -26,7 +26,7 @@ from ydb_topic_async.testing.proxy import proxy_to, silent_endpoint
 
 from .._polling import eventually
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = [pytest.mark.timeout(90), pytest.mark.slow]
 
 OUTAGE = 10.0
 """Long enough for gRPC's own reconnect backoff to have grown to several seconds."""

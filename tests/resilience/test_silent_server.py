@@ -19,7 +19,7 @@ from ydb_topic_async.testing.proxy import proxy_to, silent_endpoint
 from .._helpers import proxied_driver, stored_data
 from .._polling import eventually
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.slow]
 
 _SLACK = 0.5
 """How much later than its timeout a call may return on this shared, busy machine."""

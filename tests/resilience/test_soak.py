@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow
+
 SOAK = Path(__file__).resolve().parents[2] / "scripts" / "soak.py"
 
 

@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+pytestmark = pytest.mark.slow
+
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
