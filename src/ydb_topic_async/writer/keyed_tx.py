@@ -20,11 +20,12 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from .._errors import InternalError, OverloadedError, TransactionEndedError, WriterClosedError
+from .._errors import OverloadedError, TransactionEndedError, WriterClosedError
 from .._futures import suppress_future_errors
 from ..query._binding import bind
 from .keyed import Key, KeyedWriter, _Entry, _Lane, _LaneWriter
-from .messages import ManyMessages, OneMessage, Skipped, WriteResult, WrittenInTx
+from .messages import ManyMessages, OneMessage, WriteResult
+from .tx_writer import check_written_in_tx
 
 if TYPE_CHECKING:
     from .._context import ClientContext
@@ -177,13 +178,7 @@ class KeyedTxWriter(KeyedWriter):
             error = future.exception()
             if error is not None:
                 raise error.with_traceback(None)
-            result = future.result()
-            # Skipped: a resend after a lost acknowledgement, deduplicated by its producer id.
-            if not isinstance(result, WrittenInTx | Skipped):
-                raise InternalError(
-                    f"the server acknowledged a transactional write to {self.path} as {result!r},"
-                    " outside the transaction"
-                )
+            check_written_in_tx(self.path, future.result())
 
     async def _after_commit(self, error: BaseException | None) -> None:
         await self._end("committed" if error is None else f"failed to commit ({error!r})")

@@ -41,6 +41,15 @@ if TYPE_CHECKING:
     from ..topic.admin import TopicAdmin
 
 
+def check_written_in_tx(path: str, result: WriteResult) -> None:
+    """Raise ``InternalError`` unless ``result`` acknowledges a write into the transaction
+    (``Skipped``: a resend after a lost acknowledgement, deduplicated by its producer id)."""
+    if not isinstance(result, WrittenInTx | Skipped):
+        raise InternalError(
+            f"the server acknowledged a transactional write to {path} as {result!r}, outside the transaction"
+        )
+
+
 class TxWriter:
     """Writes messages that become visible when the transaction ``tx`` commits.
 
@@ -302,13 +311,7 @@ class TxWriter:
         futures = list(self._futures)
         await self._wait_acked(futures)
         for future in futures:
-            result = future.result()
-            # Skipped: a resend after a lost acknowledgement, deduplicated by its producer id.
-            if not isinstance(result, WrittenInTx | Skipped):
-                raise InternalError(
-                    f"the server acknowledged a transactional write to {self.path} as {result!r},"
-                    " outside the transaction"
-                )
+            check_written_in_tx(self.path, future.result())
         # Everything is acknowledged: close the stream before the commit.
         await writer.close()
 
