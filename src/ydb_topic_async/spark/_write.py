@@ -35,7 +35,7 @@ import asyncio
 import datetime as dt
 import hashlib
 import uuid
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -487,12 +487,7 @@ def _digest(previous: bytes, seq_no: int, data: bytes, metadata: list[tuple[str,
     h.update(seq_no.to_bytes(8, "big"))
     h.update(len(data).to_bytes(8, "big"))
     h.update(data)
-    for key, value in metadata or ():
-        encoded = key.encode()
-        h.update(len(encoded).to_bytes(4, "big"))
-        h.update(encoded)
-        h.update(len(value).to_bytes(4, "big"))
-        h.update(value)
+    _hash_metadata(h, metadata or ())
     return h.digest()
 
 
@@ -503,13 +498,18 @@ def _content(path: str, data: bytes, metadata: Sequence[tuple[str, bytes]]) -> b
     for part in (path.encode(), data):
         h.update(len(part).to_bytes(8, "big"))
         h.update(part)
-    for key, value in sorted((k, v) for k, v in metadata if k != DIGEST_KEY):
+    _hash_metadata(h, sorted((k, v) for k, v in metadata if k != DIGEST_KEY))
+    return h.digest()
+
+
+def _hash_metadata(h: hashlib.blake2b, metadata: Iterable[tuple[str, bytes]]) -> None:
+    """Feed metadata items to ``h``, each key and value prefixed with its length."""
+    for key, value in metadata:
         encoded = key.encode()
         h.update(len(encoded).to_bytes(4, "big"))
         h.update(encoded)
         h.update(len(value).to_bytes(4, "big"))
         h.update(value)
-    return h.digest()
 
 
 def _mismatch_error(where: str) -> ReplayMismatchError:
