@@ -63,6 +63,10 @@ class _SecretRedactor(logging.Filter):
             # Longest first: a secret that contains another one must be masked whole.
             self._secrets = tuple(sorted(self._pinned.union(self._recent), key=len, reverse=True))
 
+    def mask(self, text: str) -> str:
+        """``text`` with every registered secret masked."""
+        return self._mask(self._secrets, text)
+
     @staticmethod
     def _mask(secrets: tuple[str, ...], text: str) -> str:
         for secret in secrets:
@@ -117,7 +121,7 @@ def register_secret(secret: str | None, *, pinned: bool = False) -> None:
 def mask_secrets(text: str) -> str:
     """``text`` with every registered secret masked: for text from elsewhere (a token service's
     error description) that goes into an exception, which no logging filter sees."""
-    return _SecretRedactor._mask(_redactor._secrets, text)
+    return _redactor.mask(text)
 
 
 def sdk_logger(name: str) -> logging.Logger:
