@@ -47,6 +47,12 @@ class RecordingMetrics:
     def reader_commit_ack(self, topic: str, partition_id: int, committed_offset: int, lag: int) -> None:
         self.calls.append(("reader_commit_ack", (topic, partition_id, committed_offset, lag)))
 
+    def reader_commit_latency(self, topic: str, consumer: str, seconds: float) -> None:
+        self.calls.append(("reader_commit_latency", (topic, consumer, seconds)))
+
+    def reader_lag_change(self, topic: str, partition_id: int, consumer: str, change: int) -> None:
+        self.calls.append(("reader_lag_change", (topic, partition_id, consumer, change)))
+
     def reader_reconnect(self, consumer: str, error: BaseException) -> None:
         self.calls.append(("reader_reconnect", (consumer, error)))
 

@@ -68,6 +68,24 @@ class MetricsRecorder(Protocol):
         reader has received past it (received but not yet committed)."""
         ...
 
+    def reader_commit_latency(self, topic: str, consumer: str, seconds: float) -> None:
+        """The server confirmed a commit of one partition's offsets ``seconds`` after the request
+        carrying it was sent (once per partition per CommitOffsetRequest)."""
+        ...
+
+    def reader_lag_change(self, topic: str, partition_id: int, consumer: str, change: int) -> None:
+        """Gauge change: add ``change`` (may be negative) to the consumer lag of a partition, the
+        offsets between ``consumer``'s committed offset and the partition's end.
+
+        A reader reports the lag of each partition it reads with a consumer: when it starts
+        reading the partition, when messages arrive (the end moves), when a commit is confirmed,
+        and when it learns a partition's status; it takes its share back out when it stops reading
+        the partition, so the sum over every reader stays exact as partitions move between them.
+        The end is the one the reader knows: of a partition it cannot take more of (its buffer is
+        full) it learns newer messages only as it receives them.
+        """
+        ...
+
     def reader_reconnect(self, consumer: str, error: BaseException) -> None:
         """A read stream broke with ``error`` and the reader is about to open a new one."""
         ...
@@ -105,6 +123,12 @@ class NoopMetrics:
         pass
 
     def reader_commit_ack(self, topic: str, partition_id: int, committed_offset: int, lag: int) -> None:
+        pass
+
+    def reader_commit_latency(self, topic: str, consumer: str, seconds: float) -> None:
+        pass
+
+    def reader_lag_change(self, topic: str, partition_id: int, consumer: str, change: int) -> None:
         pass
 
     def reader_reconnect(self, consumer: str, error: BaseException) -> None:
@@ -247,6 +271,17 @@ class ReaderReport:
         """The server confirmed ``committed_offset`` for a partition; ``lag``: the offsets
         received past it."""
 
+    def partition_progress(
+        self, session_id: int, topic: str, partition_id: int, end_offset: int, committed_offset: int
+    ) -> None:
+        """A partition session's end (as far as the reader knows it) or committed offset moved."""
+
+    def commit_sent(self, session_id: int, end_offset: int) -> None:
+        """A commit of a partition session's offsets up to ``end_offset`` went out."""
+
+    def partition_closed(self, session_id: int) -> None:
+        """A partition session ended: its lag is no longer this reader's to report."""
+
     def reconnect(self, error: BaseException) -> None:
         """The stream broke with ``error`` and the reader opens a new one."""
 
@@ -254,8 +289,21 @@ class ReaderReport:
         """The reader stopped: nothing it held counts any more."""
 
 
+class _PartitionShare:
+    """One partition session's part of the consumer lag gauge, and its commits awaiting the server."""
+
+    __slots__ = ("commits", "lag", "partition_id", "topic")
+
+    def __init__(self, topic: str, partition_id: int) -> None:
+        self.topic = topic
+        self.partition_id = partition_id
+        self.lag = 0
+        self.commits: deque[tuple[float, int]] = deque()
+        """(sent at, end offset) of each commit sent and not yet confirmed, oldest first."""
+
+
 class _RecordingReaderReport(ReaderReport):
-    __slots__ = ("_buffer", "_consumer", "_recorder", "_share")
+    __slots__ = ("_buffer", "_consumer", "_partitions", "_recorder", "_share")
 
     recording = True
 
@@ -264,6 +312,9 @@ class _RecordingReaderReport(ReaderReport):
         self._consumer = consumer
         self._buffer = buffer
         self._share = GaugeShare()
+        self._partitions: dict[int, _PartitionShare] = {}
+        """Per partition session id: its lag share and pending commits (with a consumer only:
+        without one nothing is committed and there is no lag to speak of)."""
 
     def received(self, topic: str, partition_id: int, messages: int, nbytes: int) -> None:
         self._recorder.reader_messages(topic, partition_id, messages, nbytes)
@@ -275,11 +326,41 @@ class _RecordingReaderReport(ReaderReport):
     def commit_acked(self, topic: str, partition_id: int, committed_offset: int, lag: int) -> None:
         self._recorder.reader_commit_ack(topic, partition_id, committed_offset, lag)
 
+    def partition_progress(
+        self, session_id: int, topic: str, partition_id: int, end_offset: int, committed_offset: int
+    ) -> None:
+        if not self._consumer:
+            return
+        share = self._partitions.get(session_id)
+        if share is None:
+            share = self._partitions[session_id] = _PartitionShare(topic, partition_id)
+        commits = share.commits
+        if commits and commits[0][1] <= committed_offset:
+            now = time.monotonic()
+            while commits and commits[0][1] <= committed_offset:
+                self._recorder.reader_commit_latency(topic, self._consumer, now - commits.popleft()[0])
+        lag = end_offset - committed_offset if end_offset > committed_offset else 0
+        if lag != share.lag:
+            change, share.lag = lag - share.lag, lag
+            self._recorder.reader_lag_change(topic, partition_id, self._consumer, change)
+
+    def commit_sent(self, session_id: int, end_offset: int) -> None:
+        share = self._partitions.get(session_id)
+        if share is not None:
+            share.commits.append((time.monotonic(), end_offset))
+
+    def partition_closed(self, session_id: int) -> None:
+        share = self._partitions.pop(session_id, None)
+        if share is not None and share.lag:
+            self._recorder.reader_lag_change(share.topic, share.partition_id, self._consumer, -share.lag)
+
     def reconnect(self, error: BaseException) -> None:
         self._recorder.reader_reconnect(self._consumer, error)
 
     def closed(self) -> None:
         self._share.report(self._recorder.reader_buffer_change, self._consumer, 0, 0)
+        for session_id in list(self._partitions):
+            self.partition_closed(session_id)
 
 
 _NO_WRITER_REPORT = WriterReport()

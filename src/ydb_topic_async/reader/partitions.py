@@ -66,8 +66,11 @@ class PartitionSessions:
         send: Callable[[Any], None],
         wake: asyncio.Event,
         log_fields: Callable[[], Mapping[str, Any]],
+        on_closed: Callable[[PartitionSession], None] | None = None,
     ) -> None:
         self._consumer = consumer
+        self._on_closed = on_closed
+        """Told of every session that closes, whatever ended it (for the metrics)."""
         self._on_partition_start = on_partition_start
         self._on_partition_stop = on_partition_stop
         self._graceful_stop_timeout = graceful_stop_timeout
@@ -273,6 +276,8 @@ class PartitionSessions:
             if not future.done():
                 future.set_exception(error)
         self._ended.discard(session)
+        if self._on_closed is not None:
+            self._on_closed(session)
 
     async def notify_stop(self, session: PartitionSession) -> None:
         callback = self._on_partition_stop

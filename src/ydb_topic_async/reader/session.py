@@ -110,6 +110,7 @@ class ReaderConnection:
             send=self._send,
             wake=self.wake,
             log_fields=lambda: self.log_fields,
+            on_closed=lambda session: self._report.partition_closed(session.id),
         )
         self.sessions = self.partitions.sessions
         self._stream_error: BaseException | None = None
@@ -289,7 +290,12 @@ class ReaderConnection:
                         if waits_for_drain_or_commits(session):
                             self.wake.set()
             elif kind == "start_partition_session_request":
-                await partitions.on_start(message.start_partition_session_request)
+                request = message.start_partition_session_request
+                await partitions.on_start(request)
+                if report.recording:
+                    started = sessions.get(request.partition_session.partition_session_id)
+                    if started is not None:
+                        self._report_progress(started)
             elif kind == "stop_partition_session_request":
                 await partitions.on_stop(message.stop_partition_session_request)
             elif kind == "end_partition_session":
@@ -300,7 +306,10 @@ class ReaderConnection:
                     "topic reader: partition session %d updated", update.partition_session_id, extra=self.log_fields
                 )
             elif kind == "partition_session_status_response":
-                partitions.on_status(message.partition_session_status_response)
+                status = message.partition_session_status_response
+                partitions.on_status(status)
+                if report.recording and status.partition_session_id in sessions:
+                    self._report_progress(sessions[status.partition_session_id])
             elif kind == "update_token_response":
                 pass
             else:
@@ -349,6 +358,7 @@ class ReaderConnection:
             buffer.push(buffered)
             if report.recording:  # only then: the payload sizes are summed over the part's messages
                 report.received(session.topic_path, session.partition_id, messages, buffered.payload_bytes())
+                self._report_progress(session)
         buffer.measured(kept, charged, largest)
         buffer.release(0)  # the bytes of parts nobody reads may be granted again
         report.buffer_changed()
@@ -376,6 +386,9 @@ class ReaderConnection:
             # Commits first: the server applies them before it releases a stopped session.
             commit = self.commits.take_request()
             if commit is not None:
+                if self._report.recording:  # before the write: its answer may be handled before it returns
+                    for item in commit.commit_offset_request.commit_offsets:
+                        self._report.commit_sent(item.partition_session_id, item.offsets[-1].end)
                 await stream.write(commit)
             for session in stopped:
                 partitions.confirm_stop(session)
@@ -400,10 +413,25 @@ class ReaderConnection:
             log_fields=lambda: self.log_fields,
         )
 
+    def _report_progress(self, session: PartitionSession) -> None:
+        """Tell the metrics the partition's end, as far as this reader knows it (the end when the
+        session started or at its last status, or past the last message received), and its
+        committed offset: the consumer lag between them."""
+        if session.closed:
+            return  # a late acknowledgement (of a transaction) must not bring its share back
+        end = session._next_commit_start
+        if session.partition_end_offset > end:
+            end = session.partition_end_offset
+        self._report.partition_progress(
+            session.id, session.topic_path, session.partition_id, end, session.committed_offset
+        )
+
     # --- commits acknowledged ---------------------------------------------------------------
 
     def _on_committed(self, session: PartitionSession) -> None:
         self.buffer.release_in_flight(session)
+        if self._report.recording:
+            self._report_progress(session)
         observer = self._settings.on_commit
         if observer is not None:
             try:
