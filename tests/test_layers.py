@@ -42,7 +42,10 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("the local topic server: protos and key ranges only", ("testing",)),
     (
         "policies: retry, credentials, observability hooks",
-        ("_retry", "_credentials", "observability.metrics", "observability.tracing", "observability"),
+        (
+            "_retry", "_credentials", "observability.metrics", "observability.tracing", "observability.otel_metrics",
+            "observability",
+        ),
     ),
     ("transport: endpoint choice, then channels and calls", ("_balancer", "_transport")),
     ("stream wrapper", ("_stream",)),

@@ -26,7 +26,7 @@ from ._retry import BackoffSchedule, RetryPolicy, RetryState, retry_call
 from ._stream import ConnectionState
 from ._topic_client import TopicClient
 from ._version import __version__
-from .observability import MetricsRecorder, NoopMetrics, OpenTelemetryTracing
+from .observability import MetricsRecorder, NoopMetrics, OpenTelemetryMetrics, OpenTelemetryTracing
 from .query import QueryClient, Transaction, TransactionState
 from .reader import (
     CommitAck,
@@ -164,6 +164,7 @@ __all__ = [
     # Observability.
     "MetricsRecorder",
     "NoopMetrics",
+    "OpenTelemetryMetrics",
     "OpenTelemetryTracing",
     # The version, and the exception tree (see ``YdbTopicError``).
     "__version__",
