@@ -24,7 +24,7 @@ if not os.environ.get("CI"):  # in CI the Spark tests must run (see conftest.req
 from pyspark.sql import functions as F
 
 from ydb_topic_async import PARTITION_KEY_METADATA, Driver, Message, Partitioner, partition_for_key, partition_key
-from ydb_topic_async.spark import lag
+from ydb_topic_async.spark import lag, offsets_behind_latest
 from ydb_topic_async.spark._bridge import runtime, shutdown
 from ydb_topic_async.spark._offsets import OffsetRange
 from ydb_topic_async.spark._options import parse_options
@@ -195,6 +195,55 @@ def test_several_topics_in_one_read(spark: Any, ydb_server: Server, topic_name: 
     assert sum(lag(first, topic=a).values()) + sum(lag(first, topic=b).values()) == 13 - 5
     with pytest.raises(ValueError, match="pass topic= to say which"):
         lag(first)
+    # The Kafka source's progress metrics, per topic: what each topic holds past the batch's end.
+    assert first.sources[0].metrics == {}  # pyspark gives Python sources no way to fill them
+    expected = {}
+    for name in (a, b):
+        path = f"{ydb_server.database}/{name}"
+        behind = [end - checkpointed["topics"][path]["partitions"].get(str(pid), 0)
+                  for pid, end in stored_ends(ydb_server, name).items()]
+        expected[path] = {"minOffsetsBehindLatest": min(behind), "maxOffsetsBehindLatest": max(behind),
+                          "avgOffsetsBehindLatest": sum(behind) / len(behind)}
+    assert sum(sum(f.values()) for f in expected.values()) > 0  # the first batch left data unread
+    assert offsets_behind_latest(first) == expected
+    assert offsets_behind_latest(query.recentProgress[-1]) == {
+        path: dict.fromkeys(figures, 0) for path, figures in expected.items()}
+
+
+def stored_ends(server: Server, topic: str) -> dict[int, int]:
+    """Each partition's end offset, as the server describes it."""
+
+    async def ends(driver: Driver) -> dict[int, int]:
+        described = await driver.topic.describe_topic(topic, include_stats=True)
+        return {p.partition_id: p.stats.end_offset for p in described.partitions if p.stats}
+
+    return server.run(ends)
+
+
+def test_pyspark_gives_python_streaming_sources_no_progress_metrics(spark: Any) -> None:
+    """Why the source reports no ``sources[].metrics`` (Kafka's ``offsetsBehindLatest`` figures):
+    Spark fills them only from a source implementing ``ReportsSourceMetrics`` (``ProgressContext``
+    in sql/core/.../streaming/runtime/ProgressReporter.scala), and the JVM side of a Python
+    streaming source (sql/core/.../datasources/v2/python/PythonMicroBatchStream.scala) implements
+    only ``MicroBatchStream``, ``SupportsAdmissionControl``, ``SupportsTriggerAvailableNow`` and
+    ``AcceptsLatestSeenOffset``; nor does pyspark's ``DataSourceStreamReader`` have a method to
+    ask. When this fails, the installed Spark offers it: report the figures there."""
+    jvm = spark._jvm
+    reports_metrics = jvm.java.lang.Class.forName("org.apache.spark.sql.connector.read.streaming.ReportsSourceMetrics")
+    package = "org.apache.spark.sql.execution.datasources.v2.python."
+    found = []
+    for name in ("PythonMicroBatchStream", "PythonMicroBatchStreamWithAdmissionControl",
+                 "PythonMicroBatchStreamWithTriggerAvailableNow"):
+        try:
+            stream = jvm.java.lang.Class.forName(package + name)
+        except Exception:  # not in this Spark version (4.0 and 4.1 have only the first)
+            continue
+        found.append(name)
+        assert not reports_metrics.isAssignableFrom(stream), name
+    assert "PythonMicroBatchStream" in found
+    from pyspark.sql.datasource import DataSourceStreamReader
+
+    assert not any("metric" in name.lower() for name in dir(DataSourceStreamReader))
 
 
 def test_a_task_reads_its_range_alike_as_arrow_and_as_rows(ydb_server: Server, topic_name: str) -> None:
@@ -368,6 +417,12 @@ def test_stream_round_trip_restart_and_consumer_lag(
     assert json.loads(batches[0].sources[0].latestOffset)["partitions"] == {"0": 25, "1": 25}
     assert sum(lag(batches[0]).values()) == 30
     assert lag(batches[-1]) == {0: 0, 1: 0}
+    first_end = json.loads(batches[0].sources[0].endOffset)["partitions"]
+    behind = [end - first_end[str(pid)] for pid, end in stored_ends(ydb_server, topic_name).items()]
+    assert sum(behind) == 30
+    assert offsets_behind_latest(batches[0]) == {f"{ydb_server.database}/{topic_name}": {
+        "minOffsetsBehindLatest": min(behind), "maxOffsetsBehindLatest": max(behind),
+        "avgOffsetsBehindLatest": sum(behind) / len(behind)}}
     assert payload_counts(spark, ydb_server, sink) == Counter(
         f"p{pid}-{i}".encode() for pid in range(2) for i in range(25)
     )

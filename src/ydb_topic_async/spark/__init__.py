@@ -29,7 +29,7 @@ from ..extras import raise_for_missing_extra
 
 try:
     from ._errors import DataLossError, ReplayMismatchError
-    from .source import NAME, SCHEMA, YdbTopicCommitMessage, YdbTopicDataSource, lag
+    from .source import NAME, SCHEMA, YdbTopicCommitMessage, YdbTopicDataSource, lag, offsets_behind_latest
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise_for_missing_extra(exc, __name__, "pyspark>=4.0 and pyarrow", "spark", ("pyspark", "pyarrow", "py4j"))
     raise
@@ -42,6 +42,7 @@ __all__ = [
     "YdbTopicCommitMessage",
     "YdbTopicDataSource",
     "lag",
+    "offsets_behind_latest",
     "register",
 ]
 

@@ -74,7 +74,16 @@ try:  # pyspark >= 4.1: the streaming sink can take Arrow batches instead of Row
 except ImportError:
     _StreamWriterBase = DataSourceStreamWriter  # type: ignore[misc,assignment,unused-ignore]
 
-__all__ = ["HAS_READ_LIMIT", "NAME", "SCHEMA", "YdbTopicCommitMessage", "YdbTopicDataSource", "read_range"]
+__all__ = [
+    "HAS_READ_LIMIT",
+    "NAME",
+    "SCHEMA",
+    "YdbTopicCommitMessage",
+    "YdbTopicDataSource",
+    "lag",
+    "offsets_behind_latest",
+    "read_range",
+]
 
 T = TypeVar("T")
 logger = sdk_logger("spark")
@@ -513,13 +522,10 @@ else:
     _StreamReader = _StreamReaderBase  # type: ignore[misc,assignment,unused-ignore]
 
 
-def lag(progress: Any, topic: str | None = None) -> dict[int, int]:
-    """Per partition, how many offsets the last micro-batch of ``progress`` stopped short of the latest.
-
-    ``progress`` is a ``StreamingQueryProgress`` (``query.lastProgress``) or its JSON/dict form;
-    its first ``ydb_topic`` source counts. When the source reads several topics, ``topic`` (its
-    full path, or the end of it) says which. Empty when the progress has no such source.
-    """
+def _behind_latest(progress: Any) -> dict[str | None, dict[int, int]] | None:
+    """Per topic read by the first ``ydb_topic`` source of ``progress``, per partition: how many
+    offsets the micro-batch's end stopped short of the latest offsets of that trigger. None when
+    the progress has no such source."""
     data = json.loads(progress.json) if hasattr(progress, "json") else progress
     if isinstance(data, str):
         data = json.loads(data)
@@ -530,17 +536,57 @@ def lag(progress: Any, topic: str | None = None) -> dict[int, int]:
         if not (isinstance(end, dict) and isinstance(latest, dict) and ("partitions" in latest or "topics" in latest)):
             continue
         done, now = SourceOffsets.from_json(end), SourceOffsets.from_json(latest)
-        paths = list(now.topics)
-        if topic is not None:
-            paths = [p for p in paths if p is not None and (p == topic or p.endswith("/" + topic.lstrip("/")))]
-        if len(paths) != 1:
-            named = ", ".join(sorted(str(p) for p in now.topics))
-            raise ValueError(f"lag: the source reads {named}; pass topic= to say which" if topic is None
-                             else f"lag: the source reads no topic {topic!r} (it reads {named})")
-        path = paths[0]
-        finished = done.topics.get(path) or done.topics.get(None) or TopicOffsets({})
-        return {pid: max(0, o - finished.partitions.get(pid, 0)) for pid, o in now.topics[path].partitions.items()}
-    return {}
+        behind: dict[str | None, dict[int, int]] = {}
+        for path, offsets in now.topics.items():
+            finished = done.topics.get(path) or done.topics.get(None) or TopicOffsets({})
+            behind[path] = {pid: max(0, o - finished.partitions.get(pid, 0)) for pid, o in offsets.partitions.items()}
+        return behind
+    return None
+
+
+def lag(progress: Any, topic: str | None = None) -> dict[int, int]:
+    """Per partition, how many offsets the last micro-batch of ``progress`` stopped short of the latest.
+
+    ``progress`` is a ``StreamingQueryProgress`` (``query.lastProgress``) or its JSON/dict form;
+    its first ``ydb_topic`` source counts. When the source reads several topics, ``topic`` (its
+    full path, or the end of it) says which. Empty when the progress has no such source.
+    """
+    behind = _behind_latest(progress)
+    if behind is None:
+        return {}
+    paths = list(behind)
+    if topic is not None:
+        paths = [p for p in paths if p is not None and (p == topic or p.endswith("/" + topic.lstrip("/")))]
+    if len(paths) != 1:
+        named = ", ".join(sorted(str(p) for p in behind))
+        raise ValueError(f"lag: the source reads {named}; pass topic= to say which" if topic is None
+                         else f"lag: the source reads no topic {topic!r} (it reads {named})")
+    return behind[paths[0]]
+
+
+def offsets_behind_latest(progress: Any) -> dict[str, dict[str, float]]:
+    """Per topic, the figures Spark's Kafka source reports in its progress metrics:
+    ``minOffsetsBehindLatest``, ``maxOffsetsBehindLatest`` and ``avgOffsetsBehindLatest`` over the
+    topic's partitions (how many offsets the micro-batch's end stopped short of the latest).
+
+    pyspark gives Python data sources no way to put them in ``sources[].metrics`` (Spark asks only
+    sources that implement ``ReportsSourceMetrics``, which the JVM side of a Python source does
+    not), so this computes them from the progress's ``endOffset`` and ``latestOffset``, which
+    the source does report. ``progress`` is a ``StreamingQueryProgress`` (``query.lastProgress``,
+    an item of ``query.recentProgress``, a listener's ``event.progress``) or its JSON/dict form;
+    its first ``ydb_topic`` source counts. Keyed by the topic's full path; empty when the
+    progress has no such source.
+    """
+    figures: dict[str, dict[str, float]] = {}
+    for path, behind in (_behind_latest(progress) or {}).items():
+        if behind:
+            counts = list(behind.values())
+            figures[str(path)] = {
+                "minOffsetsBehindLatest": min(counts),
+                "maxOffsetsBehindLatest": max(counts),
+                "avgOffsetsBehindLatest": sum(counts) / len(counts),
+            }
+    return figures
 
 
 # --- writing ---------------------------------------------------------------------------------
