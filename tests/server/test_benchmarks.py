@@ -58,6 +58,14 @@ def test_read_benchmark_measures_both_modes_and_the_floor(tmp_path: Path) -> Non
         assert figure["server_cpu_seconds"] > 0
 
 
+def test_metrics_benchmark_measures_each_setting_both_ways_and_checks_the_counts(tmp_path: Path) -> None:
+    """Without a recorder, with one that records nothing, with OpenTelemetry; the run itself fails
+    when OpenTelemetry's counts differ from the messages written and read."""
+    figures = by(run("metrics.py", "--messages", "300", "--rounds", "1", "--sizes", "100", tmp_path=tmp_path))
+    assert set(figures) == {(setting, mode) for setting in ("off", "hooks", "otel") for mode in ("write", "read")}
+    assert all(f["messages"] == 300 and f["client_cpu_seconds"] > 0 for f in figures.values())
+
+
 def test_server_benchmark_reports_the_servers_cpu_per_message(tmp_path: Path) -> None:
     figures = by(run("server.py", "--messages", "2000", "--rounds", "1", tmp_path=tmp_path))
     assert set(figures) == {("floor", "write"), ("floor", "read")}
