@@ -8,7 +8,7 @@ a plain import and the package must still import). The checks:
 - no module imports a module of a higher layer;
 - no import cycle anywhere in the package, within a layer too (strongly connected components);
 - the local server (``testing``) uses nothing of the SDK but the protos and the key ranges;
-- the adapters (integrations, Spark, the CLI, the demo) use only the public API: the package's
+- the adapters (integrations, Spark, the CLI, the demo, the FastStream broker) use only the public API: the package's
   root, the public namespaces (``observability``, ``extras``, ``testing``, ``spark``,
   ``integrations``: their modules without a leading underscore), and their own modules.
 
@@ -66,10 +66,10 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ),
     ("clients", ("_topic_client", "query.client", "query")),
     ("driver", ("_driver", "")),
-    ("adapters", ("integrations", "spark", "cli", "demo")),
+    ("adapters", ("integrations", "spark", "cli", "demo", "faststream")),
 ]
 
-ADAPTERS = ("integrations", "spark", "cli", "demo")
+ADAPTERS = ("integrations", "spark", "cli", "demo", "faststream")
 PUBLIC = ("", "observability", "extras", "testing", "spark", "integrations")
 """What adapters may import: the root, and these public namespaces (their modules' public names)."""
 SERVER_MAY_USE = ("_proto", "_key_ranges")

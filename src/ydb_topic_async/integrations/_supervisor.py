@@ -100,11 +100,12 @@ class Consumer:
     def __init__(
         self,
         topics: TopicsArg,
-        consumer: str,
+        consumer: str | None,
         handler: Handler | None = None,
         *,
         batch_handler: BatchHandler | None = None,
         concurrency: int = 1,
+        auto_commit: bool = True,
         max_in_flight_bytes: int = DEFAULT_MAX_IN_FLIGHT_BYTES,
         max_batch_messages: int | None = None,
         max_batch_bytes: int | None = None,
@@ -134,6 +135,10 @@ class Consumer:
         for limit, what in ((max_batch_messages, "max_batch_messages"), (max_batch_bytes, "max_batch_bytes")):
             if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
                 raise InvalidArgumentError(f"{what} must be a positive int or None, got {limit!r}")
+        if not isinstance(auto_commit, bool):
+            raise InvalidArgumentError(f"auto_commit must be a bool, got {auto_commit!r}")
+        if consumer is None and auto_commit:
+            raise InvalidArgumentError("reading without a consumer commits nothing: pass auto_commit=False")
         if batch_window is not None and (
             not isinstance(batch_window, (int, float)) or isinstance(batch_window, bool) or batch_window < 0
         ):
@@ -143,13 +148,14 @@ class Consumer:
         self.handler = handler
         self.batch_handler = batch_handler
         self.concurrency = concurrency
+        self.auto_commit = auto_commit
         self.max_in_flight_bytes = max_in_flight_bytes
         self.max_batch_messages = max_batch_messages
         self.max_batch_bytes = max_batch_bytes
         self.batch_window = batch_window
         self.initial_backoff = initial_backoff
         self.max_backoff = max_backoff
-        self.name = name or f"{consumer}@{topics if isinstance(topics, str) else '...'}"
+        self.name = name or f"{consumer or '(no consumer)'}@{topics if isinstance(topics, str) else '...'}"
         self._user_on_partition_stop = reader_options.pop("on_partition_stop", None)
         self.reader_options = reader_options
         self.restarts = 0
@@ -164,6 +170,13 @@ class Consumer:
     def stopping(self) -> bool:
         """True once ``stop`` was called (until the next ``run``)."""
         return self._stopping
+
+    @property
+    def reader(self) -> TopicReader | None:
+        """The reader of the current run, which commits what it handed out; None between runs
+        (backing off after a failure, or not running)."""
+        run = self._run
+        return run.reader if run is not None else None
 
     def __repr__(self) -> str:
         return f"Consumer({self.name!r}, restarts={self.restarts}, handled={self.handled})"
@@ -335,7 +348,8 @@ class _Run:
                             if self.halted():
                                 continue
                             await consumer.batch_handler(batch)
-                        reader.commit(batch)
+                        if consumer.auto_commit:
+                            reader.commit(batch)
                         consumer.handled += len(batch)
                     else:
                         assert consumer.handler is not None
@@ -344,7 +358,8 @@ class _Run:
                                 if self.halted() or lane.session.closed:
                                     break
                                 await consumer.handler(message)
-                            reader.commit(message)
+                            if consumer.auto_commit:
+                                reader.commit(message)
                             consumer.handled += 1
             except Exception as exc:
                 self.halt(exc)

@@ -1,0 +1,191 @@
+"""What a subscriber hands to its handlers: ``YdbMessage``, and the parsers that build it.
+
+A message's headers are its metadata items (decoded as UTF-8); the key a publisher gave travels
+in the metadata item ``__key``. Acknowledging maps onto YDB's commits through a ``Settlement``
+that the subscriber provides: ``ack`` and ``reject`` commit, ``nack`` asks for the message
+(and what follows it in its partition) to be delivered again.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+from faststream._internal.basic_types import DecodedMessage
+from faststream.message import StreamMessage, decode_message
+
+KEY_METADATA = "__key"
+"""The metadata item that carries a message's key (the partitioner adds ``__partition_key``)."""
+PARTITION_KEY_METADATA = "__partition_key"
+_NOT_HEADERS = frozenset((KEY_METADATA, PARTITION_KEY_METADATA))
+
+
+class ReceivedMessage(Protocol):
+    """What the parser reads of a received message: a ``TopicMessage``, or the in-memory test
+    broker's ``InMemoryMessage``."""
+
+    @property
+    def data(self) -> bytes: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def seq_no(self) -> int: ...
+    @property
+    def created_at(self) -> dt.datetime: ...
+    @property
+    def written_at(self) -> dt.datetime: ...
+    @property
+    def producer_id(self) -> str: ...
+    @property
+    def message_group_id(self) -> str: ...
+    @property
+    def metadata_items(self) -> Mapping[str, bytes]: ...
+    @property
+    def topic_path(self) -> str: ...
+    @property
+    def partition_id(self) -> int: ...
+
+
+class Settlement(Protocol):
+    """How a subscriber settles what its handlers acknowledge (a message or a batch)."""
+
+    def commit(self, raw: Any) -> None:
+        """Commit ``raw``'s offsets (``ack``, ``reject``)."""
+
+    def redeliver(self, raw: Any) -> None:
+        """Leave ``raw`` uncommitted and have it delivered again (``nack``)."""
+
+
+class NoSettlement:
+    """Settles nothing: the in-memory test broker's, where there is nothing to commit to."""
+
+    def commit(self, raw: Any) -> None:
+        pass
+
+    def redeliver(self, raw: Any) -> None:
+        pass
+
+
+NO_SETTLEMENT = NoSettlement()
+
+
+class YdbMessage(StreamMessage[Any]):
+    """A message read from a YDB topic (or, for a batch subscriber, a batch of one partition).
+
+    ``ack()`` and ``reject()`` commit it; ``nack()`` leaves it uncommitted and has it delivered
+    again, with the messages after it in its partition (YDB commits contiguous offsets and has
+    no per-message negative acknowledgement). For a batch, the fields describe its first
+    message and ``raw_message`` is the batch.
+
+    Attributes:
+        key: The key it was published with (the ``__key`` metadata item), or None.
+        topic: The topic's full path.
+        partition_id: The partition it was read from.
+        offset: Its offset in the partition.
+        seq_no: The sequence number its writer gave it.
+        producer_id: Its writer's producer id (empty when written without one).
+        message_group_id: The message group its writer set (empty if none).
+        created_at: When its producer created it (UTC).
+        written_at: When the server stored it (UTC).
+        metadata: Its metadata items as bytes (``headers`` holds them decoded).
+    """
+
+    def __init__(
+        self,
+        *args: Any,
+        settlement: Settlement,
+        first: ReceivedMessage,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self._settlement = settlement
+        metadata = dict(first.metadata_items)
+        self.metadata: dict[str, bytes] = metadata
+        self.key: bytes | None = metadata.get(KEY_METADATA)
+        self.topic = first.topic_path
+        self.partition_id = first.partition_id
+        self.offset = first.offset
+        self.seq_no = first.seq_no
+        self.producer_id = first.producer_id
+        self.message_group_id = first.message_group_id
+        self.created_at = first.created_at
+        self.written_at = first.written_at
+
+    async def ack(self) -> None:
+        """Commit the message (and nothing before it that was not committed: commits are contiguous)."""
+        if self.committed is None:
+            self._settlement.commit(self.raw_message)
+        await super().ack()
+
+    async def reject(self) -> None:
+        """Commit the message without handling it further: YDB keeps no dead letters, so it is skipped."""
+        if self.committed is None:
+            self._settlement.commit(self.raw_message)
+        await super().reject()
+
+    async def nack(self) -> None:
+        """Leave the message uncommitted and have it, and what follows it in its partition,
+        delivered again (the subscriber's reader restarts after a short backoff)."""
+        if self.committed is None:
+            self._settlement.redeliver(self.raw_message)
+        await super().nack()
+
+
+def headers_of(metadata: Mapping[str, bytes]) -> dict[str, str]:
+    """A message's metadata items as FastStream headers (UTF-8; the key items left out)."""
+    return {
+        name: value.decode("utf-8", "replace") for name, value in metadata.items() if name not in _NOT_HEADERS
+    }
+
+
+class YdbParser:
+    """Builds a ``YdbMessage`` from one received message."""
+
+    def __init__(self, settlement: Settlement = NO_SETTLEMENT) -> None:
+        self.settlement = settlement
+
+    async def parse_message(self, raw: ReceivedMessage) -> StreamMessage[Any]:
+        headers = headers_of(raw.metadata_items)
+        return YdbMessage(
+            raw_message=raw,
+            body=raw.data,
+            headers=headers,
+            reply_to=headers.get("reply_to", ""),
+            content_type=headers.get("content-type"),
+            message_id=f"{raw.partition_id}-{raw.offset}",
+            correlation_id=headers.get("correlation_id"),
+            settlement=self.settlement,
+            first=raw,
+        )
+
+    async def decode_message(self, msg: StreamMessage[Any]) -> DecodedMessage:
+        return decode_message(msg)
+
+
+class YdbBatchParser(YdbParser):
+    """Builds one ``YdbMessage`` from a batch (messages of one partition, in offset order)."""
+
+    async def parse_batch(self, raw: Sequence[ReceivedMessage]) -> StreamMessage[Any]:
+        messages = list(raw)
+        batch_headers = [headers_of(m.metadata_items) for m in messages]
+        headers = batch_headers[0] if batch_headers else {}
+        first, last = messages[0], messages[-1]
+        return YdbMessage(
+            raw_message=raw,
+            body=[m.data for m in messages],
+            headers=headers,
+            batch_headers=batch_headers,
+            reply_to=headers.get("reply_to", ""),
+            content_type=headers.get("content-type"),
+            message_id=f"{first.partition_id}-{first.offset}-{last.offset}",
+            correlation_id=headers.get("correlation_id"),
+            settlement=self.settlement,
+            first=first,
+        )
+
+    async def decode_batch(self, msg: StreamMessage[Any]) -> DecodedMessage:
+        decoded = []
+        for raw in msg.raw_message:
+            decoded.append(decode_message(await self.parse_message(raw)))
+        return decoded
