@@ -37,6 +37,8 @@ class YdbBrokerConfig(BrokerConfig):
 
     driver: Driver | None = None
     auto_create_topics: bool = False
+    in_memory: bool = False
+    """Set while ``TestYdbBroker`` runs the broker in memory: subscribers start without a reader."""
     writer_options: WriterOptions = field(default_factory=lambda: WriterOptions())
     default_driver_annotations: UnderlyingDriverAnnotations = field(default_factory=_context_annotations)
 

@@ -276,6 +276,9 @@ class YdbSubscriber(SubscriberUsecase[Any]):
 
     async def start(self) -> None:
         await super().start()
+        if self._outer_config.in_memory:
+            self._post_start()  # TestYdbBroker delivers to it directly
+            return
         selectors = await self._selectors()
         if self.calls:
             config = self._config

@@ -64,8 +64,13 @@ class TestYdbBroker(TestBroker[YdbBroker, Any], broker=YdbBroker):
 
     @contextmanager
     def _patch_producer(self, broker: YdbBroker) -> Generator[None, None, None]:
-        with change_producer(broker.config.broker_config, InMemoryProducer(broker, self.brokers)):
-            yield
+        config = broker.config.broker_config
+        with change_producer(config, InMemoryProducer(broker, self.brokers)):
+            config.in_memory = True
+            try:
+                yield
+            finally:
+                config.in_memory = False
 
     @staticmethod
     async def _fake_connect(broker: YdbBroker, *args: Any, **kwargs: Any) -> None:
