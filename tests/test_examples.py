@@ -25,6 +25,11 @@ SCRIPTS = {
         "dropped streams: 1, stored: 100, distinct seq_nos: 100\n"
         "replayed 5, skipped as duplicates: 5, stored: 100\n"
     ),
+    "faststream_app.py": (
+        "invoice for order 1: 12.0 (key b'1')\n"
+        "invoice for order 2: 30.6 (key b'2')\n"
+        "invoice for order 3: 119.99 (key b'3')\n"
+    ),
     "exactly_once_transform.py": (
         "some transactions failed and were retried: True\n"
         "results: 100, distinct: 100, committed offset: 100\n"
