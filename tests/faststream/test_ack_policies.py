@@ -15,7 +15,7 @@ import pytest
 from faststream import AckPolicy
 from faststream.exceptions import NackMessage
 
-from ydb_topic_async.faststream import YdbMessage
+from ydb_topic_async.faststream import YdbBroker, YdbMessage
 from ydb_topic_async.testing import LocalTopicServer
 
 from .._polling import eventually
@@ -90,7 +90,7 @@ async def test_ack_first_commits_before_the_handler_runs(server: LocalTopicServe
 async def test_manual_acks_commit_contiguously_and_what_is_not_acked_comes_again(server: LocalTopicServer) -> None:
     seen = Seen()
 
-    def subscribe(broker: Any) -> None:
+    def subscribe(broker: YdbBroker) -> None:
         @broker.subscriber("t", consumer="c", ack_policy=AckPolicy.MANUAL, **FAST_RESTART)
         async def handle(body: str, msg: YdbMessage) -> None:
             seen.add(body)

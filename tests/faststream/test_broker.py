@@ -124,8 +124,9 @@ async def test_exactly_once_with_a_producer_id_and_sequence_numbers(server: Loca
             await br.publish("no seq_no", "once", producer_id="svc")
     async with running(broker_for(server)) as br:  # after a restart
         again = [await br.publish(f"m{n}", "once", producer_id="svc", seq_no=n, no_confirm=True) for n in (2, 3, 4)]
-        assert all(isinstance(f, asyncio.Future) for f in again)
-        results = await asyncio.wait_for(asyncio.gather(*again), 10)
+        futures = [f for f in again if isinstance(f, asyncio.Future)]
+        assert len(futures) == 3
+        results = await asyncio.wait_for(asyncio.gather(*futures), 10)
     assert [type(r).__name__ for r in first] == ["Written"] * 3
     assert [type(r).__name__ for r in results] == ["Skipped", "Skipped", "Written"]
     assert [m.data for m in stored_by_partition(server, "once")[0]] == [b"m1", b"m2", b"m3", b"m4"]
