@@ -270,3 +270,52 @@ def test_consumer_configuration_mistakes_are_rejected_early() -> None:
         Consumer("t", "c", batch_handler=handle_batch, max_batch_messages=0)
     with rejected("batch_window"):
         Consumer("t", "c", batch_handler=handle_batch, batch_window=-1)
+
+
+async def test_without_auto_commit_the_handler_commits_through_the_consumers_reader(
+    server: LocalTopicServer, driver: yta.Driver
+) -> None:
+    """``auto_commit=False``: the consumer commits nothing, the handler commits what it decides
+    to through ``consumer.reader``; what it leaves is delivered again after a restart."""
+    await _topic(driver, "manual", 1, 5)
+    offsets: list[int] = []
+
+    async def handle(message: yta.TopicMessage) -> None:
+        offsets.append(message.offset)
+        reader = consumer.reader
+        assert reader is not None
+        if message.offset < 3:
+            reader.commit(message)
+
+    consumer = Consumer("manual", "group", handle, auto_commit=False)
+    assert consumer.reader is None  # not running
+    async with _running(server, consumer):
+        await eventually(lambda: len(offsets) == 5, "every message handled")
+        await eventually(lambda: server.storage.committed_offsets("manual", "group") == {0: 3}, "three committed")
+    assert consumer.reader is None
+    async with _running(server, consumer):
+        await eventually(lambda: len(offsets) == 7, "the uncommitted ones again")
+    assert offsets == [0, 1, 2, 3, 4, 3, 4]
+    assert server.storage.committed_offsets("manual", "group") == {0: 3}
+
+
+async def test_a_consumer_without_a_consumer_name_reads_explicit_partitions_and_commits_nothing(
+    server: LocalTopicServer, driver: yta.Driver
+) -> None:
+    await _topic(driver, "anonymous", 2, 4)
+    with pytest.raises(yta.InvalidArgumentError, match="auto_commit=False"):
+        Consumer("anonymous", None, _ignore)
+    seen: list[tuple[int, int]] = []
+
+    async def handle(message: yta.TopicMessage) -> None:
+        seen.append((message.partition_id, message.offset))
+
+    selector = yta.TopicSelector("anonymous", partitions=[1], start_offsets={1: 2})
+    async with _running(server, Consumer(selector, None, handle, auto_commit=False)):
+        await eventually(lambda: len(seen) == 2, "partition 1 from offset 2 handled")
+    assert seen == [(1, 2), (1, 3)]
+    assert server.storage.committed_offsets("anonymous", "group") == {0: 0, 1: 0}
+
+
+async def _ignore(message: yta.TopicMessage) -> None:
+    pass
