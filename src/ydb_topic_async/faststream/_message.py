@@ -96,21 +96,52 @@ class YdbMessage(StreamMessage[Any]):
         *args: Any,
         settlement: Settlement,
         first: ReceivedMessage,
+        metadata: dict[str, bytes],
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         self._settlement = settlement
-        metadata = dict(first.metadata_items)
-        self.metadata: dict[str, bytes] = metadata
-        self.key: bytes | None = metadata.get(KEY_METADATA)
-        self.topic = first.topic_path
-        self.partition_id = first.partition_id
-        self.offset = first.offset
-        self.seq_no = first.seq_no
-        self.producer_id = first.producer_id
-        self.message_group_id = first.message_group_id
-        self.created_at = first.created_at
-        self.written_at = first.written_at
+        self._first = first
+        self.metadata = metadata
+
+    # The fields below are read from the received message when asked for: building some of them
+    # (times) costs more than most handlers need to pay per message.
+
+    @property
+    def key(self) -> bytes | None:
+        return self.metadata.get(KEY_METADATA)
+
+    @property
+    def topic(self) -> str:
+        return self._first.topic_path
+
+    @property
+    def partition_id(self) -> int:
+        return self._first.partition_id
+
+    @property
+    def offset(self) -> int:
+        return self._first.offset
+
+    @property
+    def seq_no(self) -> int:
+        return self._first.seq_no
+
+    @property
+    def producer_id(self) -> str:
+        return self._first.producer_id
+
+    @property
+    def message_group_id(self) -> str:
+        return self._first.message_group_id
+
+    @property
+    def created_at(self) -> dt.datetime:
+        return self._first.created_at
+
+    @property
+    def written_at(self) -> dt.datetime:
+        return self._first.written_at
 
     async def ack(self) -> None:
         """Commit the message (and nothing before it that was not committed: commits are contiguous)."""
@@ -146,7 +177,8 @@ class YdbParser:
         self.settlement = settlement
 
     async def parse_message(self, raw: ReceivedMessage) -> StreamMessage[Any]:
-        headers = headers_of(raw.metadata_items)
+        metadata = dict(raw.metadata_items)
+        headers = headers_of(metadata)
         return YdbMessage(
             raw_message=raw,
             body=raw.data,
@@ -157,6 +189,7 @@ class YdbParser:
             correlation_id=headers.get("correlation_id"),
             settlement=self.settlement,
             first=raw,
+            metadata=metadata,
         )
 
     async def decode_message(self, msg: StreamMessage[Any]) -> DecodedMessage:
@@ -168,7 +201,8 @@ class YdbBatchParser(YdbParser):
 
     async def parse_batch(self, raw: Sequence[ReceivedMessage]) -> StreamMessage[Any]:
         messages = list(raw)
-        batch_headers = [headers_of(m.metadata_items) for m in messages]
+        first_metadata = dict(messages[0].metadata_items)
+        batch_headers = [headers_of(first_metadata), *(headers_of(m.metadata_items) for m in messages[1:])]
         headers = batch_headers[0] if batch_headers else {}
         first, last = messages[0], messages[-1]
         return YdbMessage(
@@ -182,6 +216,7 @@ class YdbBatchParser(YdbParser):
             correlation_id=headers.get("correlation_id"),
             settlement=self.settlement,
             first=first,
+            metadata=first_metadata,
         )
 
     async def decode_batch(self, msg: StreamMessage[Any]) -> DecodedMessage:
