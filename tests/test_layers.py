@@ -56,7 +56,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "writer.messages", "writer.buffer", "writer.batching", "writer.sender", "writer.settings",
             "reader.parsing", "reader.wire", "reader.messages", "reader.decoding", "reader.commits", "reader.parts",
             "reader.flow_control", "reader.seeking", "reader.partitions", "reader.session",
-            "query._rpc", "query.transaction", "query.session_pool", "query._binding",
+            "query._rpc", "query._outcome", "query.transaction", "query.session_pool", "query._binding",
             "topic.types", "topic.admin", "topic",
         ),
     ),
