@@ -422,6 +422,16 @@ class TransactionalConsumer(_Supervised):
         await run.open_transactions.acquire()
         tx = run.driver.query.transaction()
         try:
+            # Begun before waiting for messages, and not interrupted by ``halt`` while it is a call
+            # in flight (cancelling a gRPC call leaves its end to arrive later); the wait for
+            # messages after it is.
+            run.interruptible = False
+            try:
+                await tx.begin()
+            finally:
+                run.interruptible = True
+            if run.halted():
+                raise _Halted
             batch = await reader.receive_batch_with_tx(
                 tx, self.max_batch_messages, self.max_batch_bytes, IDLE_TRANSACTION_SECONDS, self.batch_window
             )
@@ -429,8 +439,8 @@ class TransactionalConsumer(_Supervised):
             run.open_transactions.release()
             with anyio.CancelScope(shield=True):
                 await _roll_back(tx)
-            if isinstance(exc, OperationTimeoutError) and exc.__cause__ is None:
-                return None  # idle: begin a new transaction and wait on
+            if isinstance(exc, _Halted) or (isinstance(exc, OperationTimeoutError) and exc.__cause__ is None):
+                return None  # halted, or idle: begin a new transaction and wait on
             if not isinstance(exc, Exception) or not run.driver.query.retriable(exc):
                 raise
             # Beginning the transaction failed (its session's node went away, say): nothing was
@@ -500,6 +510,10 @@ class TransactionalConsumer(_Supervised):
         )
 
 
+class _Halted(Exception):
+    """The run was halted while a transaction to read into began."""
+
+
 async def _roll_back(tx: Transaction) -> None:
     """Roll ``tx`` back if it is still open; a failure to do so is logged (the server ends it with
     its session anyway)."""
@@ -542,6 +556,8 @@ class _Run:
         self._halted = False
         self._failure: BaseException | None = None
         self._receiving: asyncio.Task[_Item | None] | None = None
+        self.interruptible = True
+        """Whether ``halt`` may cancel the receiving now (not while it begins a transaction)."""
         # A transactional consumer's: its open transactions, and the backoff of failed attempts.
         policy = driver.retry
         self.open_transactions = asyncio.Semaphore(1)
@@ -561,7 +577,7 @@ class _Run:
         if failure is not None and self._failure is None:
             self._failure = failure
         self._halted = True
-        if self._receiving is not None:
+        if self._receiving is not None and self.interruptible:
             self._receiving.cancel()
         self._room.set()
         for lane in self._lanes.values():
