@@ -122,8 +122,9 @@ async def test_faults_are_ridden_through_without_surfacing(ydb_topic_cluster: Lo
     quick = yta.RetryPolicy(fast=yta.BackoffSchedule(0.01, 0.2), slow=yta.BackoffSchedule(0.05, 0.5))
     async with yta.Driver(cluster.endpoint, cluster.database, retry=quick, metrics=metrics) as driver:
         await driver.wait_ready(timeout=10)
-        sent = await _source(driver, partitions=3, per_partition=30)
+        sent = await _source(driver, partitions=3, per_partition=60)
         faults = ["session", "write stream", "commit applied", "commit lost", "session"]
+        recovered_at = [0]
         stops: list[asyncio.Task[ServerNode]] = []
 
         async def stop_under(held: HeldCommit, apply: bool) -> ServerNode:
@@ -137,7 +138,12 @@ async def test_faults_are_ridden_through_without_surfacing(ydb_topic_cluster: Lo
             await writer.write([m.data.upper() for m in batch])
             if stops and not stops[-1].done():
                 await asyncio.wait([stops[-1]], timeout=30)  # one fault at a time
-            fault = faults.pop(0) if faults else None
+            # ... each after the consumer committed again since the previous one (recovered).
+            # (A held commit needs a commit after it: not near the end.)
+            ready = consumer.committed >= recovered_at[0] and consumer.handled < len(sent) - 60
+            fault = faults.pop(0) if faults and ready else None
+            if fault is not None:
+                recovered_at[0] = consumer.committed + 2
             if fault == "session":
                 assert tx.session_id is not None
                 cluster.faults.kill_query_session(tx.session_id)
@@ -156,7 +162,7 @@ async def test_faults_are_ridden_through_without_surfacing(ydb_topic_cluster: Lo
     assert faults == [] and len(stops) == 2
     assert consumer.restarts == 0, consumer.last_error
     assert _outputs(cluster) == sorted(data.upper() for data in sent)
-    assert cluster.storage.committed_offsets("src", "c") == {0: 30, 1: 30, 2: 30}
+    assert cluster.storage.committed_offsets("src", "c") == {0: 60, 1: 60, 2: 60}
     assert consumer.retries >= 3 and consumer.settled >= 2
     assert consumer.attempts == consumer.committed + consumer.retries
     outcomes = [outcome for outcome, _ in metrics.seen]
