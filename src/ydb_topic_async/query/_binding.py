@@ -110,7 +110,9 @@ class _OwnBinding(TxBinding):
             await fn()
 
         self.tx.before_commit(hook)
-        self.tx._joined(getattr(fn, "__self__", fn))
+        owner = getattr(fn, "__self__", None)  # a writer's bound hook: say which writer joined
+        if owner is not None:
+            self.tx._joined(owner)
 
     def on_commit_lost(self, probe: OffsetsProbe) -> None:
         self.tx._on_commit_lost(probe)
