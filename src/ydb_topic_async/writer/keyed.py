@@ -733,7 +733,7 @@ class KeyedWriter(ClosesOnExit):
         # Retried under the keyed writer's own policy (by default for as long as it is open, as
         # its lanes reconnect), not the driver's budget for one call: an outage during a split's
         # recovery delays it instead of failing the keyed writer and every message it holds.
-        description = await self._admin._describe_topic(self.path, retry=self._retry)
+        description = await self._admin.describe_topic(self.path, retry=self._retry)
         info = next((p for p in description.partitions if p.partition_id == pid), None)
         if info is not None and info.active:
             # Only overloaded: back off, then resend with the same seq_nos (the server drops what it has).
