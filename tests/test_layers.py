@@ -54,6 +54,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "machinery",
         (
             "writer.messages", "writer.buffer", "writer.batching", "writer.sender", "writer.settings",
+            "writer.transaction",
             "reader.parsing", "reader.wire", "reader.messages", "reader.decoding", "reader.commits", "reader.parts",
             "reader.flow_control", "reader.seeking", "reader.partitions", "reader.session",
             "query._rpc", "query.transaction", "query.session_pool", "query._binding",
@@ -62,7 +63,10 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ),
     (
         "writers and readers",
-        ("writer.writer", "writer.tx_writer", "writer.keyed", "writer", "reader.reader", "reader.tx", "reader"),
+        (
+            "writer.writer", "writer.tx_writer", "writer.keyed", "writer.keyed_tx", "writer",
+            "reader.reader", "reader.tx", "reader",
+        ),
     ),
     ("clients", ("_topic_client", "query.client", "query")),
     ("driver", ("_driver", "")),

@@ -37,7 +37,6 @@ from .._errors import (
     WriterClosedError,
 )
 from .._futures import deadline
-from .._limits import MAX_PRODUCER_ID_LENGTH
 from .._retry import RetryState
 from .._stream import ConnectionState
 from .._validate import check_timeout
@@ -55,17 +54,15 @@ from .messages import (
     payload_bytes,
 )
 from .partitioning import PARTITION_KEY_METADATA, KeyRouter, Partitioner, check_partitioner, key_bytes, partition_key
-from .settings import WriterSettings
 from .writer import TopicWriter
 
 if TYPE_CHECKING:
     from .._context import ClientContext
     from ..topic.admin import TopicAdmin
+    from .settings import WriterSettings
+    from .transaction import WriteTransaction
 
 logger = sdk_logger("writer")
-
-_LANE_SUFFIX_ROOM = 11
-"""Characters a partition's writer adds to the producer id: ``_`` and a partition id (up to 10 digits)."""
 
 Key = str | bytes
 """A message key: ``str`` is hashed as UTF-8."""
@@ -107,9 +104,16 @@ class _LaneWriter(TopicWriter):
     """
 
     def __init__(
-        self, context: ClientContext, admin: TopicAdmin, path: str, settings: WriterSettings, *, seq_no_base: int | None
+        self,
+        context: ClientContext,
+        admin: TopicAdmin,
+        path: str,
+        settings: WriterSettings,
+        *,
+        seq_no_base: int | None,
+        transaction: WriteTransaction | None = None,
     ) -> None:
-        super().__init__(context, admin, path, settings)
+        super().__init__(context, admin, path, settings, transaction=transaction)
         self._base_known = seq_no_base is not None
         self._seq_no_base = seq_no_base or 0
 
@@ -230,34 +234,29 @@ class KeyedWriter(ClosesOnExit):
         settings: WriterSettings,
         partitioner: Partitioner = "ydb",
         idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
+        *,
+        transaction: WriteTransaction | None = None,
     ) -> None:
         self._partitioner = check_partitioner(partitioner)
         idle = check_timeout(idle_timeout, "idle_timeout")
         if idle == 0:
             raise InvalidArgumentError("idle_timeout must be a positive number of seconds or None (never close)")
         self._idle_timeout = idle
-        if settings.partition_id is not None or settings.message_group_id is not None or not settings.auto_seqno:
-            raise InvalidArgumentError(
-                "a keyed writer picks partitions and numbers messages itself:"
-                " partition_id, message_group_id and auto_seqno are not its options"
-            )
+        settings.check_keyed()
+        resolved = settings.resolve(context, path)  # checked now, as TopicWriter does, not at the first write
         producer_id = settings.producer_id
-        if not producer_id or len(producer_id) > MAX_PRODUCER_ID_LENGTH - _LANE_SUFFIX_ROOM:
-            raise InvalidArgumentError(
-                f"producer_id must be a non-empty string of at most {MAX_PRODUCER_ID_LENGTH - _LANE_SUFFIX_ROOM}"
-                " characters (each partition's writer adds its partition id to it)"
-            )
-        self.path = context.full_path(path)
+        assert producer_id  # check_keyed refuses an empty one
+        self.path = resolved.path
         self.producer_id = producer_id
         self.codec = settings.codec
         """The ``codec`` option of every partition's writer (a codec id or ``"auto"``)."""
         self._context = context
         self._admin = admin
-        self._retry = settings.retry or context.stream_retry
+        self._lane_transaction = transaction
+        self._retry = resolved.retry
         self._auto_created_at = settings.auto_created_at
         # The lanes number messages (the keyed writer stamps each message once, resends included).
         self._lane_settings = settings.replace(auto_seqno=False, auto_created_at=False, retry=self._retry)
-        settings.request_limit(context.max_message_size)  # checked now, as TopicWriter does, not at the first write
         self._routes: KeyRouter | None = None
         self._lanes: dict[int, _Lane] = {}
         self._numbering: dict[int, tuple[int | None, int]] = {}
@@ -339,6 +338,8 @@ class KeyedWriter(ClosesOnExit):
             raise self._failure.with_traceback(None)
 
     async def _shutdown(self, reason: BaseException) -> None:
+        if self._stopping:
+            return
         self._closed = True
         self._stopping = True
         tasks = [task for task in (self._supervisor, self._reaper) if task is not None]
@@ -381,7 +382,9 @@ class KeyedWriter(ClosesOnExit):
         return lane
 
     def _new_lane_writer(self, settings: WriterSettings, seq_no_base: int | None) -> _LaneWriter:
-        return _LaneWriter(self._context, self._admin, self.path, settings, seq_no_base=seq_no_base)
+        return _LaneWriter(
+            self._context, self._admin, self.path, settings, seq_no_base=seq_no_base, transaction=self._lane_transaction
+        )
 
     async def _close_idle(self, timeout: float) -> None:
         """Close the partition writers idle for ``timeout`` seconds, for as long as the keyed writer is open."""
