@@ -64,8 +64,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     (
         "writers and readers",
         (
-            "writer.writer", "writer.tx_writer", "writer.keyed", "writer.keyed_tx", "writer",
-            "reader.reader", "reader.tx", "reader",
+            "writer.writer", "writer.tx_writer", "writer.keyed_lanes", "writer.rerouting", "writer.keyed",
+            "writer.keyed_tx", "writer", "reader.reader", "reader.tx", "reader",
         ),
     ),
     ("clients", ("_topic_client", "query.client", "query")),

@@ -22,13 +22,14 @@ import asyncio
 from typing import TYPE_CHECKING
 
 from .._errors import OverloadedError, TransactionEndedError
-from .keyed import Key, KeyedWriter, _Entry, _Lane
+from .keyed import Key, KeyedWriter
 from .messages import ManyMessages, OneMessage, WriteResult
 from .transaction import WriteTransaction, wait_written
 
 if TYPE_CHECKING:
     from .._context import ClientContext
     from ..topic.admin import TopicAdmin
+    from .keyed_lanes import Entry, Lane
     from .partitioning import Partitioner
     from .settings import WriterSettings
 
@@ -73,7 +74,7 @@ class KeyedTxWriter(KeyedWriter):
         self._transaction.check_usable()
         await super().flush(timeout)
 
-    async def _accept(self, messages: OneMessage | ManyMessages, key: Key, with_results: bool) -> list[_Entry]:
+    async def _accept(self, messages: OneMessage | ManyMessages, key: Key, with_results: bool) -> list[Entry]:
         async with self._transaction.writing():
             await self._transaction.begin()
             # Every message gets a result: the commit checks each was written into the transaction.
@@ -81,7 +82,7 @@ class KeyedTxWriter(KeyedWriter):
             self._transaction.expect([entry.result for entry in entries if entry.result is not None])
             return entries
 
-    async def _handed_over(self, lane: _Lane, entries: list[_Entry]) -> None:
+    async def _handed_over(self, lane: Lane, entries: list[Entry]) -> None:
         pid = lane.partition_id
         if pid in self._joined:
             return
@@ -92,7 +93,7 @@ class KeyedTxWriter(KeyedWriter):
         self._joined.add(pid)
         self._joining.pop(pid, None)
 
-    def _lane_failed(self, lane: _Lane) -> None:
+    def _lane_failed(self, lane: Lane) -> None:
         # Inside a transaction a split partition fails the transaction: nothing is moved.
         if lane.failed or self._stopping or self._failure is not None:
             return
