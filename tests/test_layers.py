@@ -55,8 +55,9 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         (
             "writer.messages", "writer.buffer", "writer.batching", "writer.sender", "writer.settings",
             "writer.transaction",
-            "reader.parsing", "reader.wire", "reader.messages", "reader.decoding", "reader.commits", "reader.parts",
-            "reader.flow_control", "reader.seeking", "reader.partitions", "reader.session",
+            "reader.parsing", "reader.wire", "reader.bookkeeping", "reader.messages", "reader.settings",
+            "reader.decoding", "reader.commits", "reader.parts", "reader.flow_control", "reader.seeking",
+            "reader.partitions", "reader.session",
             "query._rpc", "query.transaction", "query.session_pool", "query._binding",
             "topic.types", "topic.admin", "topic",
         ),

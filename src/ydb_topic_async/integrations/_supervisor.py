@@ -28,6 +28,7 @@ from .. import (
     MessageBatch,
     PartitionSession,
     ReaderOptions,
+    ReaderSettings,
     RetryPolicy,
     RetryState,
     TopicMessage,
@@ -94,7 +95,10 @@ class Consumer:
     failure). Handler calls already running in other lanes finish first; none starts after a
     failure. Messages that were not committed are delivered again after a restart: handlers
     must tolerate duplicates (at-least-once). ``reader_options`` are the keyword arguments of
-    ``driver.topic.reader`` (an ``on_partition_stop`` given there is called too).
+    ``driver.topic.reader`` (an ``on_partition_stop`` given there is called too); they are
+    checked here, with ``consumer``, into ``reader_settings``: a wrong value raises
+    ``InvalidArgumentError`` and an unknown option ``TypeError`` at this call, not in the
+    supervised loop.
     """
 
     def __init__(
@@ -150,8 +154,8 @@ class Consumer:
         self.initial_backoff = initial_backoff
         self.max_backoff = max_backoff
         self.name = name or f"{consumer}@{topics if isinstance(topics, str) else '...'}"
-        self._user_on_partition_stop = reader_options.pop("on_partition_stop", None)
-        self.reader_options = reader_options
+        self.reader_settings = ReaderSettings(consumer, **reader_options)
+        """The reader's options, checked; each reader it runs gets them with its own ``on_partition_stop``."""
         self.restarts = 0
         """How many times this consumer was restarted after a failure."""
         self.handled = 0
@@ -200,7 +204,7 @@ class Consumer:
 
     async def _consume(self, driver: Driver) -> None:
         run = _Run(self)
-        options: ReaderOptions = {**self.reader_options, "on_partition_stop": run.partition_stopped}
+        options = self.reader_settings.replace(on_partition_stop=run.partition_stopped).options()
         reader = driver.topic.reader(self.topics, consumer=self.consumer, **options)
         run.reader = reader
         self._run = run
@@ -273,7 +277,7 @@ class _Run:
         lane = self._lanes.pop(session, None)
         if lane is not None:
             lane.queue.put_nowait(None)
-        callback = self._consumer._user_on_partition_stop
+        callback = self._consumer.reader_settings.on_partition_stop
         if callback is not None:
             result = callback(session)
             if inspect.isawaitable(result):

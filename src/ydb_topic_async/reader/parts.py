@@ -18,6 +18,7 @@ from itertools import islice
 from typing import Any
 
 from .. import _codecs
+from .bookkeeping import Rereading
 from .decoding import RAW_CODECS, decode_payloads
 from .messages import MessageBatch, PartitionSession, Run, TopicMessage
 from .parsing import ExternalPayloads, external_of
@@ -124,9 +125,8 @@ class BufferedPart:
         """How many of the next messages have their payload at hand (compressed parts only)."""
         self.decoded: deque[bytes | BaseException] = deque()
         """The decoded payloads (or decoding errors) of the compressed messages among those."""
-        self.replay: Any = None
-        """The backward seek (a ``replay.Replay``) that read this part again, None for a part
-        of the reader's own stream."""
+        self.replay: Rereading | None = None
+        """The backward seek that read this part again, None for a part of the reader's own stream."""
 
     @property
     def bytes_left(self) -> int:
