@@ -54,15 +54,20 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "machinery",
         (
             "writer.messages", "writer.buffer", "writer.batching", "writer.sender", "writer.settings",
-            "reader.parsing", "reader.wire", "reader.messages", "reader.decoding", "reader.commits", "reader.parts",
-            "reader.flow_control", "reader.seeking", "reader.partitions", "reader.session",
+            "writer.transaction",
+            "reader.parsing", "reader.wire", "reader.bookkeeping", "reader.messages", "reader.settings",
+            "reader.decoding", "reader.commits", "reader.parts", "reader.flow_control", "reader.seeking",
+            "reader.partitions", "reader.session",
             "query._rpc", "query._outcome", "query.transaction", "query.session_pool", "query._binding",
             "topic.types", "topic.admin", "topic",
         ),
     ),
     (
         "writers and readers",
-        ("writer.writer", "writer.tx_writer", "writer.keyed", "writer", "reader.reader", "reader.tx", "reader"),
+        (
+            "writer.writer", "writer.tx_writer", "writer.keyed_lanes", "writer.rerouting", "writer.keyed",
+            "writer.keyed_tx", "writer", "reader.reader", "reader.tx", "reader",
+        ),
     ),
     ("clients", ("_topic_client", "query.client", "query")),
     ("driver", ("_driver", "")),

@@ -30,6 +30,7 @@ from .. import (
     OperationTimeoutError,
     PartitionSession,
     ReaderOptions,
+    ReaderSettings,
     RetryPolicy,
     RetryState,
     TopicMessage,
@@ -132,8 +133,8 @@ class _Supervised:
         self.initial_backoff = initial_backoff
         self.max_backoff = max_backoff
         self.name = name or f"{consumer}@{topics if isinstance(topics, str) else '...'}"
-        self._user_on_partition_stop = reader_options.pop("on_partition_stop", None)
-        self.reader_options = reader_options
+        self.reader_settings = ReaderSettings(consumer, **reader_options)
+        """The reader's options, checked; each reader it runs gets them with its own ``on_partition_stop``."""
         self.restarts = 0
         """How many times this consumer was restarted after a failure."""
         self.handled = 0
@@ -182,7 +183,7 @@ class _Supervised:
 
     async def _consume(self, driver: Driver) -> None:
         run = _Run(self, driver)
-        options: ReaderOptions = {**self.reader_options, "on_partition_stop": run.partition_stopped}
+        options = self.reader_settings.replace(on_partition_stop=run.partition_stopped).options()
         reader = driver.topic.reader(self.topics, consumer=self.consumer, **options)
         run.reader = reader
         self._run = run
@@ -268,7 +269,10 @@ class Consumer(_Supervised):
     failure). Handler calls already running in other lanes finish first; none starts after a
     failure. Messages that were not committed are delivered again after a restart: handlers
     must tolerate duplicates (at-least-once). ``reader_options`` are the keyword arguments of
-    ``driver.topic.reader`` (an ``on_partition_stop`` given there is called too). For
+    ``driver.topic.reader`` (an ``on_partition_stop`` given there is called too); they are
+    checked here, with ``consumer``, into ``reader_settings``: a wrong value raises
+    ``InvalidArgumentError`` and an unknown option ``TypeError`` at this call, not in the
+    supervised loop. For
     exactly-once processing, see ``TransactionalConsumer``.
     """
 
@@ -362,7 +366,7 @@ class TransactionalConsumer(_Supervised):
 
     ``attempts``, ``retries``, ``committed`` and ``settled`` count what happened; each attempt is
     also reported to the driver's metrics (``transaction_attempt``) and each retry logged.
-    ``reader_options`` are those of ``driver.topic.reader``.
+    ``reader_options`` are those of ``driver.topic.reader``, checked at this call as by ``Consumer``.
     """
 
     def __init__(
@@ -589,7 +593,7 @@ class _Run:
         lane = self._lanes.pop(session, None)
         if lane is not None:
             lane.queue.put_nowait(None)
-        callback = self._consumer._user_on_partition_stop
+        callback = self._consumer.reader_settings.on_partition_stop
         if callback is not None:
             result = callback(session)
             if inspect.isawaitable(result):
