@@ -94,6 +94,10 @@ class WriteTransaction:
         self.ended: str | None = None
         """How the transaction ended ("committed", "was rolled back", ...), or None while it runs."""
 
+    def __repr__(self) -> str:
+        # What a lost commit says it held: the writer itself, as its own repr shows it.
+        return repr(self._writer) if self._writer is not None else f"WriteTransaction({self._name})"
+
     def join(self, writer: TransactionalWriter, name: str) -> None:
         """Take ``writer`` (named ``name`` in errors: "the keyed writer for /local/t") into the
         transaction: its hooks run at the commit or rollback."""
