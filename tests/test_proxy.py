@@ -128,3 +128,21 @@ async def test_a_connection_still_connecting_upstream_does_not_survive_a_refusal
         await proxy.close()
         target.close()
         await target.wait_closed()
+
+
+async def test_a_slowed_down_proxy_delays_every_exchange_and_loses_nothing(server: LocalTopicServer) -> None:
+    """``slow_down`` is a node that answers slowly: every chunk waits in each direction, so a
+    call takes at least a round trip of delays; nothing is dropped, and ``speed_up`` ends it."""
+    async with proxy_to(server) as proxy, proxied_driver(server, proxy) as driver:
+        await driver.topic.create_topic("slow")
+        proxy.slow_down(0.3)
+        began = time.monotonic()
+        await driver.topic.describe_topic("slow", timeout=20)
+        assert time.monotonic() - began >= 0.6  # the request and its answer waited 0.3 s each
+        proxy.speed_up()
+        async with driver.topic.writer("slow", producer_id="p") as writer:
+            await writer.write_with_ack([b"a", b"b"])
+    assert stored_data(server, "slow") == [b"a", b"b"]
+    assert proxy.dropped_bytes == 0
+    with pytest.raises(ValueError):
+        proxy.slow_down(-1)

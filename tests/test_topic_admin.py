@@ -90,6 +90,28 @@ async def test_commit_offset_moves_the_consumer(server: LocalTopicServer, driver
     assert consumer.partitions[0].committed_offset == 0
 
 
+async def test_describe_topic_retries_by_the_callers_policy(server: LocalTopicServer) -> None:
+    """``describe_topic(retry=...)`` retries by the given policy instead of the driver's: one that
+    outlasts the driver's budget gets through a streak of UNAVAILABLE the driver's policy gives up
+    on (the keyed writer's split recovery relies on this), and ``RetryPolicy.no_retries()`` fails
+    at the first."""
+    fast = yta.BackoffSchedule(base=0.001, cap=0.01)
+    async with yta.Driver(server.endpoint, server.database, retry=yta.RetryPolicy(max_attempts=2, fast=fast)) as driver:
+        await driver.topic.create_topic("described")
+        server.faults.fail_next("DescribeTopic", "UNAVAILABLE", times=5)
+        with pytest.raises(yta.UnavailableError):
+            await driver.topic.describe_topic("described")  # two attempts: three failures left
+        patient = yta.RetryPolicy(max_attempts=4, max_elapsed=None, fast=fast)
+        described = await driver.topic.describe_topic("described", retry=patient)
+        assert described.path == f"{server.database}/described"
+        server.faults.fail_next("DescribeTopic", "UNAVAILABLE")
+        with pytest.raises(yta.UnavailableError):
+            await driver.topic.describe_topic("described", retry=yta.RetryPolicy.no_retries())
+        assert (await driver.topic.describe_topic("described")).path == described.path  # no failure left
+        with pytest.raises(yta.InvalidArgumentError, match="retry must be a RetryPolicy"):
+            await driver.topic.describe_topic("described", retry=3)  # type: ignore[arg-type]
+
+
 def _closed_port_driver() -> yta.Driver:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

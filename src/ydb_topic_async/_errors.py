@@ -24,6 +24,7 @@ The tree::
     ├── BufferFullTimeoutError        write() waited for buffer space longer than allowed (also TimeoutError)
     ├── OperationTimeoutError         a client-side deadline passed (also TimeoutError)
     ├── PartitionSessionClosedError   a commit for a partition session that has ended
+    ├── CommitOutcomeUnknownError     a commit's answer was lost and nothing can tell whether it applied (not retried)
     ├── MessageEncodeError            the writer's encoder failed for one message (that message only)
     ├── MessageDecodeError            a received payload could not be decoded (that message only)
     ├── ProducerConflictError         another writer wrote with this writer's producer id (not retried)
@@ -31,6 +32,7 @@ The tree::
     │   └── SeqNoConflictError        the server holds seq_nos this writer numbered itself and did not write
     ├── TransportError                gRPC failure: the server's status is unknown
     │   ├── ConnectionLostError       UNAVAILABLE, connection reset, stream broken
+    │   │   └── ConnectFailedError    UNAVAILABLE before the request left: no connection could be made
     │   ├── DeadlineExceededError
     │   ├── ResourceExhaustedError
     │   │   └── RequestTooLargeError  a request over a gRPC message size limit (not retriable)
@@ -224,6 +226,29 @@ class OperationTimeoutError(YdbTopicError, TimeoutError):
 
 class PartitionSessionClosedError(YdbTopicError):
     """The partition session of a message has ended: its offsets can no longer be committed."""
+
+
+class CommitOutcomeUnknownError(YdbTopicError):
+    """A transaction's commit request was sent, its answer was lost (the connection broke, the
+    node went away, the server said UNDETERMINED or TIMEOUT, the call's deadline passed), and
+    nothing the server can be asked tells whether it was applied: the transaction read no topic
+    messages (whose consumer offsets would tell), or its offsets have moved in a way no single
+    commit explains. The lost error is the ``__cause__``.
+
+    Not retried: repeating a transaction that may have committed could apply it twice.
+    ``held`` says what the transaction held (its writes, its offsets), ``tx_id`` and
+    ``session_id`` name it. A service that gets this error must find out from its own data
+    whether the transaction's effects are there (a row it wrote, a message with a key of its
+    own) before repeating it, or accept that repeating may apply it twice; a transaction whose
+    every write is deduplicated by the server (writes with producer ids and seq_nos of the
+    service's own numbering) can simply be repeated.
+    """
+
+    def __init__(self, text: str, *, tx_id: str | None = None, session_id: str | None = None, held: str = "") -> None:
+        super().__init__(text)
+        self.tx_id = tx_id
+        self.session_id = session_id
+        self.held = held
 
 
 class MessageEncodeError(YdbTopicError):
@@ -465,6 +490,18 @@ class ConnectionLostError(TransportError):
     backoff = "fast"
 
 
+class ConnectFailedError(ConnectionLostError):
+    """UNAVAILABLE because gRPC could not connect to the endpoint: the call failed before any
+    byte of it left the client, so the server never saw the request.
+
+    gRPC fails a call at once, without transmitting it, when its channel is in
+    TRANSIENT_FAILURE (every connection attempt failed; gRPC's "wait for ready" semantics); the
+    status then comes from the load-balancing pick, not from a connection, and says "failed to
+    connect to all addresses". Retried like any lost connection; what matters is that a commit
+    that failed this way was certainly not applied.
+    """
+
+
 class DeadlineExceededError(TransportError):
     grpc_code = grpc.StatusCode.DEADLINE_EXCEEDED
     retriable_if_idempotent = True
@@ -550,11 +587,17 @@ def error_from_code(code: grpc.StatusCode | None, details: str | None) -> Transp
     cls = _BY_GRPC.get(code, InvalidRequestError) if code is not None else TransportUnknownError
     if cls is ResourceExhaustedError and details and _SIZE_LIMIT_DETAILS in details:
         cls = RequestTooLargeError
+    if cls is ConnectionLostError and details and details.startswith(_PICK_FAILED_DETAILS):
+        cls = ConnectFailedError
     return cls(details or "", code)
 
 
 _SIZE_LIMIT_DETAILS = "larger than max"
 """What gRPC says when a message exceeds a size limit ("Received message larger than max (N vs. M)")."""
+_PICK_FAILED_DETAILS = "failed to connect to all addresses"
+"""How gRPC's pick_first policy fails a call on a channel in TRANSIENT_FAILURE ("failed to
+connect to all addresses; last error: ..."): the call is failed by the pick, before it was given
+a connection, so nothing of it was sent."""
 
 
 __all__ = [
@@ -565,6 +608,8 @@ __all__ = [
     "BufferFullTimeoutError",
     "ClosedError",
     "CommitNotAllowedError",
+    "CommitOutcomeUnknownError",
+    "ConnectFailedError",
     "ConnectionLostError",
     "CredentialsError",
     "CredentialsRejectedError",

@@ -20,7 +20,8 @@ from ._futures import deadline
 from ._validate import check_int, check_timeout
 from .observability.logging import sdk_logger
 from .reader.messages import TopicSelector
-from .reader.reader import ReaderOptions, TopicReader, TopicsArg
+from .reader.reader import TopicReader, TopicsArg
+from .reader.settings import ReaderOptions, ReaderSettings
 from .topic.admin import TopicAdmin, offset_bounds
 from .writer.keyed import DEFAULT_IDLE_TIMEOUT, KeyedWriter
 from .writer.keyed_tx import KeyedTxWriter
@@ -38,8 +39,9 @@ class _Closable(Protocol):
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _MILLISECOND = dt.timedelta(milliseconds=1)
-_PROBE_BUFFER = 64 * 1024
-"""The read buffer of ``offsets_for_time``'s reader: it needs one message per partition."""
+_PROBE_SETTINGS = ReaderSettings(None, buffer_size_bytes=64 * 1024)
+"""The settings of ``offsets_for_time``'s reader: no consumer, and a small buffer (it needs one
+message per partition)."""
 
 
 def _to_ms(value: dt.datetime) -> int:
@@ -172,7 +174,7 @@ class TopicClient(TopicAdmin):
         starts = {pid: bounds[pid][0] for pid in pids}
         selector = TopicSelector(path, partitions=pids, read_from=read_from, start_offsets=starts)
         todo = set(pids)
-        async with TopicReader(self._context, selector, consumer=None, buffer_size_bytes=_PROBE_BUFFER) as reader:
+        async with TopicReader(self._context, selector, _PROBE_SETTINGS) as reader:
             while todo:
                 batch = await reader.receive_batch()
                 pid = batch.partition_session.partition_id
@@ -361,8 +363,19 @@ class TopicClient(TopicAdmin):
             token_refresh_interval (float): Seconds between checks of the credentials' token for an
                 in-band refresh (default 5; 0 switches the refresh off).
             init_timeout (float): Seconds one handshake may take (default 30).
+            partition_max_in_flight_bytes (int | None): The most bytes of one partition session handed
+                out and not yet committed; a partition at the limit is not taken from until commits
+                free room (the server is told too). ``None`` or 0: no limit. Needs a consumer.
+            on_commit (OnCommit | None): Called with a ``CommitAck`` each time the server moves a
+                partition session's committed offset; runs on the reader's task and must return
+                quickly (what it raises is logged and ignored).
+
+        Raises:
+            InvalidArgumentError: An option's value is out of range or of the wrong type (the
+                message names it), or the topics are not paths and selectors.
+            TypeError: An unknown option.
         """
-        reader = TopicReader(self._context, topics, consumer=consumer, **options)
+        reader = TopicReader(self._context, topics, ReaderSettings(consumer, **options))
         self._own(reader)
         return reader
 

@@ -681,12 +681,13 @@ class Transport:
         return call, route
 
     async def open_server_stream(
-        self, path: str, request: Message, response_cls: type[Message]
+        self, path: str, request: Message, response_cls: type[Message], *, node_id: int | None = None
     ) -> grpc.aio.UnaryStreamCall[Any, Any]:
-        """Start a server-streaming call with the YDB headers; the caller reads and cancels it."""
+        """Start a server-streaming call with the YDB headers; the caller reads and cancels it.
+        ``node_id`` routes it as for ``open_stream``."""
         self.check_open()
         metadata = await self.metadata()
-        route = self._route()
+        route = self._route(node_id=node_id)
         method = route.channel.unary_stream(
             path,
             request_serializer=type(request).SerializeToString,

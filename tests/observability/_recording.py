@@ -59,4 +59,5 @@ class RecordingMetrics:
     def retry(self, operation: str, error: BaseException) -> None:
         self.calls.append(("retry", (operation, error)))
 
-
+    def transaction_attempt(self, outcome: str, settled: bool) -> None:
+        self.calls.append(("transaction_attempt", (outcome, settled)))

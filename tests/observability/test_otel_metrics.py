@@ -257,6 +257,24 @@ async def test_retries_of_unary_calls_are_counted_by_method_and_error(
     assert value(reader, otel_metrics.RETRIES) == 2
 
 
+async def test_transaction_attempts_are_counted_by_outcome(
+    server: LocalTopicServer, reader: InMemoryMetricReader, metrics: yta.OpenTelemetryMetrics
+) -> None:
+    async with yta.Driver(server.endpoint, server.database, discovery=False, metrics=metrics) as driver:
+
+        async def begin(tx: yta.Transaction) -> None:
+            await tx.begin()
+
+        server.faults.fail_next("CommitTransaction", "ABORTED")
+        await driver.query.retry_tx(begin)
+    outcome, settled = "messaging.ydb.transaction.outcome", "messaging.ydb.transaction.settled"
+    counted = {
+        (attributes[outcome], attributes[settled]): point.value
+        for attributes, point in _points(reader, otel_metrics.TRANSACTION_ATTEMPTS)
+    }
+    assert counted == {("retried", False): 1, ("committed", False): 1}  # the ABORTED attempt, then the repeat
+
+
 def test_a_meter_provider_of_another_kind_is_refused() -> None:
     with pytest.raises(yta.InvalidArgumentError, match="meter_provider must be an OpenTelemetry MeterProvider"):
         yta.OpenTelemetryMetrics(meter_provider="global")  # type: ignore[arg-type]

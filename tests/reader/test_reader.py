@@ -17,6 +17,7 @@ from ydb_topic_async.reader.commits import merge_ranges
 from ydb_topic_async.reader.flow_control import UNMEASURED_RATIO, ReadBuffer
 from ydb_topic_async.reader.messages import PartitionSession, PartitionSessionState
 from ydb_topic_async.reader.parts import BufferedPart
+from ydb_topic_async.reader.settings import ReaderSettings
 from ydb_topic_async.reader.wire import _ServerBatchInfo
 from ydb_topic_async.testing import LocalTopicServer
 from ydb_topic_async.testing.partition_log import NewMessage
@@ -333,6 +334,12 @@ def _part(session: PartitionSession, payloads: list[bytes], nbytes: int, codec: 
     return BufferedPart(session, [_ServerBatchInfo(batch, decoder)], len(payloads), nbytes, 0, decoder is not None)
 
 
+def _settings(buffer_size: int, release_threshold: int) -> ReaderSettings:
+    """A reader's settings with this buffer, returning credit in chunks of ``release_threshold``."""
+    fraction = release_threshold / buffer_size
+    return ReaderSettings("consumer", buffer_size_bytes=buffer_size, credit_release_fraction=fraction)
+
+
 def _within_buffer(buf: ReadBuffer) -> bool:
     """What the buffer holds, what the server may still send (charged as the buffer predicts) and
     the room kept for one message past the credit fit in the buffer."""
@@ -346,7 +353,7 @@ async def test_credit_lets_in_no_more_than_the_buffer() -> None:
     message the server may send past the credit (the largest seen)."""
     wake = asyncio.Event()
     drained: list[PartitionSession] = []
-    buf = ReadBuffer(16000, 1000, drained.append, wake)
+    buf = ReadBuffer(_settings(16000, 1000), drained.append, wake)
     assert buf.reset() == 16000 // UNMEASURED_RATIO == 1000
     session = PartitionSession(1, "/local/t", 0, 0, 0, 10)
     buf.charge(1200)  # one response past the credit: its last message crossed it
@@ -377,7 +384,7 @@ async def test_compressed_payloads_are_charged_as_decoded_and_decoded_as_taken()
     granted in those terms (so what the server may still send fits once decoded), and a payload
     is decoded only when a receive is about to hand it out."""
     wake = asyncio.Event()
-    buf = ReadBuffer(16000, 1000, lambda session: None, wake)
+    buf = ReadBuffer(_settings(16000, 1000), lambda session: None, wake)
     assert buf.reset() == 1000
     session = PartitionSession(1, "/local/t", 0, 0, 0, 10)
     payloads = [bytes([i]) * 500 for i in range(4)]
@@ -581,7 +588,7 @@ async def test_graceful_stop_delivers_buffered_messages_then_hands_over(
             await eventually(lambda: moving.state is PartitionSessionState.STOPPING, "graceful stop of partition 1")
             # The stop arrived while partition 1 still had messages buffered (the precondition of
             # this test; a partition session does not show its share of the reader's buffer).
-            assert moving._buffered > 0
+            assert moving._bookkeeping.buffered > 0
             while len(got) < 20:
                 batch = await first.receive_batch(timeout=10)
                 got.extend(batch)

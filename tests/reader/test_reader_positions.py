@@ -243,7 +243,7 @@ async def test_a_seek_on_a_session_that_ended_fails_and_a_backward_seek_ends_wit
 
             await eventually(handed_over, "the second reader got a partition")
             gone = stopped[0]
-            assert gone.closed and gone._replay is None
+            assert gone.closed and gone._bookkeeping.replay is None
             with pytest.raises(yta.PartitionSessionClosedError):
                 await first.seek(gone, 0)
             # The partition moved with its committed offset (0): the second reader reads all of it.

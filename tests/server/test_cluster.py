@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import pathlib
 from collections.abc import AsyncIterator
+from typing import Any
 
 import grpc
 import grpc.aio
@@ -21,7 +22,7 @@ from ydb_topic_async._proto import ydb_topic_pb2 as pb
 from ydb_topic_async._proto.ydb_status_codes_pb2 import StatusIds
 from ydb_topic_async.testing import LocalTopicCluster, ServerNode
 
-from .conftest import DB, LOCAL_POOL, RawReader, RawWriter, acks, call, create_topic, offsets, unpack
+from .conftest import DB, LOCAL_POOL, RawReader, RawWriter, acks, call, create_topic, offsets, unpack, write_messages
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -306,3 +307,63 @@ async def test_a_durable_cluster_starts_again_with_its_partitions_where_they_wer
                 before = await locations(ch, "t")
             else:
                 assert await locations(ch, "t") == before
+
+
+async def test_discovery_leaves_out_a_stopped_node_it_was_told_to_name_elsewhere(
+    cluster: LocalTopicCluster, channels: list[grpc.aio.Channel]
+) -> None:
+    """Nodes named at other addresses (proxies in front of them) are listed only while the node
+    behind each is up, as the cluster's own nodes are."""
+    cluster.discovery.nodes = [("127.0.0.1", 40000 + n.node_id, n.node_id) for n in cluster.nodes]
+    assert [e.port for e in (await list_endpoints(channels[0])).endpoints] == [40001, 40002, 40003]
+    await cluster.stop_node(1)
+    assert [(e.port, e.node_id) for e in (await list_endpoints(channels[0])).endpoints] == [(40001, 1), (40003, 3)]
+
+
+@pytest.mark.parametrize("apply", [True, False])
+async def test_a_commit_in_flight_ends_with_the_node_of_its_session(
+    cluster: LocalTopicCluster, channels: list[grpc.aio.Channel], apply: bool
+) -> None:
+    """``faults.hold_next_commit`` holds a CommitTransaction unanswered; ``stop_node_during_commit``
+    applies it or not, then stops the node its session lives on. The call sent to that node ends
+    without an answer (the node's calls are cancelled, as a node going away does to them), the
+    session ends with the node, and the transaction's consumer offset moved exactly when it was
+    applied."""
+    topic = "/local/held"
+    await create_topic(channels[0], topic, consumers=("c",))
+    await write_messages(channels[0], topic, 1)
+    session = await _call(channels[1], "CreateSession", qpb.CreateSessionRequest(), qpb.CreateSessionResponse)
+    settings = qpb.TransactionSettings(serializable_read_write=qpb.SerializableModeSettings())
+    began = await _call(channels[1], "BeginTransaction",
+                        qpb.BeginTransactionRequest(session_id=session.session_id, tx_settings=settings),
+                        qpb.BeginTransactionResponse)
+    tx = pb.TransactionIdentity(id=began.tx_meta.id, session=session.session_id)
+    offsets = pb.UpdateOffsetsInTransactionRequest(tx=tx, consumer="c")
+    offsets.topics.add(path=topic).partitions.add(partition_id=0).partition_offsets.add(start=0, end=1)
+    await call(channels[1], "UpdateOffsetsInTransaction", offsets, pb.UpdateOffsetsInTransactionResponse)
+
+    held = cluster.faults.hold_next_commit()
+    commit = asyncio.create_task(_call(
+        channels[1], "CommitTransaction",
+        qpb.CommitTransactionRequest(session_id=session.session_id, tx_id=began.tx_meta.id),
+        qpb.CommitTransactionResponse,
+    ))
+    stopped = await cluster.stop_node_during_commit(held, apply=apply)
+    assert stopped is cluster.nodes[1] and not stopped.alive
+    with pytest.raises(grpc.aio.AioRpcError) as lost:
+        await asyncio.wait_for(commit, 10)
+    assert lost.value.code() in (grpc.StatusCode.CANCELLED, grpc.StatusCode.UNAVAILABLE)
+    assert cluster.storage.committed_offsets(topic, "c") == {0: 1 if apply else 0}
+    assert session.session_id not in cluster.query.sessions
+    assert cluster.query.committed_transactions == (1 if apply else 0)
+
+
+async def _call(channel: grpc.aio.Channel, method: str, request: Any, response_cls: Any) -> Any:
+    rpc = channel.unary_unary(
+        f"/Ydb.Query.V1.QueryService/{method}",
+        request_serializer=type(request).SerializeToString,
+        response_deserializer=response_cls.FromString,
+    )
+    response = await rpc(request, metadata=DB, timeout=10)
+    assert response.status == StatusIds.SUCCESS or method == "CommitTransaction", response
+    return response

@@ -11,6 +11,7 @@ import pytest
 from ydb_topic_async import (
     BadSessionError,
     ClosedError,
+    CommitOutcomeUnknownError,
     Driver,
     InvalidArgumentError,
     OperationTimeoutError,
@@ -247,15 +248,23 @@ async def test_a_rollback_waits_for_a_begin_under_way(server: LocalTopicServer) 
 
 
 @pytest.mark.parametrize("status", ["UNDETERMINED", "TIMEOUT", "CANCELLED"])
-async def test_an_uncertain_commit_is_reported_unknown_and_drops_the_session(
-    driver: Driver, server: LocalTopicServer, status: str
+async def test_an_uncertain_commit_without_topic_reads_is_raised_as_unknown_and_drops_the_session(
+    driver: Driver, server: LocalTopicServer, source: str, status: str
 ) -> None:
+    """Nothing in a transaction that only wrote can tell whether a commit whose answer was lost
+    applied: ``CommitOutcomeUnknownError`` (the lost error its cause) says what it held, and
+    ``retry_tx`` does not repeat it."""
     tx = await driver.query.transaction().begin()
+    await driver.topic.tx_writer(tx, source).write(b"held")
     server.faults.fail_next("CommitTransaction", status)
-    with pytest.raises(ServerError, match=status):
+    with pytest.raises(CommitOutcomeUnknownError, match="read no topic messages") as raised:
         await tx.commit()
+    assert isinstance(raised.value.__cause__, ServerError) and status in str(raised.value.__cause__)
+    assert raised.value.tx_id == tx.tx_id and raised.value.session_id == tx.session_id
+    assert "TxWriter(" in raised.value.held and source in raised.value.held
+    assert not driver.query.retriable(raised.value)
     assert tx.state is TransactionState.FAILED
-    assert tx.outcome_unknown
+    assert tx.outcome_unknown and tx.commit_settled is None
     assert driver.query.pool.open_sessions == 0  # never reused: the commit may still be running on it
 
     attempts = 0
@@ -266,7 +275,7 @@ async def test_an_uncertain_commit_is_reported_unknown_and_drops_the_session(
         await t.begin()
 
     server.faults.fail_next("CommitTransaction", status)
-    with pytest.raises(ServerError, match=status):
+    with pytest.raises(CommitOutcomeUnknownError):
         await driver.query.retry_tx(body)
     assert attempts == 1  # repeating could commit twice
 

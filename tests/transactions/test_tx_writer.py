@@ -12,6 +12,7 @@ from ydb_topic_async import (
     Driver,
     InvalidArgumentError,
     RetryPolicy,
+    TopicWriter,
     TransactionEndedError,
     TransactionState,
     TransportError,
@@ -258,3 +259,29 @@ async def test_tx_writer_has_the_members_of_a_topic_writer(
     assert states == [ConnectionState.CONNECTING, ConnectionState.CONNECTED, ConnectionState.CLOSED]
     assert writer.session_id == info.session_id  # still shown after the transaction ended
     assert stored_fields(server, target, "offset", "data") == [(0, b"first"), (1, b"a"), (2, b"bb")]
+
+
+async def test_a_tx_writer_is_a_topic_writer_writing_into_its_transaction(
+    driver: Driver, server: LocalTopicServer, target: str
+) -> None:
+    """The transactional writer is a ``TopicWriter`` made with its transaction: code written for a
+    topic writer uses it as one, and every request it sends is held in the transaction, which
+    its first write began, until the commit."""
+
+    async def produce(writer: TopicWriter) -> None:
+        await writer.write([b"a", b"b"])
+        await writer.write(b"c")
+        await writer.flush(timeout=10)
+
+    tx = driver.query.transaction()
+    writer = driver.topic.tx_writer(tx, target, codec="auto")
+    assert isinstance(writer, TopicWriter)
+    assert (tx.session_id, tx.tx_id) == (None, None)  # made, not begun: the first write begins it
+    await produce(writer)
+    assert tx.session_id is not None and tx.tx_id is not None
+    held = server.query.sessions[tx.session_id].transactions[tx.tx_id].writes.messages
+    assert [m.data for _, m in held] == [b"a", b"b", b"c"]
+    assert stored(server, target) == []
+    await tx.commit()
+    assert stored_data(server, target) == [b"a", b"b", b"c"]
+    assert writer.closed and writer.connection_state is ConnectionState.CLOSED

@@ -138,3 +138,15 @@ async def test_auto_is_refused_where_a_codec_id_is_expected(driver: yta.Driver) 
         driver.topic.writer("t", codec="zstd")  # type: ignore[arg-type]
     with pytest.raises(yta.InvalidCodecError):
         driver.topic.writer("t", codec="AUTO")  # type: ignore[arg-type]
+
+
+def test_the_settings_resolve_auto_once() -> None:
+    """``WriterSettings`` is where ``codec="auto"`` is resolved: batches start as RAW and a codec
+    is picked per batch among every encoder; a fixed codec is every batch's."""
+    auto = yta.WriterSettings(codec="auto", encoders={10_000: bytes})
+    assert (auto.codec, auto.picks_codec, auto.batch_codec) == ("auto", True, yta.Codec.RAW)
+    assert auto.encoder is auto.encoder_table[yta.Codec.RAW] and 10_000 in auto.encoder_table
+    fixed = auto.replace(codec=yta.Codec.GZIP)
+    assert (fixed.codec, fixed.picks_codec, fixed.batch_codec) == (yta.Codec.GZIP, False, yta.Codec.GZIP)
+    assert fixed.encoder is fixed.encoder_table[yta.Codec.GZIP]
+    assert yta.WriterSettings().batch_codec == yta.Codec.RAW and not yta.WriterSettings().picks_codec

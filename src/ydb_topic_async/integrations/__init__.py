@@ -1,9 +1,27 @@
 """Glue for web frameworks: one driver and long-lived writers per process, supervised consumers.
 
-``TopicRuntime``, ``WriterSpec`` and ``Consumer`` need no framework; the FastAPI and aiohttp
+``TopicRuntime``, ``WriterSpec``, ``Consumer`` and ``TransactionalConsumer`` need no framework; the FastAPI and aiohttp
 adapters live in ``ydb_topic_async.integrations.fastapi`` and ``...aiohttp`` (optional extras).
 """
 
-from ._supervisor import BatchHandler, Consumer, Handler, TopicRuntime, WriterSpec
+from ._supervisor import (
+    BatchHandler,
+    Consumer,
+    Handler,
+    SupervisedConsumer,
+    TopicRuntime,
+    TransactionalConsumer,
+    TxHandler,
+    WriterSpec,
+)
 
-__all__ = ["BatchHandler", "Consumer", "Handler", "TopicRuntime", "WriterSpec"]
+__all__ = [
+    "BatchHandler",
+    "Consumer",
+    "Handler",
+    "SupervisedConsumer",
+    "TopicRuntime",
+    "TransactionalConsumer",
+    "TxHandler",
+    "WriterSpec",
+]

@@ -1,5 +1,6 @@
 """What the framework integrations share: the runtime that owns a driver, named writers and
-supervised consumers, and the supervision loop itself (restart with backoff, logging).
+supervised consumers (``Consumer``, at-least-once; ``TransactionalConsumer``, exactly-once through
+transactions), and the supervision loop itself (restart with backoff, logging).
 
 Start-up order: driver, then writers, then consumers. Shutdown runs in reverse: consumers let
 the handler calls in progress finish and their readers wait for commit acknowledgements,
@@ -26,14 +27,18 @@ from .. import (
     Driver,
     InvalidArgumentError,
     MessageBatch,
+    OperationTimeoutError,
     PartitionSession,
     ReaderOptions,
+    ReaderSettings,
     RetryPolicy,
     RetryState,
     TopicMessage,
     TopicReader,
     TopicsArg,
     TopicWriter,
+    Transaction,
+    TransactionState,
     WriterOptions,
     retry_call,
 )
@@ -66,54 +71,37 @@ BatchHandler = Callable[[MessageBatch], Awaitable[None]]
 """An async function called with each batch (messages of one partition session, in order); the
 batch is committed after it returns."""
 
+TxHandler = Callable[[MessageBatch, Transaction], Awaitable[None]]
+"""``handle(batch, tx)``: an async function called with each batch and the transaction its offsets
+commit in; what it writes through ``driver.topic.tx_writer(tx, ...)`` (or ``keyed_tx_writer``)
+commits with them."""
+
 DEFAULT_MAX_IN_FLIGHT_BYTES = 8 * 1024 * 1024
+DEFAULT_MAX_OPEN_TRANSACTIONS = 8
+IDLE_TRANSACTION_SECONDS = 30.0
+"""A transactional consumer waiting for messages rolls its waiting transaction back and begins
+another after this long, so that no transaction stays open for long with nothing in it."""
 
 
-class Consumer:
-    """Read ``topics`` as ``consumer`` and pass each message (or batch) to a handler, committing after it.
-
-    Partitions are handled as lanes: one per partition session, whose messages go to the handler
-    one call at a time and in offset order, each committed once its handler call returns (in
-    order: at-least-once). ``concurrency`` bounds the handler calls running at once across the
-    lanes. The default, 1, is one call at a time for the whole consumer (handlers written for
-    that need no locks); raise it to handle partitions concurrently. The handler is either
-    ``handler(message)`` or ``batch_handler(batch)`` (a ``MessageBatch`` of one partition
-    session: ``max_batch_messages``, ``max_batch_bytes`` and ``batch_window``, the seconds a
-    batch is filled for once its first message is there, shape it).
-
-    ``max_in_flight_bytes`` bounds the payload bytes received and not yet handled across the
-    lanes: reception waits above it. For a bound per partition, pass the reader option
-    ``partition_max_in_flight_bytes`` (messages handed out and not committed, which here is
-    received and not handled). When the server takes a partition away (a rebalance), its lane
-    handles what it already received and commits it before the partition is released, within
-    the reader's ``graceful_stop_timeout``; what is left then is delivered to the new owner.
-
-    A failure of a handler or of the reader is logged with its traceback and the consumer
-    restarts with a new reader after a jittered backoff that doubles from ``initial_backoff`` up
-    to ``max_backoff`` seconds (and starts over once a message was handled since the previous
-    failure). Handler calls already running in other lanes finish first; none starts after a
-    failure. Messages that were not committed are delivered again after a restart: handlers
-    must tolerate duplicates (at-least-once). ``reader_options`` are the keyword arguments of
-    ``driver.topic.reader`` (an ``on_partition_stop`` given there is called too).
-    """
+class _Supervised:
+    """What ``Consumer`` and ``TransactionalConsumer`` share: the options of reading and
+    batching, the lanes (one per partition session, in order, ``concurrency`` calls at once),
+    and the supervision that restarts the reader after a failure."""
 
     def __init__(
         self,
         topics: TopicsArg,
         consumer: str | None,
-        handler: Handler | None = None,
         *,
-        batch_handler: BatchHandler | None = None,
-        concurrency: int = 1,
-        auto_commit: bool = True,
-        max_in_flight_bytes: int = DEFAULT_MAX_IN_FLIGHT_BYTES,
-        max_batch_messages: int | None = None,
-        max_batch_bytes: int | None = None,
-        batch_window: float | None = None,
-        initial_backoff: float = 0.5,
-        max_backoff: float = 30.0,
-        name: str | None = None,
-        **reader_options: Unpack[ReaderOptions],
+        concurrency: int,
+        max_in_flight_bytes: int,
+        max_batch_messages: int | None,
+        max_batch_bytes: int | None,
+        batch_window: float | None,
+        initial_backoff: float,
+        max_backoff: float,
+        name: str | None,
+        reader_options: ReaderOptions,
     ) -> None:
         for value, what in ((initial_backoff, "initial_backoff"), (max_backoff, "max_backoff")):
             if not isinstance(value, (int, float)) or isinstance(value, bool):
@@ -122,10 +110,6 @@ class Consumer:
             raise InvalidArgumentError(
                 f"need 0 < initial_backoff <= max_backoff, got {initial_backoff!r} and {max_backoff!r}"
             )
-        if (handler is None) == (batch_handler is None):
-            raise InvalidArgumentError("give either handler (called per message) or batch_handler (per batch)")
-        if not callable(handler if handler is not None else batch_handler):
-            raise InvalidArgumentError("the handler must be an async function")
         for value, what, minimum in (
             (concurrency, "concurrency", 1),
             (max_in_flight_bytes, "max_in_flight_bytes", 1),
@@ -135,20 +119,13 @@ class Consumer:
         for limit, what in ((max_batch_messages, "max_batch_messages"), (max_batch_bytes, "max_batch_bytes")):
             if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
                 raise InvalidArgumentError(f"{what} must be a positive int or None, got {limit!r}")
-        if not isinstance(auto_commit, bool):
-            raise InvalidArgumentError(f"auto_commit must be a bool, got {auto_commit!r}")
-        if consumer is None and auto_commit:
-            raise InvalidArgumentError("reading without a consumer commits nothing: pass auto_commit=False")
         if batch_window is not None and (
             not isinstance(batch_window, (int, float)) or isinstance(batch_window, bool) or batch_window < 0
         ):
             raise InvalidArgumentError(f"batch_window must be None or a number of seconds >= 0, got {batch_window!r}")
         self.topics = topics
         self.consumer = consumer
-        self.handler = handler
-        self.batch_handler = batch_handler
         self.concurrency = concurrency
-        self.auto_commit = auto_commit
         self.max_in_flight_bytes = max_in_flight_bytes
         self.max_batch_messages = max_batch_messages
         self.max_batch_bytes = max_batch_bytes
@@ -156,8 +133,8 @@ class Consumer:
         self.initial_backoff = initial_backoff
         self.max_backoff = max_backoff
         self.name = name or f"{consumer or '(no consumer)'}@{topics if isinstance(topics, str) else '...'}"
-        self._user_on_partition_stop = reader_options.pop("on_partition_stop", None)
-        self.reader_options = reader_options
+        self.reader_settings = ReaderSettings(consumer, **reader_options)
+        """The reader's options, checked; each reader it runs gets them with its own ``on_partition_stop``."""
         self.restarts = 0
         """How many times this consumer was restarted after a failure."""
         self.handled = 0
@@ -167,10 +144,6 @@ class Consumer:
         self._run: _Run | None = None
         self._stopping = False
 
-    def stopping(self) -> bool:
-        """True once ``stop`` was called (until the next ``run``)."""
-        return self._stopping
-
     @property
     def reader(self) -> TopicReader | None:
         """The reader of the current run, which commits what it handed out; None between runs
@@ -178,8 +151,12 @@ class Consumer:
         run = self._run
         return run.reader if run is not None else None
 
+    def stopping(self) -> bool:
+        """True once ``stop`` was called (until the next ``run``)."""
+        return self._stopping
+
     def __repr__(self) -> str:
-        return f"Consumer({self.name!r}, restarts={self.restarts}, handled={self.handled})"
+        return f"{type(self).__name__}({self.name!r}, restarts={self.restarts}, handled={self.handled})"
 
     async def run(self, driver: Driver) -> None:
         """Consume until ``stop`` or cancellation; failures restart the reader after a backoff."""
@@ -212,8 +189,8 @@ class Consumer:
         await retry_call(attempt, retry, on_retry=restarting)
 
     async def _consume(self, driver: Driver) -> None:
-        run = _Run(self)
-        options: ReaderOptions = {**self.reader_options, "on_partition_stop": run.partition_stopped}
+        run = _Run(self, driver)
+        options = self.reader_settings.replace(on_partition_stop=run.partition_stopped).options()
         reader = driver.topic.reader(self.topics, consumer=self.consumer, **options)
         run.reader = reader
         self._run = run
@@ -240,30 +217,378 @@ class Consumer:
         if not task.cancelled() and task.exception() is not None:
             logger.error("consumer %s failed while stopping", self.name, exc_info=task.exception())
 
+    # --- what a kind of consumer does with a batch ---------------------------------------------
+
+    async def _receive(self, run: _Run, reader: TopicReader) -> _Item | None:
+        """The next batch to deal to a lane, with what it carries (None: nothing yet, ask again)."""
+        raise NotImplementedError
+
+    async def _process(self, run: _Run, reader: TopicReader, lane: _Lane, item: _Item) -> None:
+        """Handle one batch of a live lane; raising halts the run (the consumer restarts)."""
+        raise NotImplementedError
+
+    async def _discard(self, run: _Run, item: _Item) -> None:
+        """A batch received and not handled (halted, or its partition session ended): it will be
+        delivered again; let go of what it carries."""
+
+
+class _Item:
+    """A batch dealt to a lane: its payload bytes (counted against ``max_in_flight_bytes``) and,
+    for a transactional consumer, the transaction its offsets were recorded in."""
+
+    __slots__ = ("batch", "nbytes", "tx", "tx_slot")
+
+    def __init__(self, batch: MessageBatch, tx: Transaction | None = None) -> None:
+        self.batch = batch
+        self.nbytes = sum(len(message.data) for message in batch.messages)
+        self.tx = tx
+        self.tx_slot = tx is not None
+        """Whether it still counts against ``max_open_transactions``."""
+
+    def free_slot(self, run: _Run) -> None:
+        if self.tx_slot:
+            self.tx_slot = False
+            run.open_transactions.release()
+
+
+class Consumer(_Supervised):
+    """Read ``topics`` as ``consumer`` and pass each message (or batch) to a handler, committing after it.
+
+    Partitions are handled as lanes: one per partition session, whose messages go to the handler
+    one call at a time and in offset order, each committed once its handler call returns (in
+    order: at-least-once). ``concurrency`` bounds the handler calls running at once across the
+    lanes. The default, 1, is one call at a time for the whole consumer (handlers written for
+    that need no locks); raise it to handle partitions concurrently. The handler is either
+    ``handler(message)`` or ``batch_handler(batch)`` (a ``MessageBatch`` of one partition
+    session: ``max_batch_messages``, ``max_batch_bytes`` and ``batch_window``, the seconds a
+    batch is filled for once its first message is there, shape it).
+
+    ``max_in_flight_bytes`` bounds the payload bytes received and not yet handled across the
+    lanes: reception waits above it. For a bound per partition, pass the reader option
+    ``partition_max_in_flight_bytes`` (messages handed out and not committed, which here is
+    received and not handled). When the server takes a partition away (a rebalance), its lane
+    handles what it already received and commits it before the partition is released, within
+    the reader's ``graceful_stop_timeout``; what is left then is delivered to the new owner.
+
+    A failure of a handler or of the reader is logged with its traceback and the consumer
+    restarts with a new reader after a jittered backoff that doubles from ``initial_backoff`` up
+    to ``max_backoff`` seconds (and starts over once a message was handled since the previous
+    failure). Handler calls already running in other lanes finish first; none starts after a
+    failure. Messages that were not committed are delivered again after a restart: handlers
+    must tolerate duplicates (at-least-once). ``reader_options`` are the keyword arguments of
+    ``driver.topic.reader`` (an ``on_partition_stop`` given there is called too); they are
+    checked here, with ``consumer``, into ``reader_settings``: a wrong value raises
+    ``InvalidArgumentError`` and an unknown option ``TypeError`` at this call, not in the
+    supervised loop. For
+    exactly-once processing, see ``TransactionalConsumer``.
+
+    ``auto_commit=False`` leaves committing to the handler, through ``consumer.reader`` (the
+    current run's reader); ``consumer=None`` reads without a consumer (nothing can be
+    committed, so it needs ``auto_commit=False``).
+    """
+
+    def __init__(
+        self,
+        topics: TopicsArg,
+        consumer: str | None,
+        handler: Handler | None = None,
+        *,
+        batch_handler: BatchHandler | None = None,
+        concurrency: int = 1,
+        auto_commit: bool = True,
+        max_in_flight_bytes: int = DEFAULT_MAX_IN_FLIGHT_BYTES,
+        max_batch_messages: int | None = None,
+        max_batch_bytes: int | None = None,
+        batch_window: float | None = None,
+        initial_backoff: float = 0.5,
+        max_backoff: float = 30.0,
+        name: str | None = None,
+        **reader_options: Unpack[ReaderOptions],
+    ) -> None:
+        if (handler is None) == (batch_handler is None):
+            raise InvalidArgumentError("give either handler (called per message) or batch_handler (per batch)")
+        if not callable(handler if handler is not None else batch_handler):
+            raise InvalidArgumentError("the handler must be an async function")
+        if not isinstance(auto_commit, bool):
+            raise InvalidArgumentError(f"auto_commit must be a bool, got {auto_commit!r}")
+        if consumer is None and auto_commit:
+            raise InvalidArgumentError("reading without a consumer commits nothing: pass auto_commit=False")
+        super().__init__(
+            topics,
+            consumer,
+            concurrency=concurrency,
+            max_in_flight_bytes=max_in_flight_bytes,
+            max_batch_messages=max_batch_messages,
+            max_batch_bytes=max_batch_bytes,
+            batch_window=batch_window,
+            initial_backoff=initial_backoff,
+            max_backoff=max_backoff,
+            name=name,
+            reader_options=reader_options,
+        )
+        self.handler = handler
+        self.batch_handler = batch_handler
+        self.auto_commit = auto_commit
+
+    async def _receive(self, run: _Run, reader: TopicReader) -> _Item | None:
+        batch = await reader.receive_batch(self.max_batch_messages, self.max_batch_bytes, max_wait=self.batch_window)
+        return _Item(batch)
+
+    async def _process(self, run: _Run, reader: TopicReader, lane: _Lane, item: _Item) -> None:
+        batch = item.batch
+        if self.batch_handler is not None:
+            async with run.calls:
+                if run.halted():
+                    return
+                await self.batch_handler(batch)
+            if self.auto_commit:
+                reader.commit(batch)
+            self.handled += len(batch)
+            return
+        assert self.handler is not None
+        for message in batch:
+            async with run.calls:
+                if run.halted() or lane.session.closed:
+                    break
+                await self.handler(message)
+            if self.auto_commit:
+                reader.commit(message)
+            self.handled += 1
+
+
+class TransactionalConsumer(_Supervised):
+    """Read ``topics`` as ``consumer`` and hand each batch to ``handler(batch, tx)`` in a
+    transaction that commits the batch's offsets together with what the handler wrote in it:
+    exactly-once consume-transform-produce, supervised.
+
+    ``handler`` writes through ``driver.topic.tx_writer(tx, ...)`` or ``keyed_tx_writer`` (the
+    driver is the one ``run`` was given, e.g. ``runtime.driver``); when it returns, the
+    transaction commits: the messages it wrote become visible and the consumer's offsets move
+    past the batch, together, or neither. Partitions are handled as lanes, as by ``Consumer``:
+    one per partition session, in offset order, ``concurrency`` handler calls (and their
+    commits) at once across the lanes. Each batch received waits for its lane in its own open
+    transaction (which holds a query session of the driver's pool); ``max_open_transactions``
+    bounds them.
+
+    Failures are the SDK's to handle, not the service's: an attempt that cannot have committed
+    (see ``driver.query.retriable``: a broken stream or session, a node going away, a commit
+    that never left, or one whose lost answer the consumer offsets show did not commit) is rolled
+    back, the reader delivers the same messages again from the committed offsets, and the
+    handler gets them in a new transaction, after a backoff of the ``transaction_retry`` policy
+    (the driver's ``retry`` by default) while the failures go on; a lost commit the offsets show committed
+    counts as committed. Any other failure (the handler's own error, a commit nothing can
+    settle, a retry budget spent) is logged with its traceback and the consumer restarts with a
+    new reader, like ``Consumer`` (``initial_backoff``, ``max_backoff``), which resumes from the
+    committed offsets: nothing is lost or handled into the output twice. Handlers must be safe to
+    run again for a batch whose transaction did not commit (what they write in the transaction
+    is rolled back with it; other side effects are theirs).
+
+    ``attempts``, ``retries``, ``committed`` and ``settled`` count what happened; each attempt is
+    also reported to the driver's metrics (``transaction_attempt``) and each retry logged.
+    ``reader_options`` are those of ``driver.topic.reader``, checked at this call as by ``Consumer``.
+    """
+
+    def __init__(
+        self,
+        topics: TopicsArg,
+        consumer: str,
+        handler: TxHandler,
+        *,
+        concurrency: int = 1,
+        max_in_flight_bytes: int = DEFAULT_MAX_IN_FLIGHT_BYTES,
+        max_batch_messages: int | None = None,
+        max_batch_bytes: int | None = None,
+        batch_window: float | None = None,
+        max_open_transactions: int = DEFAULT_MAX_OPEN_TRANSACTIONS,
+        transaction_retry: RetryPolicy | None = None,
+        initial_backoff: float = 0.5,
+        max_backoff: float = 30.0,
+        name: str | None = None,
+        **reader_options: Unpack[ReaderOptions],
+    ) -> None:
+        if not callable(handler):
+            raise InvalidArgumentError("the handler must be an async function of (batch, tx)")
+        if not isinstance(max_open_transactions, int) or isinstance(max_open_transactions, bool) or (
+            max_open_transactions < 1
+        ):
+            raise InvalidArgumentError(f"max_open_transactions must be a positive int, got {max_open_transactions!r}")
+        if transaction_retry is not None and not isinstance(transaction_retry, RetryPolicy):
+            raise InvalidArgumentError(f"transaction_retry must be a RetryPolicy or None, got {transaction_retry!r}")
+        super().__init__(
+            topics,
+            consumer,
+            concurrency=concurrency,
+            max_in_flight_bytes=max_in_flight_bytes,
+            max_batch_messages=max_batch_messages,
+            max_batch_bytes=max_batch_bytes,
+            batch_window=batch_window,
+            initial_backoff=initial_backoff,
+            max_backoff=max_backoff,
+            name=name,
+            reader_options=reader_options,
+        )
+        self.handler = handler
+        self.max_open_transactions = max_open_transactions
+        self.transaction_retry = transaction_retry
+        self.attempts = 0
+        """Batches handed to the handler in a transaction (every try counts)."""
+        self.retries = 0
+        """Attempts that did not commit and whose messages were handled again."""
+        self.committed = 0
+        """Attempts that committed."""
+        self.settled = 0
+        """Attempts whose commit answer was lost and was settled from the consumer offsets."""
+
+    async def _receive(self, run: _Run, reader: TopicReader) -> _Item | None:
+        if run.pause_until > time.monotonic():
+            await asyncio.sleep(run.pause_until - time.monotonic())  # backing off after failed attempts
+        await run.open_transactions.acquire()
+        tx = run.driver.query.transaction()
+        try:
+            # Begun before waiting for messages, and not interrupted by ``halt`` while it is a call
+            # in flight (cancelling a gRPC call leaves its end to arrive later); the wait for
+            # messages after it is.
+            run.interruptible = False
+            try:
+                await tx.begin()
+            finally:
+                run.interruptible = True
+            if run.halted():
+                raise _Halted
+            batch = await reader.receive_batch_with_tx(
+                tx, self.max_batch_messages, self.max_batch_bytes, IDLE_TRANSACTION_SECONDS, self.batch_window
+            )
+        except BaseException as exc:
+            run.open_transactions.release()
+            with anyio.CancelScope(shield=True):
+                await _roll_back(tx)
+            if isinstance(exc, _Halted) or (isinstance(exc, OperationTimeoutError) and exc.__cause__ is None):
+                return None  # halted, or idle: begin a new transaction and wait on
+            if not isinstance(exc, Exception) or not run.driver.query.retriable(exc):
+                raise
+            # Beginning the transaction failed (its session's node went away, say): nothing was
+            # read into it. Try again after a backoff, while the retry policy allows.
+            delay = run.retry.next_delay(exc)
+            if delay is None:
+                raise
+            run.pause_until = max(run.pause_until, time.monotonic() + delay)
+            logger.info("consumer %s: a transaction to read into failed (%r); again in %.3fs", self.name, exc, delay)
+            return None
+        return _Item(batch, tx)
+
+    async def _discard(self, run: _Run, item: _Item) -> None:
+        assert item.tx is not None
+        item.free_slot(run)
+        with anyio.CancelScope(shield=True):
+            await _roll_back(item.tx)
+
+    async def _process(self, run: _Run, reader: TopicReader, lane: _Lane, item: _Item) -> None:
+        tx = item.tx
+        assert tx is not None
+        try:
+            async with run.calls:
+                if run.halted() or lane.session.closed:
+                    await self._discard(run, item)
+                    return
+                self.attempts += 1
+                try:
+                    async with tx:
+                        await self.handler(item.batch, tx)
+                except Exception as exc:
+                    self._failed(run, item, exc)
+                    return
+        finally:
+            if tx.ended:
+                item.free_slot(run)
+            else:  # cancelled before the transaction ended
+                await self._discard(run, item)
+        settled = tx.commit_settled is not None
+        self.committed += 1
+        self.settled += settled
+        self.handled += len(item.batch)
+        run.retry.reset()
+        run.driver.metrics.transaction_attempt("committed", settled)
+        if settled:
+            logger.info("consumer %s: the lost commit of %r was settled as committed", self.name, item.batch)
+
+    def _failed(self, run: _Run, item: _Item, error: Exception) -> None:
+        """An attempt failed: repeat the batch (the reader delivers it again) after a backoff, or
+        halt the run for a restart."""
+        tx = item.tx
+        assert tx is not None
+        settled = tx.commit_settled is not None
+        self.settled += settled
+        delay = run.retry.next_delay(error) if run.driver.query.retriable(error) else None
+        if delay is None:
+            run.driver.metrics.transaction_attempt("failed", settled)
+            run.halt(error)
+            return
+        self.retries += 1
+        run.driver.metrics.transaction_attempt("retried", settled)
+        run.pause_until = max(run.pause_until, time.monotonic() + delay)
+        logger.info(
+            "consumer %s: the transaction of %r did not commit (%r)%s; its messages come again, in %.3fs",
+            self.name, item.batch, error,
+            " (the lost commit was settled from the consumer offsets)" if settled else "", delay,
+        )
+
+
+class _Halted(Exception):
+    """The run was halted while a transaction to read into began."""
+
+
+async def _roll_back(tx: Transaction) -> None:
+    """Roll ``tx`` back if it is still open; a failure to do so is logged (the server ends it with
+    its session anyway)."""
+    if tx.ended or tx.state is TransactionState.ROLLING_BACK:
+        return
+    try:
+        await tx.rollback(timeout=ROLLBACK_TIMEOUT)
+    except Exception as exc:
+        logger.debug("rolling back %r failed: %r", tx, exc)
+
+
+ROLLBACK_TIMEOUT = 5.0
+
+
+SupervisedConsumer = Consumer | TransactionalConsumer
+"""What ``TopicRuntime`` supervises."""
+
 
 class _Lane:
     """One partition session's batches, handled one after another in the order received."""
 
     def __init__(self, session: PartitionSession) -> None:
         self.session = session
-        self.queue: asyncio.Queue[tuple[MessageBatch, int] | None] = asyncio.Queue()
+        self.queue: asyncio.Queue[_Item | None] = asyncio.Queue()
 
 
 class _Run:
-    """One reader's life in a ``Consumer``: the loop that receives and deals batches to the
-    lanes, the lanes (tasks of one task group), and what stops them."""
+    """One reader's life in a supervised consumer: the loop that receives and deals batches to
+    the lanes, the lanes (tasks of one task group), and what stops them."""
 
-    def __init__(self, consumer: Consumer) -> None:
+    def __init__(self, consumer: _Supervised, driver: Driver) -> None:
         self._consumer = consumer
+        self.driver = driver
         self.reader: TopicReader | None = None
         self._lanes: dict[PartitionSession, _Lane] = {}
-        self._calls = asyncio.Semaphore(consumer.concurrency)
+        self.calls = asyncio.Semaphore(consumer.concurrency)
         self._in_flight = 0
         self._room = asyncio.Event()
         self._room.set()
         self._halted = False
         self._failure: BaseException | None = None
-        self._receiving: anyio.CancelScope | None = None
+        self._receiving: asyncio.Task[_Item | None] | None = None
+        self.interruptible = True
+        """Whether ``halt`` may cancel the receiving now (not while it begins a transaction)."""
+        # A transactional consumer's: its open transactions, and the backoff of failed attempts.
+        policy = driver.retry
+        self.open_transactions = asyncio.Semaphore(1)
+        if isinstance(consumer, TransactionalConsumer):
+            self.open_transactions = asyncio.Semaphore(consumer.max_open_transactions)
+            policy = consumer.transaction_retry or policy
+        self.retry = RetryState(policy, classify=lambda _: "fast")
+        self.pause_until = 0.0
 
     def halted(self) -> bool:
         """Whether nothing new may start (``halt``)."""
@@ -275,8 +600,9 @@ class _Run:
         if failure is not None and self._failure is None:
             self._failure = failure
         self._halted = True
-        if self._receiving is not None:
+        if self._receiving is not None and self.interruptible:
             self._receiving.cancel()
+        self._room.set()
         for lane in self._lanes.values():
             lane.queue.put_nowait(None)
 
@@ -286,7 +612,7 @@ class _Run:
         lane = self._lanes.pop(session, None)
         if lane is not None:
             lane.queue.put_nowait(None)
-        callback = self._consumer._user_on_partition_stop
+        callback = self._consumer.reader_settings.on_partition_stop
         if callback is not None:
             result = callback(session)
             if inspect.isawaitable(result):
@@ -300,37 +626,50 @@ class _Run:
                 await self._deal(lanes)
             except Exception as exc:
                 self.halt(exc)  # the lanes finish the calls they are in, then end
-            finally:
-                self._receiving = None
         if self._failure is not None:
             raise self._failure
+
+    async def _next(self, reader: TopicReader) -> _Item | None:
+        """Wait for room under ``max_in_flight_bytes``, then receive the next batch."""
+        consumer = self._consumer
+        while self._in_flight >= consumer.max_in_flight_bytes and not self.halted():
+            self._room.clear()
+            await self._room.wait()
+        if self.halted():
+            return None
+        return await consumer._receive(self, reader)
 
     async def _deal(self, lanes: anyio.abc.TaskGroup) -> None:
         reader = self.reader
         assert reader is not None
         consumer = self._consumer
         while not self.halted():
-            batch: MessageBatch | None = None
-            with anyio.CancelScope() as self._receiving:
-                while self._in_flight >= consumer.max_in_flight_bytes:
-                    self._room.clear()
-                    await self._room.wait()
-                batch = await reader.receive_batch(
-                    consumer.max_batch_messages, consumer.max_batch_bytes, max_wait=consumer.batch_window
-                )
-            self._receiving = None
-            if batch is None or self.halted():
-                return  # halted while waiting: a batch taken is delivered again
-            session = batch.partition_session
-            if session.closed:
-                continue  # its partition was taken away: delivered again to the new owner
+            # Receiving runs as a task of its own that ``halt`` cancels: an asyncio cancellation
+            # of the one task, not a cancel scope around calls that may await gRPC.
+            receiving = asyncio.get_running_loop().create_task(self._next(reader), name="ydb-topic consumer receive")
+            self._receiving = receiving
+            try:
+                await asyncio.wait([receiving])
+            except BaseException:
+                receiving.cancel()
+                await asyncio.wait([receiving])
+                raise
+            finally:
+                self._receiving = None
+            item = None if receiving.cancelled() else receiving.result()
+            if item is None:
+                continue  # nothing yet (or halted while waiting: a batch taken is delivered again)
+            session = item.batch.partition_session
+            if self.halted() or session.closed:
+                # Halted, or its partition was taken away: delivered again (to the new owner).
+                await consumer._discard(self, item)
+                continue
             lane = self._lanes.get(session)
             if lane is None:
                 lane = self._lanes[session] = _Lane(session)
                 lanes.start_soon(self._handle, lane, name=f"ydb-topic consumer lane {session.partition_id}")
-            nbytes = sum(len(message.data) for message in batch.messages)
-            self._in_flight += nbytes
-            lane.queue.put_nowait((batch, nbytes))
+            self._in_flight += item.nbytes
+            lane.queue.put_nowait(item)
 
     async def _handle(self, lane: _Lane) -> None:
         reader = self.reader
@@ -340,37 +679,22 @@ class _Run:
             item = await lane.queue.get()
             if item is None:
                 break
-            batch, nbytes = item
             try:
                 if not self.halted() and not lane.session.closed:
-                    if consumer.batch_handler is not None:
-                        async with self._calls:
-                            if self.halted():
-                                continue
-                            await consumer.batch_handler(batch)
-                        if consumer.auto_commit:
-                            reader.commit(batch)
-                        consumer.handled += len(batch)
-                    else:
-                        assert consumer.handler is not None
-                        for message in batch:
-                            async with self._calls:
-                                if self.halted() or lane.session.closed:
-                                    break
-                                await consumer.handler(message)
-                            if consumer.auto_commit:
-                                reader.commit(message)
-                            consumer.handled += 1
+                    await consumer._process(self, reader, lane, item)
+                else:
+                    await consumer._discard(self, item)
             except Exception as exc:
                 self.halt(exc)
             finally:
-                self._in_flight -= nbytes
+                self._in_flight -= item.nbytes
                 self._room.set()
         # Whatever is still queued will be delivered again: give its room back.
         while not lane.queue.empty():
-            item = lane.queue.get_nowait()
-            if item is not None:
-                self._in_flight -= item[1]
+            left = lane.queue.get_nowait()
+            if left is not None:
+                self._in_flight -= left.nbytes
+                await consumer._discard(self, left)
         self._room.set()
 
 
@@ -393,7 +717,7 @@ class TopicRuntime:
         credentials: Credentials | None = None,
         *,
         writers: Mapping[str, WriterSpec] | None = None,
-        consumers: Sequence[Consumer] = (),
+        consumers: Sequence[SupervisedConsumer] = (),
         driver_options: Mapping[str, Any] | None = None,
         wait_ready: float | None = 10.0,
         shutdown_timeout: float = 10.0,
@@ -405,8 +729,10 @@ class TopicRuntime:
                 raise InvalidArgumentError(f"writer {name!r} must be a WriterSpec, got {type(spec).__name__}")
         self.consumers = tuple(consumers)
         for consumer in self.consumers:
-            if not isinstance(consumer, Consumer):
-                raise InvalidArgumentError(f"consumers must be Consumer objects, got {type(consumer).__name__}")
+            if not isinstance(consumer, Consumer | TransactionalConsumer):
+                raise InvalidArgumentError(
+                    f"consumers must be Consumer or TransactionalConsumer objects, got {type(consumer).__name__}"
+                )
         names = [c.name for c in self.consumers]
         if len(set(names)) != len(names):
             raise InvalidArgumentError(f"consumer names must be unique, got {names}")
@@ -431,7 +757,7 @@ class TopicRuntime:
         self._writers: dict[str, TopicWriter] = {}
         self._retiring: set[asyncio.Task[None]] = set()
         """Closing writers that failed and were replaced; awaited by ``close``."""
-        self._tasks: dict[Consumer, asyncio.Task[None]] = {}
+        self._tasks: dict[SupervisedConsumer, asyncio.Task[None]] = {}
         self._unproven: set[str] = set()
         """Names whose current writer is a replacement not yet judged (see ``writer``)."""
         self._failed_replacements: dict[str, int] = {}

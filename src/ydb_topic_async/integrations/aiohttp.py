@@ -26,9 +26,20 @@ except ImportError as exc:
     raise
 
 from .. import Driver, TopicWriter
-from ._supervisor import Consumer, Handler, TopicRuntime, WriterSpec
+from ._supervisor import Consumer, Handler, TopicRuntime, TransactionalConsumer, TxHandler, WriterSpec
 
-__all__ = ["DRIVER", "RUNTIME", "WRITERS", "Consumer", "Handler", "TopicRuntime", "WriterSpec", "topic_context"]
+__all__ = [
+    "DRIVER",
+    "RUNTIME",
+    "WRITERS",
+    "Consumer",
+    "Handler",
+    "TopicRuntime",
+    "TransactionalConsumer",
+    "TxHandler",
+    "WriterSpec",
+    "topic_context",
+]
 
 RUNTIME = web.AppKey("ydb_topic_async.runtime", TopicRuntime)
 """The running ``TopicRuntime``."""

@@ -28,7 +28,7 @@ except ImportError as exc:
     raise
 
 from .. import Driver, TopicWriter
-from ._supervisor import Consumer, Handler, TopicRuntime, WriterSpec
+from ._supervisor import Consumer, Handler, TopicRuntime, TransactionalConsumer, TxHandler, WriterSpec
 
 __all__ = [
     "Consumer",
@@ -36,6 +36,8 @@ __all__ = [
     "TopicDriver",
     "TopicRuntime",
     "TopicRuntimeDep",
+    "TransactionalConsumer",
+    "TxHandler",
     "WriterSpec",
     "get_driver",
     "get_runtime",

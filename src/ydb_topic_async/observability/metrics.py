@@ -95,6 +95,14 @@ class MetricsRecorder(Protocol):
         retriable ``error`` and is about to be tried again."""
         ...
 
+    def transaction_attempt(self, outcome: str, settled: bool) -> None:
+        """One attempt of ``driver.query.retry_tx`` (or of a transactional consumer's batch)
+        ended: ``outcome`` is ``"committed"``, ``"retried"`` (nothing was committed; it runs
+        again) or ``"failed"`` (raised, or left to the consumer's restart). ``settled`` is True
+        when the commit's answer was lost and the consumer offsets the transaction carried
+        settled it (committed or not)."""
+        ...
+
 
 class NoopMetrics:
     """A recorder that records nothing: the default, and a base class for partial recorders.
@@ -135,6 +143,9 @@ class NoopMetrics:
         pass
 
     def retry(self, operation: str, error: BaseException) -> None:
+        pass
+
+    def transaction_attempt(self, outcome: str, settled: bool) -> None:
         pass
 
 

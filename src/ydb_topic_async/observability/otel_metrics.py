@@ -47,6 +47,7 @@ READER_BUFFER_SIZE = "messaging.ydb.reader.buffer.size"
 CONSUMER_LAG = "messaging.ydb.consumer.lag"
 RECONNECTS = "messaging.ydb.client.reconnects"
 RETRIES = "messaging.ydb.client.retries"
+TRANSACTION_ATTEMPTS = "messaging.ydb.transaction.attempts"
 
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
 """The bucket boundaries the conventions advise for ``messaging.client.operation.duration``."""
@@ -127,6 +128,12 @@ class OpenTelemetryMetrics(NoopMetrics):
         self._retries = meter.create_counter(
             RETRIES, unit="{retry}", description="Unary calls retried after a retriable error."
         )
+        self._transaction_attempts = meter.create_counter(
+            TRANSACTION_ATTEMPTS, unit="{attempt}",
+            description="Attempts of retry_tx and of transactional consumers' batches, by outcome"
+            " (committed, retried, failed) and whether a lost commit was settled from the consumer offsets.",
+        )
+        self._transaction_attributes: dict[tuple[str, bool], Attributes] = {}
         self._sent_attributes: dict[tuple[str, int], tuple[Attributes, Attributes, Attributes]] = {}
         self._consumed_attributes: dict[tuple[str, int], Attributes] = {}
         self._write_duration_attributes: dict[str, Attributes] = {}
@@ -215,6 +222,16 @@ class OpenTelemetryMetrics(NoopMetrics):
 
     def retry(self, operation: str, error: BaseException) -> None:
         self._retries.add(1, self._error("call", operation, error))
+
+    def transaction_attempt(self, outcome: str, settled: bool) -> None:
+        attributes = self._transaction_attributes.get((outcome, settled))
+        if attributes is None:
+            attributes = self._transaction_attributes[(outcome, settled)] = {
+                _SYSTEM: MESSAGING_SYSTEM,
+                "messaging.ydb.transaction.outcome": outcome,
+                "messaging.ydb.transaction.settled": settled,
+            }
+        self._transaction_attempts.add(1, attributes)
 
     def _error(self, kind: str, label: str, error: BaseException) -> Attributes:
         """The attributes of a reconnect or retry: what broke (the writer's topic, the reader's

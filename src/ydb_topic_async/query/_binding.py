@@ -24,6 +24,7 @@ from .._errors import InvalidArgumentError, NotFoundError, TransactionEndedError
 from .._proto import ydb_query_pb2 as qpb
 from .._proto import ydb_topic_pb2 as tpb
 from . import _rpc
+from ._outcome import OffsetsProbe
 from .transaction import Transaction
 
 if TYPE_CHECKING:
@@ -51,6 +52,10 @@ class TxBinding:
         """The identity if the transaction began (no checks; for hooks)."""
         raise NotImplementedError
 
+    def node_id(self) -> int | None:
+        """The node the transaction's session lives on, where calls naming it belong (None: unknown)."""
+        return None
+
     def check_accepting(self) -> None:
         """Raise ``TransactionEndedError`` unless work may still join the transaction."""
         raise NotImplementedError
@@ -71,6 +76,10 @@ class TxBinding:
         """Make sure the transaction can never commit any more."""
         raise NotImplementedError
 
+    def on_commit_lost(self, probe: OffsetsProbe) -> None:
+        """Offer ``probe`` (the consumer offsets the transaction commits) to settle a commit
+        whose answer is lost; a transaction that cannot settle ignores it."""
+
     async def abort(self, transport: Transport, error: BaseException) -> None:
         """``fail``, and make sure the server drops what the transaction holds."""
         self.fail(error)
@@ -89,6 +98,10 @@ class _OwnBinding(TxBinding):
             return None
         return tpb.TransactionIdentity(id=self.tx.tx_id, session=self.tx.session_id)
 
+    def node_id(self) -> int | None:
+        session = self.tx._session
+        return None if session is None else session.node_id
+
     def check_accepting(self) -> None:
         self.tx._check_accepting()
 
@@ -97,6 +110,12 @@ class _OwnBinding(TxBinding):
             await fn()
 
         self.tx.before_commit(hook)
+        owner = getattr(fn, "__self__", None)  # a writer's bound hook: say which writer joined
+        if owner is not None:
+            self.tx._joined(owner)
+
+    def on_commit_lost(self, probe: OffsetsProbe) -> None:
+        self.tx._on_commit_lost(probe)
 
     def on_after_commit(self, fn: AfterFn) -> None:
         async def hook(tx: Transaction, error: BaseException | None) -> None:
@@ -159,6 +178,10 @@ class _OfficialBinding(TxBinding):
         identity = self.current_identity()
         assert identity is not None
         return identity
+
+    def node_id(self) -> int | None:
+        node_id = getattr(getattr(self.tx, "session", None), "node_id", None)
+        return node_id if isinstance(node_id, int) and not isinstance(node_id, bool) else None
 
     def current_identity(self) -> tpb.TransactionIdentity | None:
         tx_id, session_id = self.tx.tx_id, self.tx.session_id

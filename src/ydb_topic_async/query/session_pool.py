@@ -77,7 +77,7 @@ class QuerySession:
         return session
 
     async def _attach(self, timeout: float) -> None:
-        stream = await _rpc.open_attach_stream(self._transport, self.id)
+        stream = await _rpc.open_attach_stream(self._transport, self.id, self.node_id)
         self._stream = stream
         try:
             first = await wait_within(stream.read(), timeout)
@@ -155,6 +155,7 @@ class QuerySession:
                         qpb.DeleteSessionRequest(session_id=self.id),
                         qpb.DeleteSessionResponse,
                         timeout=_DELETE_TIMEOUT if timeout is None else min(_DELETE_TIMEOUT, timeout),
+                        node_id=self.node_id,
                     )
         finally:
             self._die(ClosedError(f"session {self.id} was closed"))

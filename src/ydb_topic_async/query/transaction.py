@@ -8,6 +8,12 @@ aborts: the transaction is rolled back on the server and ``commit`` raises that 
 before-rollback hooks, ``RollbackTransaction`` and the after-rollback hooks. Every transaction
 that began ends with either the after-commit or the after-rollback hooks, which is what
 transactional writers and readers rely on to stop (and, for readers, to re-read).
+
+A commit whose answer is lost after the request left is settled before the hooks run, from the
+consumer offsets the transaction carried (``_outcome``): committed (``commit`` returns), not
+committed (``commit`` raises the lost error, and the transaction may be repeated), or, when
+nothing can tell, ``CommitOutcomeUnknownError``. A commit that failed before any byte of it left
+(``ConnectFailedError``, no token) was not applied.
 """
 
 from __future__ import annotations
@@ -25,6 +31,9 @@ import anyio
 from .._errors import (
     AbortedError,
     BadSessionError,
+    CommitOutcomeUnknownError,
+    ConnectFailedError,
+    CredentialsError,
     InvalidArgumentError,
     NotFoundError,
     OperationTimeoutError,
@@ -41,6 +50,7 @@ from .._futures import deadline, run_within
 from .._proto import ydb_query_pb2 as qpb
 from .._proto import ydb_topic_pb2 as tpb
 from . import _rpc
+from ._outcome import OffsetsObservation, OffsetsProbe, Verdict, describe, judge
 
 if TYPE_CHECKING:
     from .._transport import Transport
@@ -56,6 +66,8 @@ H = TypeVar("H", BeforeHook, AfterHook)
 
 _CLEANUP_TIMEOUT = 5.0
 """Bounds the rollback and session hand-back done after a failure or a cancellation."""
+SETTLE_TIMEOUT = 15.0
+"""Bounds asking the server for the consumer offsets that settle a commit whose answer was lost."""
 
 
 class TransactionState(enum.Enum):
@@ -101,6 +113,11 @@ class Transaction:
         self._doomed: BaseException | None = None
         self._released = False
         self._outcome_unknown = False
+        self._probes: list[OffsetsProbe] = []
+        """How to read the consumer offsets this transaction commits (one per reader that read in it)."""
+        self._participants: list[str] = []
+        """What joined the transaction (its writers and readers), to say what a lost commit held."""
+        self._settled: Verdict | None = None
 
     # --- identity ----------------------------------------------------------------------------
 
@@ -125,8 +142,15 @@ class Transaction:
 
     @property
     def outcome_unknown(self) -> bool:
-        """True when the commit request was sent but its answer was lost: it may have committed."""
+        """True when the commit request was sent, its answer was lost and nothing could settle
+        it: it may have committed (``commit`` raised ``CommitOutcomeUnknownError``)."""
         return self._outcome_unknown
+
+    @property
+    def commit_settled(self) -> str | None:
+        """``"committed"`` or ``"not committed"`` when the commit's answer was lost and the
+        consumer offsets the transaction carried settled it; None otherwise."""
+        return None if self._settled is None or self._settled is Verdict.UNKNOWN else self._settled.value
 
     @property
     def accepting(self) -> bool:
@@ -169,6 +193,17 @@ class Transaction:
         """Doom the transaction: it can no longer commit, whatever happens next."""
         if self._doomed is None:
             self._doomed = error
+
+    def _on_commit_lost(self, probe: OffsetsProbe) -> None:
+        """Register how to read the consumer offsets this transaction commits (a reader's), to
+        settle a commit whose answer is lost."""
+        self._probes.append(probe)
+
+    def _joined(self, participant: object) -> None:
+        """Note a writer or reader that joined (for what a lost commit held)."""
+        text = repr(participant)
+        if text not in self._participants:
+            self._participants.append(text)
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -219,7 +254,12 @@ class Transaction:
             request = qpb.BeginTransactionRequest(session_id=session.id)
             request.tx_settings.serializable_read_write.SetInParent()
             response = await _rpc.call(
-                self._transport, "BeginTransaction", request, qpb.BeginTransactionResponse, timeout=None
+                self._transport,
+                "BeginTransaction",
+                request,
+                qpb.BeginTransactionResponse,
+                timeout=None,
+                node_id=session.node_id,
             )
         except BaseException as exc:
             with anyio.CancelScope(shield=True):
@@ -255,7 +295,14 @@ class Transaction:
         back and the error is raised. ``timeout`` bounds the hooks and the commit together
         (``OperationTimeoutError``). When the commit was sent but its outcome cannot be known
         (UNDETERMINED, TIMEOUT, CANCELLED, a broken connection), ``outcome_unknown`` is True and
-        the session is dropped.
+        the session is dropped, and the outcome is settled from the consumer offsets the
+        transaction carried (its ``receive_batch_with_tx`` reads): when they moved to the
+        transaction's end it committed, and ``commit`` returns (``commit_settled`` is
+        ``"committed"``); when they did not move it did not, and the lost error is raised
+        (``commit_settled`` is ``"not committed"``). When nothing can tell (no topic reads, or
+        the offsets moved otherwise), ``CommitOutcomeUnknownError`` is raised and
+        ``outcome_unknown`` is True. The settling takes at most ``SETTLE_TIMEOUT`` seconds
+        more.
         """
         if self._state is TransactionState.COMMITTED:
             return
@@ -287,25 +334,40 @@ class Transaction:
                         qpb.CommitTransactionRequest(session_id=self._session.id, tx_id=self._tx_id),
                         qpb.CommitTransactionResponse,
                         timeout=None,
+                        node_id=self._session.node_id,
                     )
             except BaseException as exc:
                 error = exc
+                if isinstance(exc, ConnectFailedError | CredentialsError):
+                    sent = False  # failed before any byte of the request left
         if scope.expired():
             error = _timed_out("commit", timeout, error)
         if not started:
             if error is not None:
                 raise error  # waiting for the begin failed: nothing was touched
             return
+        if error is not None and sent and _outcome_uncertain(error):
+            # The commit may have been applied, or may still be running on the session: never
+            # reuse it. Unless the caller is going away (cancelled), ask the server what the
+            # consumer offsets say.
+            self._invalidate_session(error)
+            if isinstance(error, Exception):
+                try:
+                    error = await self._settle(error)
+                except BaseException as exc:  # cancelled while asking: unknown, and end as below
+                    error = exc
+            else:
+                self._outcome_unknown = True
+            if error is None:
+                logger.info("the answer to the commit of %r was lost; the consumer offsets show it committed", self)
         with anyio.CancelScope(shield=True):
             if error is None:
                 self._state = TransactionState.COMMITTED
                 await self._release()
             else:
                 self._state = TransactionState.FAILED
-                if sent and _outcome_uncertain(error):
-                    # The commit may have been applied, or may still be running on the session.
-                    self._outcome_unknown = True
-                    self._invalidate_session(error)
+                if self._settled is not None or self._outcome_unknown:
+                    pass  # the session was dropped; its transaction cannot be rolled back now
                 elif sent and isinstance(error, BadSessionError | SessionExpiredError | SessionBusyError):
                     self._invalidate_session(error)
                 elif not (sent and isinstance(error, AbortedError | NotFoundError)):
@@ -316,6 +378,49 @@ class Transaction:
             await self._run_after(self._after_commit, error)
         if error is not None:
             raise error
+
+    async def _settle(self, lost: BaseException) -> BaseException | None:
+        """Settle a commit whose answer was lost with ``lost``: None when the consumer offsets
+        show it committed, ``lost`` when they show it did not, ``CommitOutcomeUnknownError``
+        (caused by ``lost``) when nothing tells."""
+        observations: list[OffsetsObservation] = []
+        problem = ""
+        if not self._probes:
+            problem = "it read no topic messages, whose consumer offsets would tell"
+        else:
+            try:
+                async with deadline(SETTLE_TIMEOUT):
+                    for probe in self._probes:
+                        observations.extend(await probe(SETTLE_TIMEOUT))
+            except asyncio.CancelledError:
+                self._settled = Verdict.UNKNOWN
+                self._outcome_unknown = True
+                raise
+            except Exception as exc:
+                problem = f"the consumer offsets could not be read ({exc!r})"
+        verdict = judge(observations) if not problem else Verdict.UNKNOWN
+        self._settled = verdict
+        if verdict is Verdict.COMMITTED:
+            return None
+        if verdict is Verdict.NOT_COMMITTED:
+            logger.info(
+                "the answer to the commit of %r was lost (%s); the consumer offsets show it did not commit: %s",
+                self, lost, describe(observations),
+            )
+            return lost
+        self._outcome_unknown = True
+        if not problem:
+            problem = f"its consumer offsets moved otherwise: {describe(observations)}"
+        held = ", ".join(self._participants) or "nothing joined it"
+        unknown = CommitOutcomeUnknownError(
+            f"the answer to the commit of transaction {self._tx_id} was lost ({lost}) and nothing tells whether"
+            f" it was applied: {problem}; it held: {held}",
+            tx_id=self._tx_id,
+            session_id=self.session_id,
+            held=held,
+        )
+        unknown.__cause__ = lost
+        return unknown
 
     async def rollback(self, timeout: float | None = None) -> None:
         """Run the before-rollback hooks, roll back, run the after-rollback hooks.
@@ -376,6 +481,7 @@ class Transaction:
                 qpb.RollbackTransactionRequest(session_id=session.id, tx_id=self._tx_id),
                 qpb.RollbackTransactionResponse,
                 timeout=_CLEANUP_TIMEOUT,
+                node_id=session.node_id,
             )
             return
         except NotFoundError:

@@ -1,18 +1,19 @@
 """The topic reader: ``driver.topic.reader(...)``."""
 
+from .bookkeeping import PartitionSessionState
 from .messages import (
     CommitAck,
     MessageBatch,
     MessageColumns,
     PartitionSession,
-    PartitionSessionState,
     PartitionStatus,
     SkippedOffsets,
     StartOffsets,
     TopicMessage,
     TopicSelector,
 )
-from .reader import ReaderOptions, TopicReader, TopicsArg
+from .reader import TopicReader, TopicsArg
+from .settings import ReaderOptions, ReaderSettings
 
 __all__ = [
     "CommitAck",
@@ -22,6 +23,7 @@ __all__ = [
     "PartitionSessionState",
     "PartitionStatus",
     "ReaderOptions",
+    "ReaderSettings",
     "SkippedOffsets",
     "StartOffsets",
     "TopicMessage",

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._proto import ydb_topic_pb2 as pb
+from .bookkeeping import PartitionSessionState
 from .messages import PartitionSession
 
 GAP_ADVICE = (
@@ -64,8 +65,8 @@ class CommitTracker:
     """Ranges recorded but not yet sent, per partition session, and the ack waiters.
 
     The ranges of in-order commits grow in place: each session's last range, while it is not
-    sent yet, is its ``_commit_run``, which the next commit in order extends (``TopicReader.commit``
-    does that itself, on its hot path)."""
+    sent yet, is its bookkeeping's ``commit_run``, which the next commit in order extends
+    (``TopicReader.commit`` does that itself, on its hot path)."""
 
     def __init__(self, wake_sender: asyncio.Event) -> None:
         self._pending: dict[PartitionSession, list[list[int]]] = {}
@@ -75,16 +76,17 @@ class CommitTracker:
 
     def add(self, session: PartitionSession, start: int, end: int, want_ack: bool) -> asyncio.Future[None] | None:
         """Record ``[start, end)`` for ``session``; return an ack future when asked for one."""
+        books = session._bookkeeping
         future: asyncio.Future[None] | None = None
         if want_ack:
             future = asyncio.get_running_loop().create_future()
-        if end <= session.committed_offset:
+        if end <= books.committed_offset:
             if future is not None:
                 future.set_result(None)
             return future
         if future is not None:
-            session._ack_waiters.append((end, future))
-        run = session._commit_run
+            books.ack_waiters.append((end, future))
+        run = books.commit_run
         if run is not None and run[1] == start:
             run[1] = end  # the usual case: commits in order
             return future
@@ -94,9 +96,9 @@ class CommitTracker:
             self._pending[session] = [run]
         else:
             ranges.append(run)
-        session._recorded.append(run)
-        session._commit_run = run
-        session._owner = self
+        books.recorded.append(run)
+        books.commit_run = run
+        books.owner = self
         self._wake_sender.set()
         return future
 
@@ -108,18 +110,19 @@ class CommitTracker:
         request = pb.StreamReadMessage.FromClient()
         offsets = request.commit_offset_request.commit_offsets
         for session, ranges in pending.items():
-            session._commit_run = None  # sent: the next commit starts a new range
-            if session.closed:
+            books = session._bookkeeping
+            books.commit_run = None  # sent: the next commit starts a new range
+            if books.state is PartitionSessionState.CLOSED:
                 continue
             # The server refuses a range below the committed offset or over one sent before
             # (the session ends): after a backward seek, or a message committed twice, send
             # only what is new. (Usually nothing else is recorded: every recorded range is
             # one of these.)
             new = merge_ranges(ranges)
-            if len(session._recorded) != len(ranges) or new[0][0] < session.committed_offset:
+            if len(books.recorded) != len(ranges) or new[0][0] < books.committed_offset:
                 unsent = {id(run) for run in ranges}
-                sent = [(0, session.committed_offset)]
-                sent += [(run[0], run[1]) for run in session._recorded if id(run) not in unsent]
+                sent = [(0, books.committed_offset)]
+                sent += [(run[0], run[1]) for run in books.recorded if id(run) not in unsent]
                 new = subtract_ranges(new, merge_ranges(sent))
                 if not new:
                     continue
@@ -130,18 +133,19 @@ class CommitTracker:
 
     def on_ack(self, session: PartitionSession, committed_offset: int) -> None:
         """The server reports ``committed_offset`` for ``session``."""
-        if committed_offset > session.committed_offset:
-            session.committed_offset = committed_offset
-            session._recorded = [r for r in session._recorded if r[1] > committed_offset]
-            run = session._commit_run
+        books = session._bookkeeping
+        if committed_offset > books.committed_offset:
+            books.committed_offset = committed_offset
+            books.recorded = [r for r in books.recorded if r[1] > committed_offset]
+            run = books.commit_run
             if run is not None and run[1] <= committed_offset:
-                session._commit_run = None  # no longer recorded: the next commit starts anew
+                books.commit_run = None  # no longer recorded: the next commit starts anew
             if self.on_committed is not None:
                 self.on_committed(session)
-        waiters = session._ack_waiters
+        waiters = books.ack_waiters
         if not waiters:
             return
-        committed = session.committed_offset
+        committed = books.committed_offset
         still: list[tuple[int, asyncio.Future[None]]] = []
         for end, future in waiters:
             if end <= committed:
@@ -149,13 +153,14 @@ class CommitTracker:
                     future.set_result(None)
             else:
                 still.append((end, future))
-        session._ack_waiters = still
+        books.ack_waiters = still
 
     def fail_session(self, session: PartitionSession, error: BaseException) -> None:
         """``session`` ended: drop its unsent ranges and fail its waiters."""
+        books = session._bookkeeping
         self._pending.pop(session, None)
-        session._commit_run = None
-        waiters, session._ack_waiters = session._ack_waiters, []
+        books.commit_run = None
+        waiters, books.ack_waiters = books.ack_waiters, []
         for _, future in waiters:
             if not future.done():
                 future.set_exception(error)
@@ -170,8 +175,9 @@ class CommitTracker:
         Commits are contiguous: a range past a gap of uncommitted offsets is acknowledged only
         once the gap is committed too.
         """
-        reach = session.committed_offset
-        for start, end in merge_ranges(session._recorded):
+        books = session._bookkeeping
+        reach = books.committed_offset
+        for start, end in merge_ranges(books.recorded):
             if start > reach:
                 return reach, (reach, start)
             reach = max(reach, end)

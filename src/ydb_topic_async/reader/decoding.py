@@ -24,16 +24,6 @@ from .wire import _ServerBatchInfo
 RAW_CODECS = (0, _codecs.Codec.RAW)
 
 
-def declared_size(info: _ServerBatchInfo, record: Any) -> int:
-    """A payload's size once decoded, as its writer declared it (else its size on the wire: the
-    record serialized, a copy, which writers that declare the size spare)."""
-    size: int = record.uncompressed_size
-    if not size:
-        view = info.view(record)
-        size = record.ByteSize() if view is None else len(view)
-    return size
-
-
 async def decode_payloads(messages: Iterable[tuple[_ServerBatchInfo, Any]]) -> list[bytes | BaseException]:
     """The decoded payloads of the compressed ones among ``messages`` ((server batch, record)
     pairs, in order; raw ones are skipped), each a payload or the error that its decoder raised."""
@@ -51,7 +41,7 @@ async def decode_payloads(messages: Iterable[tuple[_ServerBatchInfo, Any]]) -> l
         records.append(info.view(record) or record)
         # The work is in producing the output: judge by the size the writer declared, as a
         # highly compressible payload is small on the wire.
-        sizes.append(declared_size(info, record))
+        sizes.append(info.decoded_size(record))
     if not records:
         return []
     try:

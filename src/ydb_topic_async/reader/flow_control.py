@@ -36,9 +36,11 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from .bookkeeping import Rereading, SessionBookkeeping
 from .decoding import decode_error
 from .messages import MessageBatch, PartitionSession, TopicMessage
 from .parts import BufferedPart
+from .settings import ReaderSettings
 from .wire import DETACH_SIZE, _DetachedInfo
 
 UNMEASURED_RATIO = 16.0
@@ -78,17 +80,19 @@ class ReadBuffer:
 
     def __init__(
         self,
-        buffer_size: int,
-        release_threshold: int,
+        settings: ReaderSettings,
         on_drained: Callable[[PartitionSession], None],
         wake_sender: asyncio.Event,
-        partition_limit: int = 0,
     ) -> None:
-        self.buffer_size = buffer_size
-        self.partition_limit = partition_limit
+        """``settings``: the reader's (``buffer_size_bytes``, ``credit_release_fraction``,
+        ``partition_max_in_flight_bytes``); ``on_drained(session)`` is told when the last
+        buffered message of ``session`` was handed out or dropped; ``wake_sender`` wakes the
+        stream's sender when credit is ready to grant."""
+        buffer_size = self.buffer_size = settings.buffer_size_bytes
+        self.partition_limit = settings.partition_max_in_flight_bytes or 0
         """``partition_max_in_flight_bytes``: a partition session whose messages handed out and
         not committed reach this many bytes is not taken from until commits free room (0: no limit)."""
-        self.release_threshold = max(1, min(release_threshold, buffer_size))
+        self.release_threshold = max(1, min(int(buffer_size * settings.credit_release_fraction), buffer_size))
         self.buffered_bytes = 0
         """Bytes of messages received and not yet handed to the user (decoded sizes)."""
         self.peak_buffered_bytes = 0
@@ -133,7 +137,7 @@ class ReadBuffer:
         self._sync()
         self._cursor_info = self._cursor_records = self._cursor_session = None
         for entry in self._queue:
-            entry.session._buffered = 0
+            entry.session._bookkeeping.buffered = 0
         self._queue.clear()
         self.nonempty.clear()
         self.buffered_bytes = 0
@@ -189,7 +193,7 @@ class ReadBuffer:
 
     def push(self, part: BufferedPart) -> None:
         """Queue a response's messages for one partition session, charged ``part.bytes_left``."""
-        part.session._buffered += 1
+        part.session._bookkeeping.buffered += 1
         self._queue.append(part)
         self.buffered_bytes += part.bytes_left
         if self.buffered_bytes > self.peak_buffered_bytes:
@@ -209,10 +213,10 @@ class ReadBuffer:
     def drop_session(self, session: PartitionSession) -> int:
         """Discard what is buffered for ``session``; return how many messages were dropped."""
         dropped = self._drop(lambda entry: entry.session is session)
-        session._buffered = 0
+        session._bookkeeping.buffered = 0
         return dropped
 
-    def drop_replay(self, session: PartitionSession, replay: object) -> int:
+    def drop_replay(self, replay: Rereading) -> int:
         """Discard the parts a backward seek of ``session`` read again; return how many messages."""
         return self._drop(lambda entry: entry.replay is replay)
 
@@ -224,8 +228,9 @@ class ReadBuffer:
             if dropping(entry):
                 dropped += entry.left
                 self.release(entry.bytes_left)
-                entry.session._buffered -= 1
-                if not entry.session._buffered:
+                books = entry.session._bookkeeping
+                books.buffered -= 1
+                if not books.buffered:
                     self._on_drained(entry.session)
             else:
                 kept.append(entry)
@@ -245,8 +250,9 @@ class ReadBuffer:
                 entry.skip_to(offset)
                 self.release(before - entry.bytes_left)
                 if not entry.left:
-                    session._buffered -= 1
-                    if not session._buffered:
+                    books = session._bookkeeping
+                    books.buffered -= 1
+                    if not books.buffered:
                         self._on_drained(session)
                     continue
             kept.append(entry)
@@ -258,8 +264,9 @@ class ReadBuffer:
 
     def paused_changed(self, session: PartitionSession) -> None:
         """``session``'s hold or in-flight limit changed: wake receivers if it may be taken from."""
-        session._paused = session._hold or session._over_limit
-        if not session._paused and session._buffered:
+        books = session._bookkeeping
+        books.paused = books.hold or books.over_limit
+        if not books.paused and books.buffered:
             self.nonempty.set()
 
     def settle(self) -> None:
@@ -268,21 +275,22 @@ class ReadBuffer:
 
     def drained(self, session: PartitionSession) -> None:
         """Tell the stream's side that ``session`` may have nothing left to hand out."""
-        if not session._buffered:
+        if not session._bookkeeping.buffered:
             self._on_drained(session)
 
     def release_in_flight(self, session: PartitionSession) -> None:
         """``session``'s committed offset moved: what it covers is no longer in flight."""
-        marks = session._in_flight_marks
+        books = session._bookkeeping
+        marks = books.in_flight_marks
         if not marks:
             return
-        committed = session.committed_offset
-        in_flight = session._in_flight
+        committed = books.committed_offset
+        in_flight = books.in_flight
         while marks and marks[0][0] <= committed:
             in_flight -= marks.popleft()[1]
-        session._in_flight = in_flight
-        if session._over_limit and in_flight < self.partition_limit:
-            session._over_limit = False
+        books.in_flight = in_flight
+        if books.over_limit and in_flight < self.partition_limit:
+            books.over_limit = False
             self.paused_changed(session)
 
     # --- the user side -----------------------------------------------------------------
@@ -310,11 +318,11 @@ class ReadBuffer:
         if not queue:
             return None
         part = queue[0]
-        if not part.session._paused:
+        if not part.session._bookkeeping.paused:
             return part
         for index, part in enumerate(queue):
-            session = part.session
-            if not session._paused or (part.replay is not None and not session._over_limit):
+            books = part.session._bookkeeping
+            if not books.paused or (part.replay is not None and not books.over_limit):
                 if index:
                     del queue[index]
                     queue.appendleft(part)
@@ -330,9 +338,10 @@ class ReadBuffer:
     def _parts_of(self, session: PartitionSession) -> list[BufferedPart]:
         """The buffered parts of ``session`` that may be handed out now, in order."""
         parts = []
+        books = session._bookkeeping
         for part in self._queue:
             if part.session is session:
-                if session._paused and (part.replay is None or session._over_limit):
+                if books.paused and (part.replay is None or books.over_limit):
                     break
                 parts.append(part)
         return parts
@@ -465,7 +474,7 @@ class ReadBuffer:
         stop = min(part.run_end, index + max(1, self.release_threshold // (2 * part.share or 1)))
         if self.partition_limit:
             # The cursor hands out at most what fits under the partition's in-flight limit.
-            room = self.partition_limit - part.session._in_flight
+            room = self.partition_limit - part.session._bookkeeping.in_flight
             stop = min(stop, index + max(1, room // (part.share or 1)))
         self._cursor_stop = stop
         self._cursor_start = part.commit_start
@@ -499,24 +508,25 @@ class ReadBuffer:
                 self.nonempty.clear()
         self.release(freed)
         session = part.session
-        end = session._delivered_end = part.commit_start
+        books = session._bookkeeping
+        end = books.delivered_end = part.commit_start
         if self.partition_limit:
-            self._count_in_flight(session, end, freed)
+            self._count_in_flight(books, end, freed)
         if not left:
-            session._buffered -= 1
-            if not session._buffered:
+            books.buffered -= 1
+            if not books.buffered:
                 self._on_drained(session)
         if part.replay is not None:
             part.replay.taken(freed, not left)
 
     def _within_limit(self, part: BufferedPart, count: int) -> int:
         """``count`` cut to what fits under the part's partition in-flight limit (at least one)."""
-        room = self.partition_limit - part.session._in_flight
+        room = self.partition_limit - part.session._bookkeeping.in_flight
         return min(count, max(1, room // (part.share or 1)))
 
-    def _count_in_flight(self, session: PartitionSession, end: int, nbytes: int) -> None:
-        """``nbytes`` of ``session`` up to offset ``end`` were handed out: in flight until committed."""
-        session._in_flight += nbytes
-        session._in_flight_marks.append((end, nbytes))
-        if session._in_flight >= self.partition_limit and not session._over_limit:
-            session._over_limit = session._paused = True
+    def _count_in_flight(self, books: SessionBookkeeping, end: int, nbytes: int) -> None:
+        """``nbytes`` of a session up to offset ``end`` were handed out: in flight until committed."""
+        books.in_flight += nbytes
+        books.in_flight_marks.append((end, nbytes))
+        if books.in_flight >= self.partition_limit and not books.over_limit:
+            books.over_limit = books.paused = True

@@ -9,8 +9,6 @@ instead, so that holding it does not hold the whole response (its payload a seco
 from __future__ import annotations
 
 import datetime as dt
-import enum
-from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
@@ -18,6 +16,8 @@ from operator import attrgetter
 from typing import Any
 
 from .._errors import InvalidArgumentError
+from .bookkeeping import PartitionSessionState as PartitionSessionState  # public here, kept by the bookkeeping
+from .bookkeeping import SessionBookkeeping
 from .wire import (
     DETACH_SIZE,
     EPOCH,
@@ -97,49 +97,19 @@ class PartitionStatus:
     write_time_high_watermark: dt.datetime
 
 
-class PartitionSessionState(enum.Enum):
-    ACTIVE = "active"
-    STOPPING = "stopping"  # graceful stop requested: buffered data is still delivered
-    CLOSED = "closed"
-
-
 class PartitionSession:
     """One partition read within one stream; offsets read in it can be committed only through it.
 
-    ``committed_offset`` is the latest committed offset the server reported. ``ended`` is set
-    when an auto-partitioned topic's partition has no more data (``child_partition_ids`` then
-    name its successors).
+    A reader starts one when the server assigns it a partition, and hands it to
+    ``on_partition_start`` and ``on_partition_stop``; each received message and batch names
+    its own (``partition_session``), which ``seek``, ``partition_status`` and commits take. It
+    shows the reader's view of the partition, read-only: the reader updates it as the server
+    reports. It ends with its stream (a reconnect starts new ones) or when the server takes the
+    partition away.
     """
 
-    # The reader's bookkeeping lives in private slots of the session itself, read and written
-    # directly by the machinery below the facade: a commit on the hot path extends ``_commit_run``
-    # with no lookup (see ``TopicReader.commit``).
-    __slots__ = (
-        "_ack_waiters",
-        "_buffered",
-        "_commit_run",
-        "_delivered_end",
-        "_hold",
-        "_in_flight",
-        "_in_flight_marks",
-        "_next_commit_start",
-        "_over_limit",
-        "_owner",
-        "_paused",
-        "_recorded",
-        "_replay",
-        "_skip_to",
-        "_stop_deadline",
-        "child_partition_ids",
-        "committed_offset",
-        "ended",
-        "id",
-        "partition_end_offset",
-        "partition_id",
-        "partition_start_offset",
-        "state",
-        "topic_path",
-    )
+    # Identity in slots of its own; what changes lives in the reader machinery's bookkeeping.
+    __slots__ = ("_bookkeeping", "_id", "_partition_id", "_partition_start_offset", "_topic_path")
 
     def __init__(
         self,
@@ -150,54 +120,69 @@ class PartitionSession:
         partition_start_offset: int,
         partition_end_offset: int,
     ) -> None:
-        self.id = session_id
-        self.topic_path = topic_path
-        self.partition_id = partition_id
-        self.committed_offset = committed_offset
-        self.partition_start_offset = partition_start_offset
-        self.partition_end_offset = partition_end_offset
-        self.state = PartitionSessionState.ACTIVE
-        self.ended = False
-        self.child_partition_ids: tuple[int, ...] = ()
-        self._next_commit_start = committed_offset
-        """Commit range start of the next message received: ranges cover gaps between offsets."""
-        self._buffered = 0
-        """Responses (their parts for this session) received in this session and not yet handed
-        out to the user in full."""
-        self._delivered_end = committed_offset
-        """End (offset + 1) of the last message handed to the user."""
-        self._recorded: list[list[int]] = []
-        """Commit ranges ``[start, end]`` requested and not yet below the committed offset."""
-        self._commit_run: list[int] | None = None
-        """The last of ``_recorded`` while it is not sent yet: an in-order commit extends it."""
-        self._owner: object = None
-        """The commit tracker of the reader that received the session."""
-        self._ack_waiters: list[tuple[int, Any]] = []
-        self._stop_deadline: float | None = None
-        self._skip_to = 0
-        """Messages the stream delivers below this offset are dropped as they arrive (a forward
-        seek past what was received; 0: none)."""
-        self._replay: Any = None
-        """The backward seek being served (a ``replay.Replay``), None when there is none."""
-        self._hold = False
-        """The stream's own messages of this session wait until the replay was handed out."""
-        self._over_limit = False
-        """Handed out and not committed reached ``partition_max_in_flight_bytes``."""
-        self._paused = False
-        """``_hold or _over_limit``: some of its buffered messages may not be handed out now."""
-        self._in_flight = 0
-        """Bytes handed out and not yet committed (counted only under ``partition_max_in_flight_bytes``)."""
-        self._in_flight_marks: deque[tuple[int, int]] = deque()
-        """(commit end, bytes) of each take counted in ``_in_flight``, in the order taken."""
+        """A session as the server started it: a reader makes one for each partition it is
+        assigned (build one yourself only to test your partition callbacks)."""
+        self._id = session_id
+        self._topic_path = topic_path
+        self._partition_id = partition_id
+        self._partition_start_offset = partition_start_offset
+        self._bookkeeping = SessionBookkeeping(committed_offset, partition_end_offset)
+
+    @property
+    def id(self) -> int:
+        """The server's id of the partition session (unique within its read stream)."""
+        return self._id
+
+    @property
+    def topic_path(self) -> str:
+        """The topic's full path."""
+        return self._topic_path
+
+    @property
+    def partition_id(self) -> int:
+        """The partition read."""
+        return self._partition_id
+
+    @property
+    def committed_offset(self) -> int:
+        """The latest committed offset the server reported (every offset below it is committed)."""
+        return self._bookkeeping.committed_offset
+
+    @property
+    def partition_start_offset(self) -> int:
+        """The partition's first stored offset when the session started."""
+        return self._partition_start_offset
+
+    @property
+    def partition_end_offset(self) -> int:
+        """The partition's end offset (one past its last message) as last reported: when the
+        session started, or by a later ``TopicReader.partition_status``."""
+        return self._bookkeeping.partition_end_offset
+
+    @property
+    def state(self) -> PartitionSessionState:
+        """``ACTIVE``, ``STOPPING`` (the server asked for a graceful stop) or ``CLOSED``."""
+        return self._bookkeeping.state
 
     @property
     def closed(self) -> bool:
         """True once the session ended: its offsets can no longer be committed."""
-        return self.state is PartitionSessionState.CLOSED
+        return self._bookkeeping.state is PartitionSessionState.CLOSED
+
+    @property
+    def ended(self) -> bool:
+        """True once an auto-partitioned topic's partition has no more data (it was split or
+        merged): ``child_partition_ids`` then name its successors."""
+        return self._bookkeeping.ended
+
+    @property
+    def child_partition_ids(self) -> tuple[int, ...]:
+        """The partitions that continue this one once it ``ended`` (empty before)."""
+        return self._bookkeeping.child_partition_ids
 
     def __repr__(self) -> str:
         return (
-            f"PartitionSession(id={self.id}, topic={self.topic_path!r}, partition={self.partition_id}, "
+            f"PartitionSession(id={self._id}, topic={self._topic_path!r}, partition={self._partition_id}, "
             f"state={self.state.value}, committed={self.committed_offset})"
         )
 

@@ -14,29 +14,29 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .._errors import PartitionSessionClosedError
 from .._proto import ydb_topic_pb2 as pb
 from ..observability.logging import sdk_logger
+from .bookkeeping import PartitionSessionState
 from .commits import CommitTracker
 from .flow_control import ReadBuffer
-from .messages import PartitionSession, PartitionSessionState, PartitionStatus, StartOffsets, TopicSelector
+from .messages import PartitionSession, PartitionStatus, StartOffsets, TopicSelector
+from .settings import ReaderSettings
 from .wire import timestamp_to_datetime
 
 logger = sdk_logger("reader")
 
-StartResult = int | StartOffsets | None
-OnPartitionStart = Callable[[PartitionSession], StartResult | Awaitable[StartResult]]
-OnPartitionStop = Callable[[PartitionSession], Awaitable[None] | None]
 _Key = tuple[str, int]
 
 
 def waits_for_drain_or_commits(session: PartitionSession) -> bool:
     """Whether the stream's sender must look at ``session`` again once its buffered messages were
     taken or its commits acknowledged: a graceful stop to confirm, or an ended parent to release."""
-    return session.state is PartitionSessionState.STOPPING or session.ended
+    books = session._bookkeeping
+    return books.state is PartitionSessionState.STOPPING or books.ended
 
 
 async def _call_user(fn: Callable[[PartitionSession], Any], session: PartitionSession) -> Any:
@@ -49,18 +49,16 @@ async def _call_user(fn: Callable[[PartitionSession], Any], session: PartitionSe
 class PartitionSessions:
     """The partition sessions of the current stream and what each waits for.
 
-    ``send(message)`` queues a message for the stream's sender (the only writer to the stream);
-    ``wake`` wakes that sender.
+    ``settings``: the reader's (its consumer, partition callbacks and ``graceful_stop_timeout``);
+    ``selectors``: what it reads (their ``start_offsets``). ``send(message)`` queues a message
+    for the stream's sender (the only writer to the stream); ``wake`` wakes that sender.
     """
 
     def __init__(
         self,
+        settings: ReaderSettings,
+        selectors: Sequence[TopicSelector],
         *,
-        consumer: str | None,
-        selectors: tuple[TopicSelector, ...] | list[TopicSelector],
-        on_partition_start: OnPartitionStart | None,
-        on_partition_stop: OnPartitionStop | None,
-        graceful_stop_timeout: float,
         buffer: ReadBuffer,
         commits: CommitTracker,
         send: Callable[[Any], None],
@@ -68,12 +66,12 @@ class PartitionSessions:
         log_fields: Callable[[], Mapping[str, Any]],
         on_closed: Callable[[PartitionSession], None] | None = None,
     ) -> None:
-        self._consumer = consumer
+        self._consumer = settings.consumer
         self._on_closed = on_closed
         """Told of every session that closes, whatever ended it (for the metrics)."""
-        self._on_partition_start = on_partition_start
-        self._on_partition_stop = on_partition_stop
-        self._graceful_stop_timeout = graceful_stop_timeout
+        self._on_partition_start = settings.on_partition_start
+        self._on_partition_stop = settings.on_partition_stop
+        self._graceful_stop_timeout = settings.graceful_stop_timeout
         self._buffer = buffer
         self._commits = commits
         self._send = send
@@ -138,18 +136,19 @@ class PartitionSessions:
         response.partition_session_id = session.id
         if read_offset is not None:
             response.read_offset = read_offset
+        books = session._bookkeeping
         if commit_offset is not None:
             response.commit_offset = commit_offset
-            if commit_offset > session.committed_offset:
-                session.committed_offset = commit_offset
+            if commit_offset > books.committed_offset:
+                books.committed_offset = commit_offset
         # Commit ranges start at the committed offset (so offsets skipped by a later read offset
         # are committed too), or at the read offset when reading without a consumer or
         # re-reading below the committed offset (those commits are no-ops).
-        start = session.committed_offset
+        start = books.committed_offset
         if read_offset is not None and (self._consumer is None or read_offset < start):
             start = read_offset
-        session._next_commit_start = start
-        session._delivered_end = start
+        books.next_commit_start = start
+        books.delivered_end = start
         self._send(answer)
 
     async def on_stop(self, request: Any) -> None:
@@ -164,8 +163,9 @@ class PartitionSessions:
                 self.confirm_stop(session)
                 await self.notify_stop(session)
             elif session.state is PartitionSessionState.ACTIVE:
-                session.state = PartitionSessionState.STOPPING
-                session._stop_deadline = time.monotonic() + self._graceful_stop_timeout
+                books = session._bookkeeping
+                books.state = PartitionSessionState.STOPPING
+                books.stop_deadline = time.monotonic() + self._graceful_stop_timeout
                 self._stopping.add(session)
                 self._wake.set()
             return
@@ -182,9 +182,10 @@ class PartitionSessions:
         session = self.sessions.get(message.partition_session_id)
         if session is None:
             return
-        session.ended = True
-        session.child_partition_ids = tuple(message.child_partition_ids)
-        for child in session.child_partition_ids:
+        books = session._bookkeeping
+        books.ended = True
+        books.child_partition_ids = tuple(message.child_partition_ids)
+        for child in books.child_partition_ids:
             self._gates.setdefault((session.topic_path, child), set()).add(session)
         self._ended.add(session)
         self._wake.set()
@@ -200,7 +201,7 @@ class PartitionSessions:
         """Seconds until the earliest graceful stop must be confirmed anyway (None: none waits)."""
         if not self._stopping:
             return None
-        deadline = min(s._stop_deadline or 0.0 for s in self._stopping)
+        deadline = min(s._bookkeeping.stop_deadline or 0.0 for s in self._stopping)
         return max(0.0, deadline - time.monotonic())
 
     def due(self) -> tuple[list[PartitionSession], list[PartitionSession]]:
@@ -221,18 +222,20 @@ class PartitionSessions:
             await self._confirm_start(session)
 
     def _stop_ready(self, session: PartitionSession) -> bool:
-        if session._buffered or session._replay is not None:
+        books = session._bookkeeping
+        if books.buffered or books.replay is not None:
             return False
-        if self._consumer is None or session.committed_offset >= session._delivered_end:
+        if self._consumer is None or books.committed_offset >= books.delivered_end:
             return True
-        return session._stop_deadline is not None and time.monotonic() >= session._stop_deadline
+        return books.stop_deadline is not None and time.monotonic() >= books.stop_deadline
 
     def _parent_finished(self, session: PartitionSession) -> bool:
-        if session.closed:
+        books = session._bookkeeping
+        if books.state is PartitionSessionState.CLOSED:
             return True
-        if session._buffered or session._replay is not None:
+        if books.buffered or books.replay is not None:
             return False
-        return self._consumer is None or session.committed_offset >= session._next_commit_start
+        return self._consumer is None or books.committed_offset >= books.next_commit_start
 
     def _release_children(self, parent: PartitionSession) -> list[PartitionSession]:
         """``parent`` no longer holds back its children; return the deferred starts now free."""
@@ -263,13 +266,14 @@ class PartitionSessions:
             self._deferred.remove(session)
 
     def _close_session(self, session: PartitionSession, error: BaseException) -> None:
-        if session.closed:
+        books = session._bookkeeping
+        if books.state is PartitionSessionState.CLOSED:
             return
-        session.state = PartitionSessionState.CLOSED
-        if session._replay is not None:
-            session._replay.cancel()  # a backward seek's reading ends with the session
-        if self._consumer is None and session._delivered_end > 0:
-            self._resume[(session.topic_path, session.partition_id)] = session._delivered_end
+        books.state = PartitionSessionState.CLOSED
+        if books.replay is not None:
+            books.replay.cancel()  # a backward seek's reading ends with the session
+        if self._consumer is None and books.delivered_end > 0:
+            self._resume[(session.topic_path, session.partition_id)] = books.delivered_end
         self.sessions.pop(session.id, None)
         self._commits.fail_session(session, error)
         for future in self._status_waiters.pop(session.id, []):
@@ -310,8 +314,9 @@ class PartitionSessions:
         waiters = self._status_waiters.pop(response.partition_session_id, [])
         session = self.sessions.get(response.partition_session_id)
         if session is not None:
-            session.partition_end_offset = max(session.partition_end_offset, response.partition_offsets.end)
-            if response.committed_offset > session.committed_offset:
+            books = session._bookkeeping
+            books.partition_end_offset = max(books.partition_end_offset, response.partition_offsets.end)
+            if response.committed_offset > books.committed_offset:
                 self._commits.on_ack(session, response.committed_offset)
         status = PartitionStatus(
             partition_start_offset=response.partition_offsets.start,

@@ -18,7 +18,8 @@ from itertools import islice
 from typing import Any
 
 from .. import _codecs
-from .decoding import RAW_CODECS, declared_size, decode_payloads
+from .bookkeeping import Rereading
+from .decoding import RAW_CODECS, decode_payloads
 from .messages import MessageBatch, PartitionSession, Run, TopicMessage
 from .parsing import ExternalPayloads, external_of
 from .wire import DETACH_SIZE, _DetachedInfo, _ServerBatchInfo, records_between
@@ -99,7 +100,7 @@ class BufferedPart:
         if compressed:
             for info in batches:
                 if info.decoder is not None and info.codec not in RAW_CODECS:
-                    nbytes += sum(record.uncompressed_size for record in info.records)
+                    nbytes += info.declared_bytes()
         self.session = session
         self.batches = batches
         """The server batches that hold messages, in offset order."""
@@ -124,9 +125,8 @@ class BufferedPart:
         """How many of the next messages have their payload at hand (compressed parts only)."""
         self.decoded: deque[bytes | BaseException] = deque()
         """The decoded payloads (or decoding errors) of the compressed messages among those."""
-        self.replay: Any = None
-        """The backward seek (a ``replay.Replay``) that read this part again, None for a part
-        of the reader's own stream."""
+        self.replay: Rereading | None = None
+        """The backward seek that read this part again, None for a part of the reader's own stream."""
 
     @property
     def bytes_left(self) -> int:
@@ -148,7 +148,7 @@ class BufferedPart:
 
     def payload_bytes(self) -> int:
         """The decoded payload bytes of the messages not taken, as their writers declared them."""
-        return sum(record.uncompressed_size or info.payload_size(record) for info, record in self.upcoming(0))
+        return sum(info.decoded_size(record) for info, record in self.upcoming(0))
 
     def planned_count(self, max_messages: int | None, max_bytes: int | None) -> int:
         """How many of the next messages a take within these limits hands out, judged by the
@@ -165,7 +165,7 @@ class BufferedPart:
         planned = 0
         total = 0
         for info, record in self.upcoming(0):
-            total += declared_size(info, record)
+            total += info.decoded_size(record)
             if planned and (total > limit_bytes or planned >= limit_count):
                 break
             planned += 1
@@ -333,7 +333,7 @@ class BufferedPart:
             head = self.decoded[0]
             if not isinstance(head, BaseException):
                 return len(head)
-        return declared_size(info, info.records[self.message_index])
+        return info.decoded_size(info.records[self.message_index])
 
     def _large(self) -> bool:
         """Whether some payloads may be large enough to detach (judged by the average charge)."""

@@ -10,11 +10,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
-import uuid
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any
 
-from .. import _codecs
 from .._closing import ClosesOnExit
 from .._errors import (
     CommitNotAllowedError,
@@ -24,48 +22,29 @@ from .._errors import (
     ReaderClosedError,
 )
 from .._futures import deadline, suppress_future_errors, wait_within
-from .._retry import RetryPolicy
 from .._stream import ConnectionState, ConnectionStatus
-from .._validate import check_optional_int, check_seconds, check_timeout
+from .._validate import check_seconds, check_timeout
 from ..observability.logging import sdk_logger
+from .bookkeeping import PartitionSessionState
 from .commits import GAP_ADVICE, CommitTracker
 from .messages import (
     MessageBatch,
     PartitionSession,
-    PartitionSessionState,
     PartitionStatus,
     SkippedOffsets,
     TopicMessage,
     TopicSelector,
 )
-from .session import OnCommit, OnPartitionStart, OnPartitionStop, ReaderConnection, ReaderSettings
+from .session import ReaderConnection
+from .settings import ReaderSettings
 from .tx import TxReads
 
 if TYPE_CHECKING:
     from .._context import ClientContext
 
 
-class ReaderOptions(TypedDict, total=False):
-    """The keyword arguments of ``driver.topic.reader`` after ``consumer``."""
-
-    buffer_size_bytes: int
-    decoders: _codecs.CodecFunctions | None
-    on_partition_start: OnPartitionStart | None
-    on_partition_stop: OnPartitionStop | None
-    reader_name: str | None
-    retry: RetryPolicy | None
-    auto_partitioning_support: bool
-    graceful_stop_timeout: float
-    credit_release_fraction: float
-    token_refresh_interval: float
-    init_timeout: float
-    partition_max_in_flight_bytes: int | None
-    on_commit: OnCommit | None
-
-
 logger = sdk_logger("reader")
 
-DEFAULT_BUFFER_SIZE = 50 * 1024 * 1024
 GAP_WARNING_DELAY = 2.0
 """Seconds a ``commit_with_ack`` may wait behind uncommitted earlier offsets before it warns."""
 TopicsArg = str | TopicSelector | Sequence[str | TopicSelector]
@@ -109,62 +88,27 @@ class TopicReader(ConnectionStatus, ClosesOnExit):
     offset and codec); the next receive goes on after it.
     """
 
-    def __init__(
-        self,
-        context: ClientContext,
-        topics: TopicsArg,
-        *,
-        consumer: str | None,
-        buffer_size_bytes: int = DEFAULT_BUFFER_SIZE,
-        decoders: _codecs.CodecFunctions | None = None,
-        on_partition_start: OnPartitionStart | None = None,
-        on_partition_stop: OnPartitionStop | None = None,
-        reader_name: str | None = None,
-        retry: RetryPolicy | None = None,
-        auto_partitioning_support: bool = True,
-        graceful_stop_timeout: float = 10.0,
-        credit_release_fraction: float = 0.25,
-        token_refresh_interval: float = 5.0,
-        init_timeout: float = 30.0,
-        partition_max_in_flight_bytes: int | None = None,
-        on_commit: OnCommit | None = None,
-    ) -> None:
-        if consumer is not None and (not isinstance(consumer, str) or not consumer):
-            raise InvalidArgumentError(f"consumer must be a non-empty string or None, got {consumer!r}")
-        if not isinstance(buffer_size_bytes, int) or isinstance(buffer_size_bytes, bool) or buffer_size_bytes < 1024:
-            raise InvalidArgumentError(f"buffer_size_bytes must be an int of at least 1024, got {buffer_size_bytes!r}")
-        if (
-            isinstance(credit_release_fraction, bool)
-            or not isinstance(credit_release_fraction, (int, float))
-            or not 0 < credit_release_fraction <= 1
-        ):
-            raise InvalidArgumentError("credit_release_fraction must be in (0, 1]")
-        graceful_stop_timeout = check_seconds(graceful_stop_timeout, "graceful_stop_timeout")
-        token_refresh_interval = check_seconds(token_refresh_interval, "token_refresh_interval")
-        init_timeout = check_seconds(init_timeout, "init_timeout", positive=True)
-        if retry is not None and not isinstance(retry, RetryPolicy):
-            raise InvalidArgumentError(f"retry must be a RetryPolicy or None, got {retry!r}")
-        if reader_name is not None and not isinstance(reader_name, str):
-            raise InvalidArgumentError(f"reader_name must be a string or None, got {reader_name!r}")
-        in_flight_limit = check_optional_int(partition_max_in_flight_bytes, "partition_max_in_flight_bytes") or 0
-        for name, fn in (
-            ("on_partition_start", on_partition_start),
-            ("on_partition_stop", on_partition_stop),
-            ("on_commit", on_commit),
-        ):
-            if fn is not None and not callable(fn):
-                raise InvalidArgumentError(f"{name} must be callable")
+    def __init__(self, context: ClientContext, topics: TopicsArg, settings: ReaderSettings) -> None:
+        """A reader of ``topics`` (not opened yet: the first receive or ``open`` starts it).
+
+        Users get one from ``driver.topic.reader(topics, consumer=..., **options)``, which makes
+        ``settings`` from its options.
+
+        Parameters:
+            context: What the reader is built from: the transport, the database that relative
+                paths are in, the default reconnect policy, metrics and tracing.
+            topics: A topic path, a ``TopicSelector`` or a list of them.
+            settings: The reader's checked options (``ReaderSettings``).
+
+        Raises:
+            InvalidArgumentError: ``topics`` is empty or not paths and selectors, or, without a
+                consumer, a selector names no partitions.
+        """
         selectors = [self._selector(context, t) for t in self._as_list(topics)]
         if not selectors:
             raise InvalidArgumentError("give at least one topic to read")
+        consumer = settings.consumer
         if consumer is None:
-            if in_flight_limit:
-                # Without a consumer nothing is committed: the limit would never free again and
-                # the reader would stop for good after the first ``partition_max_in_flight_bytes``.
-                raise InvalidArgumentError(
-                    "partition_max_in_flight_bytes needs a consumer: a reader without one commits"
-                    " nothing, so the bytes it counts would never be freed"
-                )
             for selector in selectors:
                 if not selector.partition_ids:
                     raise InvalidArgumentError(
@@ -174,27 +118,7 @@ class TopicReader(ConnectionStatus, ClosesOnExit):
         self._context = context
         self.consumer = consumer
         self.selectors: tuple[TopicSelector, ...] = tuple(selectors)
-        self._conn = ReaderConnection(
-            context.transport,
-            ReaderSettings(
-                selectors=selectors,
-                consumer=consumer,
-                decoders=_codecs.merge_codecs(_codecs.BUILTIN_DECODERS, decoders),
-                on_partition_start=on_partition_start,
-                on_partition_stop=on_partition_stop,
-                retry=retry or context.stream_retry,
-                reader_name=reader_name or f"ydb-topic-async-{uuid.uuid4().hex[:8]}",
-                auto_partitioning_support=auto_partitioning_support,
-                graceful_stop_timeout=graceful_stop_timeout,
-                token_refresh_interval=token_refresh_interval,
-                init_timeout=init_timeout,
-                partition_max_in_flight_bytes=in_flight_limit,
-                on_commit=on_commit,
-            ),
-            buffer_size_bytes,
-            int(buffer_size_bytes * credit_release_fraction),
-            context.metrics,
-        )
+        self._conn = ReaderConnection(context, selectors, settings)
         self._buffer = self._conn.buffer
         self._commits = self._conn.commits
         self._keeper = self._conn.keeper
@@ -496,8 +420,9 @@ class TopicReader(ConnectionStatus, ClosesOnExit):
         if type(item) is TopicMessage and not self._closed and self._failure is None:
             # The hot path: the message right after the last one committed in its session, whose
             # range is not sent yet (see ``CommitTracker``), extends that range in place.
-            run = item.partition_session._commit_run
-            if run is not None and run[1] == item._commit_start and item.partition_session._owner is self._commits:
+            books = item.partition_session._bookkeeping
+            run = books.commit_run
+            if run is not None and run[1] == item._commit_start and books.owner is self._commits:
                 run[1] = item.offset + 1
                 return
         session = self._commit_session(item)
@@ -590,7 +515,7 @@ class TopicReader(ConnectionStatus, ClosesOnExit):
             offset = await self._offset_at(partition_session, when, timeout)
         elif isinstance(position, int) and not isinstance(position, bool) and position >= 0:
             offset = position
-            if offset > max(partition_session.partition_end_offset, partition_session._next_commit_start):
+            if offset > max(partition_session.partition_end_offset, partition_session._bookkeeping.next_commit_start):
                 await self.partition_status(partition_session, timeout)  # the end may have moved on
         else:
             raise InvalidArgumentError(f"position must be an offset (int >= 0) or a datetime, got {position!r}")
@@ -601,7 +526,7 @@ class TopicReader(ConnectionStatus, ClosesOnExit):
                 f"cannot seek {partition_session!r} to offset {offset}: below the committed offset {lower}"
                 " (YDB reads no lower for a consumer; move it with driver.topic.commit_offset to read older messages)"
             )
-        end = max(partition_session.partition_end_offset, partition_session._next_commit_start)
+        end = max(partition_session.partition_end_offset, partition_session._bookkeeping.next_commit_start)
         if offset > end:
             raise InvalidArgumentError(
                 f"cannot seek {partition_session!r} to offset {offset}: past the partition's end offset {end}"

@@ -10,11 +10,11 @@ it). A seek here leaves the stream and its partition sessions alone:
 
 - Forward (to an offset at or after the position, the end of what the user was handed): the
   buffered messages below the offset are passed over and so are those below it that arrive
-  later (``ReadBuffer.skip_to``, ``PartitionSession._skip_to``). Cost: what the server sends
+  later (``ReadBuffer.skip_to``, the session's bookkeeping's ``skip_to``). Cost: what the server sends
   below the offset still crosses the network.
 - Backward (below the position, down to the committed offset): the messages from the offset up
   to the position are read again on a second stream without a consumer (``Replay``), one
-  partition, from that offset; the session's own messages wait meanwhile (``_hold``) and follow
+  partition, from that offset; the session's own messages wait meanwhile (``hold``) and follow
   them. Cost: a short-lived stream and its handshake per backward seek.
 
 Commits stay those of the one partition session: a message read again commits through it like
@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import anyio
 
@@ -250,9 +250,10 @@ class Replay:
         self.fetching = False
         session = self.session
         self._buffer.skip_to(session, end)
-        if end > session._next_commit_start:
-            session._skip_to = end
-            session._next_commit_start = end
+        books = session._bookkeeping
+        if end > books.next_commit_start:
+            books.skip_to = end
+            books.next_commit_start = end
         if not self._parts:
             self._end()
 
@@ -261,7 +262,7 @@ class Replay:
         self.fetching = False
         if self._scope is not None:
             self._scope.cancel()
-        self._buffer.drop_replay(self.session, self)
+        self._buffer.drop_replay(self)
         self._parts = 0
         self._end()
 
@@ -270,9 +271,10 @@ class Replay:
             return
         self._ended = True
         session = self.session
-        if session._replay is self:
-            session._replay = None
-            session._hold = False
+        books = session._bookkeeping
+        if books.replay is self:
+            books.replay = None
+            books.hold = False
             self._buffer.paused_changed(session)
             self._buffer.drained(session)
 
@@ -280,5 +282,6 @@ class Replay:
 def position_of(session: PartitionSession) -> int:
     """Where ``session``'s own stream continues for the user: the end of what was handed out,
     or, while a backward seek is read again, where that seek will hand over."""
-    replay: Any = session._replay
-    return replay.resume if replay is not None else session._delivered_end
+    books = session._bookkeeping
+    replay = books.replay
+    return replay.resume if replay is not None else books.delivered_end

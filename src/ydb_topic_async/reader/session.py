@@ -14,85 +14,55 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
 
-from .. import _codecs
 from .._errors import ConnectionLostError, PartitionSessionClosedError
 from .._futures import wait_within
 from .._proto import ydb_topic_pb2 as pb
-from .._retry import RetryPolicy
 from .._stream import BidiStream, RestartStream, StreamKeeper, refresh_tokens, tokens_may_change
 from ..observability.logging import reader_fields, sdk_logger
 from ..observability.metrics import reader_report
+from .bookkeeping import PartitionSessionState
 from .commits import GAP_ADVICE, CommitTracker
 from .flow_control import ReadBuffer
-from .messages import (
-    CommitAck,
-    PartitionSession,
-    PartitionSessionState,
-    PartitionStatus,
-    SkippedOffsets,
-    TopicSelector,
-)
+from .messages import CommitAck, PartitionSession, PartitionStatus, SkippedOffsets, TopicSelector
 from .parsing import STREAM_READ, ExternalPayloads, ReadResponseParser
-from .partitions import OnPartitionStart, OnPartitionStop, PartitionSessions, waits_for_drain_or_commits
+from .partitions import PartitionSessions, waits_for_drain_or_commits
 from .parts import BufferedPart, server_batches
 from .seeking import REPLAY_WINDOW, Replay, SideRead, position_of
+from .settings import ReaderSettings
 
 if TYPE_CHECKING:
-    from .._transport import Transport
-    from ..observability.metrics import MetricsRecorder
+    from .._context import ClientContext
 
 logger = sdk_logger("reader")
 
 ReadStream = BidiStream[pb.StreamReadMessage.FromClient, pb.StreamReadMessage.FromServer]
 
-
-OnCommit = Callable[[CommitAck], None]
-
-__all__ = ["STREAM_READ", "OnCommit", "OnPartitionStart", "OnPartitionStop", "ReaderConnection", "ReaderSettings"]
-
-
-@dataclass
-class ReaderSettings:
-    selectors: Sequence[TopicSelector]
-    consumer: str | None
-    decoders: Mapping[int, _codecs.Transform]
-    on_partition_start: OnPartitionStart | None
-    on_partition_stop: OnPartitionStop | None
-    retry: RetryPolicy
-    reader_name: str
-    auto_partitioning_support: bool
-    graceful_stop_timeout: float
-    token_refresh_interval: float
-    init_timeout: float
-    partition_max_in_flight_bytes: int = 0
-    on_commit: OnCommit | None = None
+__all__ = ["STREAM_READ", "ReaderConnection"]
 
 
 class ReaderConnection:
-    """Reconnecting StreamRead: owns the per-stream state and the partition sessions."""
+    """Reconnecting StreamRead: owns the per-stream state and the partition sessions.
 
-    def __init__(
-        self,
-        transport: Transport,
-        settings: ReaderSettings,
-        buffer_size: int,
-        release_threshold: int,
-        metrics: MetricsRecorder | None,
-    ) -> None:
-        self._transport = transport
+    Built from the client ``context`` (the transport, the metrics, the default reconnect policy),
+    the ``selectors`` to read (full paths) and the reader's checked ``settings``.
+    """
+
+    def __init__(self, context: ClientContext, selectors: Sequence[TopicSelector], settings: ReaderSettings) -> None:
+        self._transport = context.transport
         self._settings = settings
+        self._selectors = tuple(selectors)
+        self._retry = settings.retry or context.stream_retry
+        self._reader_name = settings.reader_name or f"ydb-topic-async-{uuid.uuid4().hex[:8]}"
         self._parser = ReadResponseParser()
         self.wake = asyncio.Event()
-        self.buffer = ReadBuffer(
-            buffer_size, release_threshold, self._on_drained, self.wake, settings.partition_max_in_flight_bytes
-        )
+        self.buffer = ReadBuffer(settings, self._on_drained, self.wake)
         self.commits = CommitTracker(self.wake)
         self.commits.on_committed = self._on_committed
         self.stream_id = 0
@@ -100,11 +70,8 @@ class ReaderConnection:
         self.closing = False
         self._outbox: list[Any] = []
         self.partitions = PartitionSessions(
-            consumer=settings.consumer,
-            selectors=list(settings.selectors),
-            on_partition_start=settings.on_partition_start,
-            on_partition_stop=settings.on_partition_stop,
-            graceful_stop_timeout=settings.graceful_stop_timeout,
+            settings,
+            self._selectors,
             buffer=self.buffer,
             commits=self.commits,
             send=self._send,
@@ -123,13 +90,13 @@ class ReaderConnection:
         """Partition sessions ended by ``restart`` whose stop is still to be reported."""
         buffer = self.buffer
         self._report = reader_report(
-            metrics, settings.consumer or "", lambda: (self._buffered_messages(), buffer.buffered_bytes)
+            context.metrics, settings.consumer or "", lambda: (self._buffered_messages(), buffer.buffered_bytes)
         )
-        self.log_fields = reader_fields(settings.selectors[0].path, settings.consumer)
+        self.log_fields = reader_fields(self._selectors[0].path, settings.consumer)
         """The ``extra`` of this reader's log records (updated by each handshake)."""
         self.keeper = StreamKeeper(
             self._describe,
-            settings.retry,
+            self._retry,
             logger=logger,
             log_fields=lambda: self.log_fields,
             on_reconnect=self._report.reconnect,
@@ -182,10 +149,10 @@ class ReaderConnection:
         request = pb.StreamReadMessage.FromClient()
         init = request.init_request
         init.consumer = s.consumer or ""
-        init.reader_name = s.reader_name
+        init.reader_name = self._reader_name
         init.auto_partitioning_support = s.auto_partitioning_support
-        init.partition_max_in_flight_bytes = s.partition_max_in_flight_bytes
-        for selector in s.selectors:
+        init.partition_max_in_flight_bytes = s.partition_max_in_flight_bytes or 0
+        for selector in self._selectors:
             item = init.topics_read_settings.add(path=selector.path, partition_ids=selector.partition_ids)
             if selector.read_from is not None:
                 item.read_from.FromDatetime(selector.read_from)
@@ -204,9 +171,7 @@ class ReaderConnection:
         )
         try:
             self.read_session_id = response.init_response.session_id
-            self.log_fields = reader_fields(
-                self._settings.selectors[0].path, self._settings.consumer, self.read_session_id
-            )
+            self.log_fields = reader_fields(self._selectors[0].path, self._settings.consumer, self.read_session_id)
             logger.debug(
                 "topic reader: session %s started (stream %d, consumer %r)",
                 self.read_session_id, self.stream_id, self._settings.consumer, extra=self.log_fields,
@@ -285,7 +250,7 @@ class ReaderConnection:
                         commits.on_ack(session, item.committed_offset)
                         if report.recording:
                             committed = session.committed_offset
-                            received_past = max(0, session._next_commit_start - committed)
+                            received_past = max(0, session._bookkeeping.next_commit_start - committed)
                             report.commit_acked(session.topic_path, session.partition_id, committed, received_past)
                         if waits_for_drain_or_commits(session):
                             self.wake.set()
@@ -326,26 +291,29 @@ class ReaderConnection:
         parts = response.partition_data
         count = len(parts)
         share = total // count if count else 0
-        decoders = self._settings.decoders
+        decoders = self._settings.decoder_table
         report = self._report
         kept = charged = largest = 0  # what the buffer learns its credit from (see ``ReadBuffer.measured``)
         for index, part in enumerate(parts):
             nbytes = share if index < count - 1 else total - share * (count - 1)
             session = self.sessions.get(part.partition_session_id)
-            if session is None or session.state is not PartitionSessionState.ACTIVE:
+            if session is None:
+                continue
+            books = session._bookkeeping
+            if books.state is not PartitionSessionState.ACTIVE:
                 continue  # data of a session already stopped: nobody reads it
             batches, messages, compressed = server_batches(part, external, index, decoders)
             if not messages:
                 continue
-            start = session._next_commit_start
+            start = books.next_commit_start
             end = batches[-1].records[-1].offset + 1
-            skip = session._skip_to
+            skip = books.skip_to
             if skip:  # a forward seek past what had been received: drop what it passed over
                 if end > skip:
-                    session._skip_to = 0
+                    books.skip_to = 0
                 else:
                     end = skip
-            session._next_commit_start = end
+            books.next_commit_start = end
             buffered = BufferedPart(session, batches, messages, nbytes, start, compressed)
             kept += nbytes
             charged += buffered.charge
@@ -417,13 +385,14 @@ class ReaderConnection:
         """Tell the metrics the partition's end, as far as this reader knows it (the end when the
         session started or at its last status, or past the last message received), and its
         committed offset: the consumer lag between them."""
-        if session.closed:
+        books = session._bookkeeping
+        if books.state is PartitionSessionState.CLOSED:
             return  # a late acknowledgement (of a transaction) must not bring its share back
-        end = session._next_commit_start
-        if session.partition_end_offset > end:
-            end = session.partition_end_offset
+        end = books.next_commit_start
+        if books.partition_end_offset > end:
+            end = books.partition_end_offset
         self._report.partition_progress(
-            session.id, session.topic_path, session.partition_id, end, session.committed_offset
+            session.id, session.topic_path, session.partition_id, end, books.committed_offset
         )
 
     # --- commits acknowledged ---------------------------------------------------------------
@@ -448,15 +417,15 @@ class ReaderConnection:
         buffer = self.buffer
         buffer.settle()
         resume = position_of(session)
-        replay: Replay | None = session._replay
-        if replay is not None:
-            replay.cancel()
+        books = session._bookkeeping
+        if books.replay is not None:
+            books.replay.cancel()
         if offset >= resume:
             buffer.skip_to(session, offset)
-            if offset > session._next_commit_start:
-                session._skip_to = offset
-                session._next_commit_start = offset
-            session._delivered_end = offset
+            if offset > books.next_commit_start:
+                books.skip_to = offset
+                books.next_commit_start = offset
+            books.delivered_end = offset
             logger.debug("topic reader: %r sought forward to %d", session, offset, extra=self.log_fields)
             return SkippedOffsets(session, resume, offset) if offset > resume else None
         group = self._task_group
@@ -471,15 +440,15 @@ class ReaderConnection:
             open_side=self._side_read,
             failed=self._replay_failed,
         )
-        session._replay = replay
-        session._hold = True
+        books.replay = replay
+        books.hold = True
         buffer.paused_changed(session)
         group.start_soon(replay.run, name=f"topic reader replay {session.topic_path}:{session.partition_id}")
         logger.debug("topic reader: %r sought back to %d (reading %r)", session, offset, replay, extra=self.log_fields)
         return None
 
     def _side_read(self, session: PartitionSession, start: int, read_from: dt.datetime | None = None) -> SideRead:
-        selector = next((s for s in self._settings.selectors if s.path == session.topic_path), None)
+        selector = next((s for s in self._selectors if s.path == session.topic_path), None)
         if selector is not None and selector.read_from is not None:
             # What the session itself skips (written before the selector's read_from) stays skipped.
             read_from = selector.read_from if read_from is None else max(read_from, selector.read_from)
@@ -490,8 +459,8 @@ class ReaderConnection:
             start,
             # The first grant, in bytes on the wire: a window's worth once decoded.
             window=max(1, int(min(REPLAY_WINDOW, self.buffer.buffer_size) / self.buffer.ratio)),
-            decoders=self._settings.decoders,
-            reader_name=self._settings.reader_name,
+            decoders=self._settings.decoder_table,
+            reader_name=self._reader_name,
             init_timeout=self._settings.init_timeout,
             read_from=read_from,
             max_lag=None if selector is None else selector.max_lag,
@@ -534,6 +503,6 @@ class ReaderConnection:
                 )
             if reach > session.committed_offset:
                 future: asyncio.Future[None] = loop.create_future()
-                session._ack_waiters.append((reach, future))
+                session._bookkeeping.ack_waiters.append((reach, future))
                 futures.append(future)
         return futures

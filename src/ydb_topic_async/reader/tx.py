@@ -8,22 +8,32 @@ wait for them). If the transaction fails or is rolled back, the reader ends its 
 opens a new one: the server then delivers again everything not committed, so nothing read in
 the failed transaction is lost. A batch whose partition session ended before the commit cannot
 have its offsets committed (another reader may own the partition by now): the commit fails.
+
+Once the offsets are in the transaction, the reader also offers it a probe of them, so that a
+commit whose answer is lost can be settled (``query/_outcome.py``): the partition session that
+read them is asked for its committed offset (an answer proves the partition was held throughout),
+or, when that session is gone, ``DescribeConsumer``. Until the transaction's after-commit hook
+has run, the read stream is left as it is, so the partition session can still answer.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from .._errors import PartitionSessionClosedError, TransactionEndedError
+from .._errors import PartitionSessionClosedError, TransactionEndedError, YdbTopicError
+from .._futures import deadline, wait_within
 from .._proto import ydb_topic_pb2 as pb
 from .._retry import RetryPolicy
 from ..query._binding import TxBinding, bind
+from ..query._outcome import OffsetsObservation, OffsetsProbe, ReadSpan
+from ..topic.admin import TopicAdmin
 from .commits import merge_ranges
 
 if TYPE_CHECKING:
     from .._context import ClientContext
-    from .messages import MessageBatch
+    from .messages import MessageBatch, PartitionSession
     from .session import ReaderConnection
 
 _UPDATE_OFFSETS = "/Ydb.Topic.V1.TopicService/UpdateOffsetsInTransaction"
@@ -33,6 +43,7 @@ class TxReads:
     """The batches handed out per open transaction, and the hooks that commit or re-read them."""
 
     def __init__(self, context: ClientContext, conn: ReaderConnection, consumer: str) -> None:
+        self._context = context
         self._transport = context.transport
         self._conn = conn
         self._consumer = consumer
@@ -78,16 +89,24 @@ class TxReads:
         assert identity is not None
         request = pb.UpdateOffsetsInTransactionRequest(tx=identity, consumer=self._consumer)
         ranges: dict[str, dict[int, list[tuple[int, int]]]] = defaultdict(lambda: defaultdict(list))
+        readers: dict[tuple[str, int], PartitionSession] = {}
         for batch in batches:
             ranges[batch.topic_path][batch.partition_id].append(batch.commit_range)
+            readers[batch.topic_path, batch.partition_id] = batch.partition_session
+        read: list[tuple[ReadSpan, PartitionSession]] = []
         for path, partitions in ranges.items():
             topic = request.topics.add(path=path)
             for partition_id, spans in partitions.items():
                 item = topic.partitions.add(partition_id=partition_id)
-                for start, end in merge_ranges(spans):
+                merged = merge_ranges(spans)
+                for start, end in merged:
                     item.partition_offsets.add(start=start, end=end)
+                span = ReadSpan(path, self._consumer, partition_id, merged[0][0], merged[-1][1])
+                read.append((span, readers[path, partition_id]))
+        node_id = binding.node_id()
         try:
             # No retries of its own: a failure fails the transaction, which is what gets repeated.
+            # It goes to the node of the transaction's session, as the transaction's own calls do.
             await self._transport.call_operation(
                 _UPDATE_OFFSETS,
                 request,
@@ -95,10 +114,49 @@ class TxReads:
                 None,
                 idempotent=False,
                 retry=RetryPolicy.no_retries(),
+                endpoint=None if node_id is None else self._transport.balancer.for_node(node_id),
             )
         except Exception as exc:
             await binding.abort(self._transport, exc)
             raise
+        binding.on_commit_lost(self._probe(read))
+
+    def _probe(self, read: Sequence[tuple[ReadSpan, PartitionSession]]) -> OffsetsProbe:
+        """How to read the committed offsets of ``read`` after a commit whose answer was lost:
+        from the partition session that read each span while it lives (it held the partition
+        throughout), else with ``DescribeConsumer``."""
+
+        async def probe(timeout: float) -> list[OffsetsObservation]:
+            seen: list[OffsetsObservation] = []
+            async with deadline(timeout):
+                lost: list[ReadSpan] = []
+                for span, session in read:
+                    offset = await self._held_offset(session, timeout / 3)
+                    if offset is None:
+                        lost.append(span)
+                    else:
+                        seen.append(OffsetsObservation(span, offset, held=True))
+                admin = TopicAdmin(self._context)
+                for path in dict.fromkeys(span.path for span in lost):
+                    described = await admin.describe_consumer(path, self._consumer, include_stats=True)
+                    committed = {p.partition_id: p.committed_offset for p in described.partitions}
+                    for span in lost:
+                        if span.path == path:
+                            seen.append(OffsetsObservation(span, committed.get(span.partition_id, -1), held=False))
+            return seen
+
+        return probe
+
+    async def _held_offset(self, session: PartitionSession, timeout: float) -> int | None:
+        """The committed offset the live partition session ``session`` reports, or None when it
+        has ended or does not answer in time."""
+        if session.closed or self._conn.sessions.get(session.id) is not session:
+            return None
+        try:
+            status = await wait_within(self._conn.request_status(session), timeout)
+        except (TimeoutError, YdbTopicError):
+            return None
+        return status.committed_offset
 
     async def _after_commit(self, key: int, error: BaseException | None) -> None:
         entry = self._open.pop(key, None)

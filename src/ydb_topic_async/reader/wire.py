@@ -92,10 +92,20 @@ class _ServerBatchInfo:
         data: bytes = record.data if view is None else bytes(view)
         return data
 
-    def payload_size(self, record: Any) -> int:
-        """The size of ``record``'s payload as received."""
-        view = self.view(record)
-        return len(record.data if view is None else view)
+    def decoded_size(self, record: Any) -> int:
+        """The size of ``record``'s payload once decoded, as its writer declared it; its size as
+        received when it declared none. (The one place a payload's size is judged: what a take
+        hands out, what decoding it costs, what a part holds.)"""
+        size: int = record.uncompressed_size
+        if not size:
+            view = self.view(record)
+            size = len(record.data if view is None else view)
+        return size
+
+    def declared_bytes(self) -> int:
+        """What the writers declared the batch's payloads decode to (0 for a payload whose writer
+        declared nothing): what a compressed batch holds besides its bytes on the wire."""
+        return sum(record.uncompressed_size for record in self.records)
 
     @property
     def session_metadata(self) -> dict[str, str]:

@@ -18,7 +18,7 @@ the tokens they issue (``LocalTopicServer(token_services=[...])``) or pre-shared
 
 from ._serve import CannotServeError, serve_until_signalled, serving_banner, start_serving
 from .cluster import LocalTopicCluster
-from .faults import Faults
+from .faults import Faults, HeldCommit
 from .nodes import ServerNode
 from .partition_log import Partition, Topic, TopicStorage
 from .server import LocalTopicServer
@@ -32,6 +32,7 @@ __all__ = [
     "CannotServeError",
     "FaultInjector",
     "Faults",
+    "HeldCommit",
     "IamTokenService",
     "LocalTopicCluster",
     "LocalTopicServer",

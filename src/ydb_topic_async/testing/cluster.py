@@ -15,6 +15,10 @@ storage, clock, fault hooks and query sessions. What a client meets is what a YD
   hold the partition, is refused the same way, so the writer locates the partition again. Read
   sessions served by other nodes keep their partitions: YDB's read proxy reconnects to a moved
   tablet itself;
+- ``stop_node_during_commit(held, apply=...)`` stops the node holding a transaction's query
+  session while its commit is in flight (held by ``faults.hold_next_commit``), having applied
+  the commit first or not: the client's call ends without an answer, as when a node dies after
+  (or before) its commit took effect;
 - ``start_node(i)`` brings the node back on the same port. Partitions stay where they moved
   (YDB does not move tablets back when a node returns); partitions created later, and those
   whose node stops, are placed on it again.
@@ -26,6 +30,7 @@ import os
 from collections.abc import Mapping, Sequence
 
 from .auth import TokenValidator
+from .faults import HeldCommit
 from .nodes import ServerNode
 from .server import LocalTopicServer
 
@@ -147,6 +152,38 @@ class LocalTopicCluster(LocalTopicServer):
         new generation. ``grace``: seconds its calls get to finish first (None: none). Stopping
         a stopped node does nothing."""
         await self._stop_node(self._node(index), grace)
+
+    async def stop_node_during_commit(self, held: HeldCommit, *, apply: bool, timeout: float = 10.0) -> ServerNode:
+        """Stop the node holding a transaction's query session while its commit is in flight.
+
+        ``held`` comes from ``faults.hold_next_commit()`` (arm it before the client commits).
+        Once the commit arrives (``TimeoutError`` after ``timeout`` seconds), it is applied
+        when ``apply`` is True (its messages stored, its consumer offsets moved) and left
+        unapplied otherwise; then the node its session lives on stops, which cancels the call
+        (a client sends a session's calls to its node) and ends the session, aborting the
+        transaction if it was not applied. Returns the stopped node.
+
+        Raises:
+            RuntimeError: ``apply`` was asked and the commit could not apply (its transaction
+                was already gone or conflicts).
+        """
+        try:
+            await held.wait_arrived(timeout)
+        except TimeoutError:
+            held.release()
+            raise
+        if apply and not self.query.apply_held(held):
+            held.release()
+            raise RuntimeError(f"the held commit of {held.tx_id} could not be applied")
+        node = next((n for n in self.state.nodes if n.node_id == held.node_id), None)
+        if node is None:
+            held.release()
+            raise RuntimeError(f"the session of the held commit {held.tx_id} was not found")
+        try:
+            await self._stop_node(node, None)
+        finally:
+            held.release()  # a call served by another node answers UNDETERMINED
+        return node
 
     async def start_node(self, index: int) -> None:
         """Start node ``index`` again, on the port it had; starting a live node does nothing.

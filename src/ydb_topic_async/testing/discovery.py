@@ -29,7 +29,8 @@ class DiscoveryHandlers:
         self.nodes: list[tuple[str, int, int]] = []
         """(host, port, node_id) of each node ``ListEndpoints`` names instead of the server's own live
         nodes; empty: the live nodes. Tests point these at proxies of a server to imitate more nodes
-        (they get the answering node's location)."""
+        (they get the answering node's location), or at proxies in front of a cluster's nodes (an
+        entry whose node id is a stopped node of the cluster is left out, as the node is)."""
 
     def list_endpoints(self, request: Any, node: ServerNode) -> ydb_discovery_pb2.ListEndpointsResult:
         """The live nodes (or the ``nodes`` named instead), as seen from ``node``."""
@@ -38,7 +39,10 @@ class DiscoveryHandlers:
             raise StorageError("SCHEME_ERROR", f"database {request.database} does not exist here ({state.database})")
         result = ydb_discovery_pb2.ListEndpointsResult(self_location=node.location)
         if self.nodes:
+            stopped = {n.node_id for n in state.nodes if not n.alive}
             for host, port, node_id in self.nodes:
+                if node_id in stopped:
+                    continue
                 result.endpoints.add(address=host, port=port, location=node.location, node_id=node_id, ssl=state.tls)
             return result
         for live in state.live_nodes():

@@ -7,6 +7,13 @@
     server.faults.fail_next("StreamWrite", "UNAVAILABLE", times=3)  # next 3 write streams fail at init
     server.faults.kill_query_sessions()           # end every query session: its transactions abort
     server.faults.kill_query_session(session_id)  # end one query session
+    held = server.faults.hold_next_commit()       # the next CommitTransaction is held unanswered
+
+A held commit is what a commit in flight looks like when its node goes away: the server has the
+request and the client waits for an answer. ``LocalTopicCluster.stop_node_during_commit(held,
+apply=...)`` then applies it or not and stops the node holding its query session, so the client's
+call ends without an answer; ``held.release()`` alone answers it UNDETERMINED (a node that
+answered too late to know).
 
 A broken stream ends with gRPC status UNAVAILABLE, as when a node goes away; clients see the
 same error as in production and must reconnect.
@@ -43,6 +50,37 @@ class StreamHandle:
         self.wakeup.set()
 
 
+class HeldCommit:
+    """A ``CommitTransaction`` the server received and holds without answering (see
+    ``Faults.hold_next_commit``). Nothing of it is applied unless the holder applies it."""
+
+    def __init__(self) -> None:
+        self.arrived = asyncio.Event()
+        """Set once the commit request arrived (``session_id``, ``tx_id`` and ``node_id`` are known)."""
+        self.released = asyncio.Event()
+        """Set by ``release``: the held call then answers UNDETERMINED (if its node still serves it)."""
+        self.session_id = ""
+        self.tx_id = ""
+        self.node_id = 0
+        """The node the transaction's query session lives on (0: the session was not found)."""
+
+    def arrive(self, session_id: str, tx_id: str, node_id: int) -> None:
+        self.session_id, self.tx_id, self.node_id = session_id, tx_id, node_id
+        self.arrived.set()
+
+    async def wait_arrived(self, timeout: float) -> None:
+        """Wait until the held commit arrives; ``TimeoutError`` after ``timeout`` seconds."""
+        await asyncio.wait_for(self.arrived.wait(), timeout)
+
+    def release(self) -> None:
+        """Stop holding: the call (unless its node stopped) answers UNDETERMINED."""
+        self.released.set()
+
+    def __repr__(self) -> str:
+        state = "arrived" if self.arrived.is_set() else "armed"
+        return f"HeldCommit({self.tx_id or '?'}, session node {self.node_id}, {state})"
+
+
 class SessionKiller(Protocol):
     """What the query service offers the injector: end sessions as if they died on the server."""
 
@@ -59,6 +97,7 @@ class Faults:
         self._statuses: dict[str, list[int]] = defaultdict(list)
         self._write_budget: int | None = None
         self._sessions: SessionKiller | None = None
+        self._commit_holds: list[HeldCommit] = []
         self.dropped_streams = 0
         """How many streams the injector has broken so far."""
 
@@ -121,10 +160,21 @@ class Faults:
         """End one query session (see ``kill_query_sessions``); False when it did not exist."""
         return self._kill_sessions(session_id) > 0
 
+    def hold_next_commit(self) -> HeldCommit:
+        """Hold the next ``CommitTransaction`` (after any failure ``fail_next`` injects for it):
+        the server takes the request, applies nothing and does not answer until the
+        ``HeldCommit`` is released or its node stops."""
+        held = HeldCommit()
+        self._commit_holds.append(held)
+        return held
+
     def clear(self) -> None:
-        """Forget every pending injected failure."""
+        """Forget every pending injected failure (and release held commits)."""
         self._statuses.clear()
         self._write_budget = None
+        for held in self._commit_holds:
+            held.release()
+        self._commit_holds.clear()
 
     # --- used by the services -----------------------------------------------------------------
 
@@ -137,9 +187,15 @@ class Faults:
         self._streams.discard(handle)
 
     def wake_all(self) -> None:
-        """Wake every open stream's handler (the server is stopping: waits must end)."""
+        """Wake every open stream's handler and release held commits (the server is stopping:
+        waits must end)."""
         for handle in self._streams:
             handle.wakeup.set()
+        self.clear()
+
+    def take_commit_hold(self) -> HeldCommit | None:
+        """The hold armed for the commit arriving now, if any."""
+        return self._commit_holds.pop(0) if self._commit_holds else None
 
     def serve_sessions(self, sessions: SessionKiller) -> None:
         self._sessions = sessions

@@ -22,6 +22,8 @@ address). The faults:
 - ``refuse()`` / ``restore()``: take the port down (open connections reset, new ones refused),
   then listen again on the same port.
 - ``silence()`` / ``unsilence()``: accept new connections and never answer them (a hung server).
+- ``slow_down(seconds)`` / ``speed_up()``: delay every chunk of bytes by ``seconds`` in each
+  direction (a node that answers slowly: an overloaded host or a long network path).
 
 ``inject(kind, seconds)`` runs one of them for a while; ``RandomFaults`` injects random faults on
 a schedule (for soak tests). ``silent_endpoint()`` is a bare socket that accepts connections and
@@ -42,11 +44,13 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 from urllib.parse import urlsplit
 
-FaultKind = Literal["reset", "stall", "blackhole", "lost_replies", "outage", "silence"]
+FaultKind = Literal["reset", "stall", "blackhole", "lost_replies", "outage", "silence", "slow"]
 """What ``FlakyProxy.inject`` can do: ``cut``, ``stall``, ``blackhole``, ``lose_replies``,
-``refuse`` and ``silence``, each for a while."""
+``refuse``, ``silence`` and ``slow_down``, each for a while."""
 
-PROXY_FAULTS: tuple[FaultKind, ...] = ("reset", "stall", "blackhole", "lost_replies", "outage", "silence")
+PROXY_FAULTS: tuple[FaultKind, ...] = ("reset", "stall", "blackhole", "lost_replies", "outage", "silence", "slow")
+SLOW_DELAY = 0.2
+"""The delay per chunk of ``inject("slow", ...)``, in seconds."""
 
 
 class _Link:
@@ -78,6 +82,7 @@ class FlakyProxy:
         self._server: asyncio.Server | None = None
         self._port = port
         self._silent = False
+        self._delay = 0.0
         self._held: set[asyncio.StreamWriter] = set()
         self.connections = 0
         """Connections accepted so far (silenced ones included)."""
@@ -133,6 +138,17 @@ class FlakyProxy:
             writer.transport.abort()
         self._held.clear()
 
+    def slow_down(self, seconds: float) -> None:
+        """Delay every chunk of bytes by ``seconds``, in both directions, until ``speed_up``
+        (the connections keep working, each exchange takes longer)."""
+        if not seconds >= 0:
+            raise ValueError("seconds must be >= 0")
+        self._delay = float(seconds)
+
+    def speed_up(self) -> None:
+        """Forward without delay again."""
+        self._delay = 0.0
+
     def stall(self) -> None:
         """Hold back every byte in both directions (they are delivered on ``resume``)."""
         self._flowing.clear()
@@ -174,7 +190,8 @@ class FlakyProxy:
         ``"reset"`` cuts every connection (``seconds`` is not used); ``"stall"`` holds every byte
         back; ``"blackhole"`` drops the bytes of the connections open now, then resets them;
         ``"lost_replies"`` drops what the server sends on them, then resets them; ``"outage"``
-        refuses connections; ``"silence"`` accepts and never answers."""
+        refuses connections; ``"silence"`` accepts and never answers; ``"slow"`` delays every
+        chunk by ``SLOW_DELAY``."""
         if kind not in PROXY_FAULTS:
             raise ValueError(f"unknown fault {kind!r}: expected one of {', '.join(PROXY_FAULTS)}")
         if kind == "reset":
@@ -188,6 +205,8 @@ class FlakyProxy:
             self.lose_replies()
         elif kind == "outage":
             await self.refuse()
+        elif kind == "slow":
+            self.slow_down(SLOW_DELAY)
         else:
             self.silence()
         try:
@@ -199,6 +218,8 @@ class FlakyProxy:
                 self.cut()
             elif kind == "outage":
                 await self.restore()
+            elif kind == "slow":
+                self.speed_up()
             else:
                 self.unsilence()
 
@@ -247,6 +268,8 @@ class FlakyProxy:
     ) -> None:
         try:
             while data := await reader.read(65536):
+                if self._delay:
+                    await asyncio.sleep(self._delay)
                 await self._flowing.wait()
                 if link.mute if to_server else link.deaf:
                     link.dropped += len(data)

@@ -13,6 +13,8 @@ YDB's query sessions carry the transactions that topic writes and consumer offse
   messages appended at consecutive offsets, in one step of the event loop.
 - A session that ends aborts its open transactions and discards their writes and offsets.
 - ``ExecuteQuery`` answers UNSUPPORTED: the local server does not execute YQL.
+- A commit held by ``faults.hold_next_commit`` is taken and left unanswered, as a commit in
+  flight on a node that goes away (see ``LocalTopicCluster.stop_node_during_commit``).
 
 Statuses follow YDB: an unknown session is BAD_SESSION, an unknown or finished transaction is
 NOT_FOUND. A failed operation inside a transaction (a rejected offset update, an aborted
@@ -33,6 +35,7 @@ import grpc
 
 from .._proto import ydb_query_pb2 as qpb
 from ._replies import SUCCESS, issues, metadata, rpc_handler, status_code
+from .faults import HeldCommit
 from .nodes import ServerNode
 from .partition_log import PendingOffsets, PendingWrites
 from .state import ServerState
@@ -151,6 +154,25 @@ class QueryService:
         storage.apply_transaction(offsets, tx.writes)
         self.committed_transactions += 1
 
+    async def _hold(self, request: Any, held: HeldCommit) -> Any:
+        """Hold a commit request unanswered (``Faults.hold_next_commit``) until released; the
+        call is cancelled first when its node stops."""
+        session = self.sessions.get(request.session_id)
+        held.arrive(request.session_id, request.tx_id, session.node_id if session is not None else 0)
+        await held.released.wait()
+        return _reply(
+            qpb.CommitTransactionResponse, status_code("UNDETERMINED"), "the commit was held by fault injection"
+        )
+
+    def apply_held(self, held: HeldCommit) -> bool:
+        """Apply a held commit now (its answer stays held); False when its transaction is gone
+        or aborted on a conflict."""
+        try:
+            self.commit(held.session_id, held.tx_id)
+        except StorageError:
+            return False
+        return True
+
     def rollback(self, session_id: str, tx_id: str) -> None:
         tx = self.transaction(session_id, tx_id)
         del tx.session.transactions[tx_id]
@@ -222,6 +244,10 @@ class QueryService:
             refusal = self._admit(name, context)
             if refusal is not None:
                 return _reply(response_cls, *refusal)
+            if name == "CommitTransaction":
+                held = self.state.faults.take_commit_hold()
+                if held is not None:
+                    return await self._hold(request, held)
             try:
                 return handler(request)
             except StorageError as exc:

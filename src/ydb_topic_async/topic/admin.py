@@ -10,16 +10,14 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .._context import ClientContext
 from .._errors import AlreadyExistsError, InternalError, InvalidArgumentError, SchemeError
 from .._proto import ydb_topic_pb2 as pb
+from .._retry import RetryPolicy
 from .._validate import check_int, check_optional_int
 from . import types as t
-
-if TYPE_CHECKING:
-    from .._retry import RetryPolicy
 
 _SERVICE = "/Ydb.Topic.V1.TopicService/"
 
@@ -152,21 +150,34 @@ class TopicAdmin:
         return True
 
     async def describe_topic(
-        self, path: str, *, include_stats: bool = False, include_location: bool = False, timeout: float | None = None
-    ) -> t.TopicDescription:
-        """Settings, consumers and partitions of a topic (offsets with ``include_stats``)."""
-        return await self._describe_topic(path, include_stats, include_location, timeout)
-
-    async def _describe_topic(
         self,
         path: str,
+        *,
         include_stats: bool = False,
         include_location: bool = False,
         timeout: float | None = None,
         retry: RetryPolicy | None = None,
     ) -> t.TopicDescription:
-        """``describe_topic``, retried by ``retry`` instead of the driver's policy (for the SDK's
-        own background work, which follows its owner's policy)."""
+        """Settings, consumers and partitions of a topic.
+
+        Parameters:
+            path: The topic, absolute or relative to the driver's database.
+            include_stats: Ask for the partitions' offsets and statistics, and the consumers'
+                (``ConsumerStats``).
+            include_location: Ask for each partition's node and generation (``PartitionLocation``).
+            timeout: Seconds the whole call may take, retries included (``OperationTimeoutError``
+                after them); ``None``: as long as ``retry`` allows.
+            retry: How failures that may pass are retried: ``None`` (the default) for the
+                driver's ``retry`` policy, or a ``RetryPolicy`` of the caller's own, e.g. a
+                longer budget for background work that should outlast an outage
+                (``RetryPolicy.forever()``) or ``RetryPolicy.no_retries()`` to fail at once.
+
+        Raises:
+            SchemeError: No topic at ``path``.
+            InvalidArgumentError: ``retry`` is not a ``RetryPolicy`` or None.
+        """
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise InvalidArgumentError(f"retry must be a RetryPolicy or None, got {retry!r}")
         full = self.full_path(path)
         request = pb.DescribeTopicRequest(path=full, include_stats=include_stats, include_location=include_location)
         result = await self._call(

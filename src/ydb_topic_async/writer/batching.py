@@ -16,7 +16,6 @@ batches. A message keeps the codec it was encoded with when it is resent.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +29,8 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from .buffer import Entry, PendingMessage, WriteBuffer
+    from .settings import ResolvedSettings, WriterSettings
+    from .transaction import WriteTransaction
 
 
 def entry_wire_size(payload_len: int, entry: PendingMessage) -> int:
@@ -126,35 +127,32 @@ class CodecSelector:
         return candidates[best]
 
 
-@dataclass(frozen=True)
-class BatchSettings:
-    codec: int
-    encoder: _codecs.Transform
-    max_request_size: int
-    auto_encoders: Mapping[int, _codecs.Transform] | None = None
-    """Every encoder of a writer that picks its codecs (``codec="auto"``); None: ``codec`` always."""
-
-
 class RequestBatcher:
-    """Turns the buffer's unsent messages into WriteRequests.
+    """Turns the buffer's unsent messages into WriteRequests, with the codec of ``settings``
+    (``picks_codec``: a ``CodecSelector``'s per batch) within ``resolved.max_request_size``.
 
     ``on_dropped(entry, error)`` is told about a message dropped because it cannot be sent.
+    With a ``transaction``, every WriteRequest carries its identity.
     """
 
     def __init__(
         self,
-        settings: BatchSettings,
+        settings: WriterSettings,
+        resolved: ResolvedSettings,
         buffer: WriteBuffer,
         on_dropped: Callable[[PendingMessage, BaseException], None],
+        transaction: WriteTransaction | None = None,
     ) -> None:
-        self._settings = settings
+        self._codec = settings.batch_codec
+        self._encoder = settings.encoder
+        self._encoders = settings.encoder_table
+        self._max_request_size = resolved.max_request_size
         self._buffer = buffer
         self._on_dropped = on_dropped
-        self.selector = CodecSelector(settings.auto_encoders) if settings.auto_encoders is not None else None
-        self._raw = settings.codec == _codecs.Codec.RAW and self.selector is None
-        self._target = min(settings.max_request_size - REQUEST_OVERHEAD, BATCH_TARGET_BYTES)
-        self.tx_identity: pb.TransactionIdentity | None = None
-        """Set for a transactional writer: every WriteRequest carries it."""
+        self._transaction = transaction
+        self.selector = CodecSelector(settings.encoder_table) if settings.picks_codec else None
+        self._raw = self._codec == _codecs.Codec.RAW and self.selector is None
+        self._target = min(resolved.max_request_size - REQUEST_OVERHEAD, BATCH_TARGET_BYTES)
 
     async def next_requests(self) -> list[pb.StreamWriteMessage.FromClient]:
         """Take a prefix of ``unsent``, encode it, and pack it into as few requests as fit
@@ -217,19 +215,18 @@ class RequestBatcher:
         """Split a batch into groups of one codec and at most ``target`` bytes (a larger message
         alone), by the payloads as they will be sent; a message too large for any request is
         dropped."""
-        settings = self._settings
-        limit = settings.max_request_size - REQUEST_OVERHEAD
+        limit = self._max_request_size - REQUEST_OVERHEAD
         target = self._target
         groups: list[tuple[list[PendingMessage], int]] = []
         group: list[PendingMessage] = []
-        group_codec = settings.codec
+        group_codec = self._codec
         size = 0
         for entry in batch:
             if entry.error is not None:
                 continue
             payload = entry.encoded
             assert payload is not None
-            codec = entry.codec or settings.codec
+            codec = entry.codec or self._codec
             entry_size = entry_wire_size(len(payload), entry)
             if entry_size > limit:
                 self._drop(
@@ -237,7 +234,7 @@ class RequestBatcher:
                     MessageTooLargeError(
                         f"message seq_no={entry.seq_no} is {len(payload)} bytes after"
                         f" {_codecs.codec_name(codec)} encoding; it cannot fit in a request of"
-                        f" max_request_size={settings.max_request_size}, so it was not sent"
+                        f" max_request_size={self._max_request_size}, so it was not sent"
                     ),
                 )
                 continue
@@ -256,9 +253,9 @@ class RequestBatcher:
         ``codec`` (the writer's codec when not given)."""
         request = pb.StreamWriteMessage.FromClient()
         write = request.write_request
-        write.codec = self._settings.codec if codec is None else codec
-        if self.tx_identity is not None:
-            write.tx.CopyFrom(self.tx_identity)
+        write.codec = self._codec if codec is None else codec
+        if self._transaction is not None:
+            write.tx.CopyFrom(self._transaction.identity)
         add = write.messages.add
         raw = self._raw
         for entry in entries:
@@ -286,8 +283,8 @@ class RequestBatcher:
         todo = [entry for entry in batch if entry.encoded is None and entry.error is None]
         if not todo:
             return
-        codec = self._settings.codec
-        encoder = self._settings.encoder
+        codec = self._codec
+        encoder = self._encoder
         selector = self.selector
         if selector is not None:
             codec = await selector.choose([entry.data for entry in todo])
@@ -298,8 +295,7 @@ class RequestBatcher:
                     entry.encoded = entry.data
                     entry.data = b""
                 return
-            assert self._settings.auto_encoders is not None
-            encoder = self._settings.auto_encoders[codec]
+            encoder = self._encoders[codec]
         payloads = [entry.data for entry in todo]
         try:
             encoded: list[bytes | None] = list(

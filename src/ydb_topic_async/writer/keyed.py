@@ -1,71 +1,54 @@
 """``KeyedWriter``: messages spread over a topic's partitions by key, in order per key.
 
-One ``TopicWriter`` per partition ("lane"), made on first use and connecting in the
-background, writes with producer id ``{producer_id}_{partition_id}`` and seq_nos the keyed
-writer assigns, counted from the last seq_no that producer id stored (which the lane's first
-handshake tells), so every partition keeps YDB's exactly-once deduplication. A key goes where the
-partitioner puts it (``partitioning``): by default where YDB's own key-partitioned producers put
-it, in the partition whose key range holds the key's partition key, which travels with the
-message as its ``__partition_key`` metadata item.
+The keyed writer accepts messages, stamps and routes them, and keeps the books: which accepted
+messages are still unacknowledged (``flush`` and ``close`` wait by acceptance order), what each
+call's results are, and the totals it shows. A key goes where the partitioner puts it
+(``partitioning``): by default where YDB's own key-partitioned producers put it, in the
+partition whose key range holds the key's partition key, which travels with the message as its
+``__partition_key`` metadata item.
 
-When a partition splits, its lane fails with OVERLOADED (the partition is inactive). The keyed
-writer then holds new writes back, reads the new partitions and their ranges, asks the server
-which of the lane's unacknowledged messages the old partition stored (the last seq_no of the
-lane's producer id), and sends the rest, in their order, to the partitions their keys now belong
-to, before any later message. A lane that is merely overloaded is replaced after a back-off and
-resends its messages with their seq_nos, which the server deduplicates.
+The rest lives beside it: ``keyed_lanes`` holds the partitions' writers ("lanes": one
+``TopicWriter`` per partition, made on first use, each with its own producer id and numbering,
+closed when idle), and ``rerouting`` places a failed lane's messages again when its partition
+split or stayed overloaded.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime as dt
-import time
 from collections import deque
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from functools import partial
 from typing import TYPE_CHECKING, overload
 
 from .._closing import ClosesOnExit
-from .._errors import (
-    BufferFullTimeoutError,
-    InvalidArgumentError,
-    OperationTimeoutError,
-    OverloadedError,
-    WriterClosedError,
-)
+from .._errors import InvalidArgumentError, OperationTimeoutError, OverloadedError, WriterClosedError
 from .._futures import deadline
-from .._limits import MAX_PRODUCER_ID_LENGTH
-from .._retry import RetryState
 from .._stream import ConnectionState
 from .._validate import check_timeout
 from ..observability.logging import sdk_logger
+from .keyed_lanes import Entry, Lane, LaneBroken, Lanes, PartitionWriterStatus
 from .messages import (
     InitInfo,
     ManyMessages,
     Message,
-    MetadataInput,
     OneMessage,
-    Skipped,
     WriteResult,
     WriteStatistics,
     is_many,
     payload_bytes,
 )
 from .partitioning import PARTITION_KEY_METADATA, KeyRouter, Partitioner, check_partitioner, key_bytes, partition_key
-from .settings import WriterSettings
-from .writer import TopicWriter
+from .rerouting import Rerouting
 
 if TYPE_CHECKING:
     from .._context import ClientContext
     from ..topic.admin import TopicAdmin
+    from .settings import WriterSettings
+    from .transaction import WriteTransaction
 
 logger = sdk_logger("writer")
-
-_LANE_SUFFIX_ROOM = 11
-"""Characters a partition's writer adds to the producer id: ``_`` and a partition id (up to 10 digits)."""
 
 Key = str | bytes
 """A message key: ``str`` is hashed as UTF-8."""
@@ -73,117 +56,6 @@ Key = str | bytes
 DEFAULT_IDLE_TIMEOUT = 30.0
 """Seconds a partition's writer may stay idle before the keyed writer closes it (the C++ SDK's
 producer closes its sub-sessions after the same ``SubSessionIdleTimeout``)."""
-
-
-@dataclass(frozen=True)
-class PartitionWriterStatus:
-    """How the writer of one partition of a ``KeyedWriter`` fares (``KeyedWriter.partition_writers``).
-
-    The fields are those of a ``TopicWriter``: ``producer_id`` is ``{producer_id}_{partition_id}``;
-    ``buffered_messages``/``buffered_bytes`` count what it holds unacknowledged.
-    """
-
-    partition_id: int
-    producer_id: str
-    connection_state: ConnectionState
-    session_id: str
-    init_info: InitInfo | None
-    buffered_messages: int
-    buffered_bytes: int
-    reconnects: int
-    last_error: BaseException | None
-    last_write_statistics: WriteStatistics | None
-    selected_codec: int | None
-
-
-class _LaneWriter(TopicWriter):
-    """One partition's writer. OVERLOADED ends it at once, without an ERROR: the keyed writer
-    finds out why (a split partition, or only a busy one) and places its messages again.
-
-    It takes seq_nos relative to ``seq_no_base``: the last seq_no the lane's producer id had
-    stored when the partition was first written, which its first handshake tells (a writer that
-    replaces a broken one is given it). So messages are accepted, and numbered, before the
-    writer has connected.
-    """
-
-    def __init__(
-        self, context: ClientContext, admin: TopicAdmin, path: str, settings: WriterSettings, *, seq_no_base: int | None
-    ) -> None:
-        super().__init__(context, admin, path, settings)
-        self._base_known = seq_no_base is not None
-        self._seq_no_base = seq_no_base or 0
-
-    @property
-    def seq_no_base(self) -> int | None:
-        """What is added to the keyed writer's numbers, or None while the first handshake has
-        not told it (nothing was sent before it)."""
-        return self._seq_no_base if self._base_known else None
-
-    def _on_init(self, info: InitInfo) -> None:
-        if not self._base_known:
-            self._base_known = True
-            self._seq_no_base = info.last_seq_no
-            self._shift_unsent(info.last_seq_no)
-        super()._on_init(info)
-
-    def _hands_off(self, error: BaseException) -> bool:
-        return isinstance(error, OverloadedError)
-
-
-class _LaneBroken(Exception):
-    """A lane's writer failed (OVERLOADED) before it took the messages handed to it."""
-
-    def __init__(self, lane: _Lane) -> None:
-        super().__init__(lane.partition_id)
-        self.lane = lane
-
-
-class _Entry:
-    """One accepted message, until the partition it finally lands in acknowledges it."""
-
-    __slots__ = (
-        "created_at", "data", "done", "index", "key", "metadata", "partition_id", "result", "seq_no", "size",
-    )
-
-    def __init__(self, data: bytes, metadata: MetadataInput | None, created_at: dt.datetime | None, key: bytes) -> None:
-        self.data = data
-        self.size = len(data)
-        self.metadata = metadata
-        self.created_at = created_at
-        self.key = key
-        """The key's bytes: where the message belongs."""
-        self.partition_id = -1
-        """The partition whose lane took it last, and ``seq_no`` its number there, relative to the
-        lane's ``seq_no_base`` (-1: none yet)."""
-        self.seq_no = 0
-        self.index = 0
-        """Acceptance order over the whole keyed writer (flush waits by it)."""
-        self.done = False
-        self.result: asyncio.Future[WriteResult] | None = None
-
-
-class _Lane:
-    """The writer of one partition and its unacknowledged entries, in seq_no order."""
-
-    __slots__ = (
-        "failed", "last_used", "lock", "next_seq_no", "partition_id", "pending", "retired", "writer",
-    )
-
-    def __init__(self, partition_id: int, writer: _LaneWriter, next_seq_no: int) -> None:
-        self.partition_id = partition_id
-        self.writer = writer
-        self.next_seq_no = next_seq_no
-        self.pending: deque[_Entry] = deque()
-        self.lock = asyncio.Lock()
-        """Held while numbering and handing over a call's messages: seq_nos must grow."""
-        self.failed = False
-        self.retired = False
-        """Closed for being idle: a write that still holds it takes the partition's new lane."""
-        self.last_used = time.monotonic()
-
-    def idle(self) -> bool:
-        """Nothing waits for an acknowledgement and nothing is being handed over."""
-        return not self.lock.locked() and all(entry.done for entry in self.pending)
 
 
 class KeyedWriter(ClosesOnExit):
@@ -220,6 +92,16 @@ class KeyedWriter(ClosesOnExit):
     partitions keeps streams only to those it writes to. ``partition_writers`` shows the open
     ones; ``connection_state``, ``reconnects``, ``last_error``, ``buffered_messages`` and the
     others sum them up as ``TopicWriter``'s members do for one.
+
+    Parameters:
+        context: The driver's client context.
+        admin: Topic administration, to read the topic's partitions.
+        path: The topic, absolute or relative to the driver's database.
+        settings: The checked options (``WriterSettings``), those of every partition's writer.
+        partitioner: Where a key goes (``driver.topic.keyed_writer`` describes each).
+        idle_timeout: Seconds after which an idle partition writer is closed (None: never).
+        transaction: The transaction every partition writer writes into (a
+            ``KeyedTxWriter``'s), or None.
     """
 
     def __init__(
@@ -230,54 +112,40 @@ class KeyedWriter(ClosesOnExit):
         settings: WriterSettings,
         partitioner: Partitioner = "ydb",
         idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
+        *,
+        transaction: WriteTransaction | None = None,
     ) -> None:
         self._partitioner = check_partitioner(partitioner)
         idle = check_timeout(idle_timeout, "idle_timeout")
         if idle == 0:
             raise InvalidArgumentError("idle_timeout must be a positive number of seconds or None (never close)")
         self._idle_timeout = idle
-        if settings.partition_id is not None or settings.message_group_id is not None or not settings.auto_seqno:
-            raise InvalidArgumentError(
-                "a keyed writer picks partitions and numbers messages itself:"
-                " partition_id, message_group_id and auto_seqno are not its options"
-            )
+        settings.check_keyed()
+        resolved = settings.resolve(context, path)  # checked now, as TopicWriter does, not at the first write
         producer_id = settings.producer_id
-        if not producer_id or len(producer_id) > MAX_PRODUCER_ID_LENGTH - _LANE_SUFFIX_ROOM:
-            raise InvalidArgumentError(
-                f"producer_id must be a non-empty string of at most {MAX_PRODUCER_ID_LENGTH - _LANE_SUFFIX_ROOM}"
-                " characters (each partition's writer adds its partition id to it)"
-            )
-        self.path = context.full_path(path)
+        assert producer_id  # check_keyed refuses an empty one
+        self.path = resolved.path
         self.producer_id = producer_id
         self.codec = settings.codec
         """The ``codec`` option of every partition's writer (a codec id or ``"auto"``)."""
-        self._context = context
         self._admin = admin
-        self._retry = settings.retry or context.stream_retry
         self._auto_created_at = settings.auto_created_at
+        self._buffer_wait_timeout = settings.buffer_wait_timeout
         # The lanes number messages (the keyed writer stamps each message once, resends included).
-        self._lane_settings = settings.replace(auto_seqno=False, auto_created_at=False, retry=self._retry)
-        settings.request_limit(context.max_message_size)  # checked now, as TopicWriter does, not at the first write
+        lane_settings = settings.replace(auto_seqno=False, auto_created_at=False, retry=resolved.retry)
+        self._lanes = Lanes(context, admin, self.path, producer_id, lane_settings, self._taken, transaction)
+        self._rerouting = Rerouting(
+            self.path, admin, self._lanes, resolved.retry, self._partitioner,
+            settle=self._settle, lane_failed=self._lane_failed, rerouted=self._rerouted,
+        )
         self._routes: KeyRouter | None = None
-        self._lanes: dict[int, _Lane] = {}
-        self._numbering: dict[int, tuple[int | None, int]] = {}
-        """Partition id -> (seq_no base, next seq_no) of a lane being replaced, for its successor."""
-        self._order: deque[_Entry] = deque()
+        self._order: deque[Entry] = deque()
         """Accepted entries by index; acknowledged ones are dropped from the left."""
         self._next_index = 0
         self._flush_waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
-        self._broken: asyncio.Queue[_Lane] = asyncio.Queue()
-        self._steady = asyncio.Event()
-        """Clear while a failed lane is being replaced or its partition's split handled."""
-        self._steady.set()
-        self._overloads: dict[int, RetryState] = {}
-        """Partition id -> its streak of overloads (until a message of it is acknowledged)."""
         self._pending_messages = 0
         self._pending_bytes = 0
-        self._closed_reconnects = 0
-        """Reconnects of partition writers closed since (idle or replaced), and the replacements."""
-        self._last_lane_error: BaseException | None = None
-        self._last_acked: _Lane | None = None
+        self._last_acked: Lane | None = None
         self._reaper: asyncio.Task[None] | None = None
         self._open_lock = asyncio.Lock()
         self._supervisor: asyncio.Task[None] | None = None
@@ -339,6 +207,8 @@ class KeyedWriter(ClosesOnExit):
             raise self._failure.with_traceback(None)
 
     async def _shutdown(self, reason: BaseException) -> None:
+        if self._stopping:
+            return
         self._closed = True
         self._stopping = True
         tasks = [task for task in (self._supervisor, self._reaper) if task is not None]
@@ -347,11 +217,8 @@ class KeyedWriter(ClosesOnExit):
             task.cancel()
         if tasks:
             await asyncio.wait(tasks)
-        self._steady.set()  # writes waiting for a recovery that will not finish now see the close
-        lanes, self._lanes = list(self._lanes.values()), {}
-        for lane in lanes:
-            with contextlib.suppress(Exception):
-                await lane.writer.close(timeout=0 if self._failure or self._unacked() else None)
+        self._rerouting.steady.set()  # writes waiting for a recovery that will not finish now see the close
+        await self._lanes.close(at_once=bool(self._failure or self._unacked()))
         self._fail_pending(reason)
 
     def _closed_error(self) -> WriterClosedError:
@@ -365,58 +232,16 @@ class KeyedWriter(ClosesOnExit):
             raise WriterClosedError("the keyed writer is not open yet: call open() or enter it first")
         return self._routes.partition_for(key_bytes(key))
 
-    def _lane_producer_id(self, partition_id: int) -> str:
-        return f"{self.producer_id}_{partition_id}"
-
-    def _lane(self, partition_id: int) -> _Lane:
-        lane = self._lanes.get(partition_id)
-        if lane is None:
-            # Connects in the background: messages are accepted and numbered meanwhile.
-            base, next_seq_no = self._numbering.pop(partition_id, (None, 1))
-            settings = self._lane_settings.replace(
-                producer_id=self._lane_producer_id(partition_id), partition_id=partition_id
-            )
-            writer = self._new_lane_writer(settings, base)
-            lane = self._lanes[partition_id] = _Lane(partition_id, writer, next_seq_no)
-        return lane
-
-    def _new_lane_writer(self, settings: WriterSettings, seq_no_base: int | None) -> _LaneWriter:
-        return _LaneWriter(self._context, self._admin, self.path, settings, seq_no_base=seq_no_base)
+    def _rerouted(self, routes: KeyRouter) -> None:
+        self._routes = routes
 
     async def _close_idle(self, timeout: float) -> None:
         """Close the partition writers idle for ``timeout`` seconds, for as long as the keyed writer is open."""
         while True:
             await asyncio.sleep(max(timeout / 4, 0.01))
-            if not self._steady.is_set():
+            if not self._rerouting.steady.is_set():
                 continue  # a recovery is moving messages between lanes
-            now = time.monotonic()
-            for lane in list(self._lanes.values()):
-                if (
-                    now - lane.last_used >= timeout
-                    and not lane.failed
-                    and lane.writer.seq_no_base is not None
-                    and lane.idle()
-                ):
-                    await self._retire(lane)
-
-    async def _retire(self, lane: _Lane) -> None:
-        """Close an idle lane; the partition's next lane goes on with its numbers."""
-        pid = lane.partition_id
-        lane.retired = True
-        if self._lanes.get(pid) is lane:
-            del self._lanes[pid]
-        self._numbering[pid] = (lane.writer.seq_no_base, lane.next_seq_no)
-        logger.debug("keyed writer %s: closing the idle writer of partition %d", self.path, pid)
-        with contextlib.suppress(Exception):
-            await lane.writer.close()
-        self._forget(lane, None)
-
-    def _forget(self, lane: _Lane, error: BaseException | None) -> None:
-        """Keep what a closed lane's writer went through for the keyed writer's totals."""
-        self._closed_reconnects += lane.writer.reconnects
-        error = error or lane.writer.last_error
-        if error is not None:
-            self._last_lane_error = error
+            await self._lanes.retire_idle(timeout)
 
     # --- writing --------------------------------------------------------------------------
 
@@ -439,7 +264,7 @@ class KeyedWriter(ClosesOnExit):
         results = [f.result() for f in futures]
         return results if is_many(messages) else results[0]
 
-    async def _accept(self, messages: OneMessage | ManyMessages, key: Key, with_results: bool) -> list[_Entry]:
+    async def _accept(self, messages: OneMessage | ManyMessages, key: Key, with_results: bool) -> list[Entry]:
         self._check_usable()
         key = key_bytes(key)
         tag = (PARTITION_KEY_METADATA, partition_key(key)) if self._partitioner == "ydb" else None
@@ -459,87 +284,43 @@ class KeyedWriter(ClosesOnExit):
             for entry in entries:
                 entry.result = loop.create_future()
         await self.open()
+        rerouting = self._rerouting
         while True:
-            if not self._steady.is_set():
-                await self._wait_steady()
+            if not rerouting.steady.is_set():
+                await rerouting.wait_steady(self._buffer_wait_timeout)
             self._check_usable()
             assert self._routes is not None
-            lane = self._lane(self._routes.partition_for(key))
+            lane = self._lanes.get(self._routes.partition_for(key))
             if lane.failed:
                 continue  # being replaced: wait for that
             try:
-                lane = await self._hand_over(lane, entries)
-            except _LaneBroken as broken:
+                lane = await self._lanes.hand_over(lane, entries)
+            except LaneBroken as broken:
                 # The lane broke before taking them (its partition split or is overloaded).
                 self._lane_failed(broken.lane)
                 continue
             await self._handed_over(lane, entries)
             return entries
 
-    async def _wait_steady(self) -> None:
-        """Wait while a split or overloaded partition's messages are being placed again: as
-        long as a full buffer would make ``TopicWriter.write`` wait (``buffer_wait_timeout``)."""
-        timeout = self._lane_settings.buffer_wait_timeout
-        try:
-            await asyncio.wait_for(self._steady.wait(), timeout)
-        except TimeoutError:
-            raise BufferFullTimeoutError(
-                f"keyed writer for {self.path}: a split or overloaded partition's messages were still being"
-                f" placed again after {timeout}s (buffer_wait_timeout); nothing from this call was accepted"
-            ) from None
-
-    async def _handed_over(self, lane: _Lane, entries: list[_Entry]) -> None:
+    async def _handed_over(self, lane: Lane, entries: list[Entry]) -> None:
         """Told when ``lane`` took a call's ``entries`` (a subclass may wait for them)."""
 
-    async def _hand_over(self, lane: _Lane, entries: list[_Entry]) -> _Lane:
-        """Give ``entries`` to ``lane``'s writer (or, if it was closed meanwhile for being idle,
-        to its partition's new one): numbered after its last seq_no, except those it had already,
-        which keep their number so that the server can drop what it stored. Returns the lane
-        that took them."""
-        pid = lane.partition_id
-        await lane.lock.acquire()
-        while lane.retired:
-            lane.lock.release()
-            lane = self._lane(pid)
-            await lane.lock.acquire()
-        try:
-            numbers: list[int] = []
-            free = lane.next_seq_no
-            for entry in entries:
-                number = entry.seq_no if entry.partition_id == pid else max(free, numbers[-1] + 1 if numbers else 0)
-                numbers.append(number)
-                free = max(free, number + 1)
-            messages: list[OneMessage] = [
-                Message(e.data, seq_no=n, created_at=e.created_at, metadata=e.metadata)
-                for e, n in zip(entries, numbers, strict=True)
-            ]
-            try:
-                futures = await lane.writer.write_with_ack_future(messages)
-            except OverloadedError:
-                raise _LaneBroken(lane) from None
-            lane.next_seq_no = free
-            lane.last_used = time.monotonic()
-            for entry, number, future in zip(entries, numbers, futures, strict=True):
-                entry.partition_id = pid
-                entry.seq_no = number
-                if not entry.index:
-                    self._next_index += 1
-                    entry.index = self._next_index
-                    self._order.append(entry)
-                    self._pending_messages += 1
-                    self._pending_bytes += entry.size
-                lane.pending.append(entry)
-                future.add_done_callback(partial(self._on_ack, lane, entry))
-        finally:
-            lane.lock.release()
-        return lane
+    def _taken(self, lane: Lane, entry: Entry, future: asyncio.Future[WriteResult]) -> None:
+        """``lane`` took ``entry``: count it (the first time) and follow its acknowledgement."""
+        if not entry.index:
+            self._next_index += 1
+            entry.index = self._next_index
+            self._order.append(entry)
+            self._pending_messages += 1
+            self._pending_bytes += entry.size
+        future.add_done_callback(partial(self._on_ack, lane, entry))
 
-    def _on_ack(self, lane: _Lane, entry: _Entry, future: asyncio.Future[WriteResult]) -> None:
+    def _on_ack(self, lane: Lane, entry: Entry, future: asyncio.Future[WriteResult]) -> None:
         if future.cancelled():
             return
         error = future.exception()
         if error is None:
-            self._overloads.pop(lane.partition_id, None)
+            self._rerouting.acknowledged(lane.partition_id)
             self._last_acked = lane
             self._settle(entry, future.result())
             while lane.pending and lane.pending[0].done:
@@ -551,7 +332,7 @@ class KeyedWriter(ClosesOnExit):
         else:
             self._fail(error)
 
-    def _settle(self, entry: _Entry, result: WriteResult) -> None:
+    def _settle(self, entry: Entry, result: WriteResult) -> None:
         if entry.done:
             return  # failed with the keyed writer already
         entry.done = True
@@ -617,34 +398,19 @@ class KeyedWriter(ClosesOnExit):
         try:
             async with deadline(timeout):
                 await self.open()
-                return {lane.partition_id: await lane.writer.wait_init() for lane in list(self._lanes.values())}
+                return {lane.partition_id: await lane.writer.wait_init() for lane in list(self._lanes.open.values())}
         except TimeoutError:
             raise OperationTimeoutError(f"keyed writer for {self.path} did not connect within {timeout}s") from None
 
     @property
     def init_info(self) -> dict[int, InitInfo]:
         """The first handshake's answer of each open partition writer that had one."""
-        return {pid: info for pid, lane in self._lanes.items() if (info := lane.writer.init_info) is not None}
+        return {pid: info for pid, lane in self._lanes.open.items() if (info := lane.writer.init_info) is not None}
 
     @property
     def partition_writers(self) -> dict[int, PartitionWriterStatus]:
         """How the writer of each partition open now fares (closed idle ones are not shown)."""
-        return {
-            pid: PartitionWriterStatus(
-                partition_id=pid,
-                producer_id=writer.producer_id,
-                connection_state=writer.connection_state,
-                session_id=writer.session_id,
-                init_info=writer.init_info,
-                buffered_messages=writer.buffered_messages,
-                buffered_bytes=writer.buffered_bytes,
-                reconnects=writer.reconnects,
-                last_error=writer.last_error,
-                last_write_statistics=writer.last_write_statistics,
-                selected_codec=writer.selected_codec,
-            )
-            for pid, writer in ((pid, lane.writer) for pid, lane in sorted(self._lanes.items()))
-        }
+        return self._lanes.statuses()
 
     @property
     def connection_state(self) -> ConnectionState:
@@ -657,8 +423,8 @@ class KeyedWriter(ClosesOnExit):
             return ConnectionState.FAILED
         if self._routes is None:
             return ConnectionState.CONNECTING
-        states = {lane.writer.connection_state for lane in self._lanes.values()}
-        if not self._steady.is_set() or states & {ConnectionState.RECONNECTING, ConnectionState.FAILED}:
+        states = {lane.writer.connection_state for lane in self._lanes.open.values()}
+        if not self._rerouting.steady.is_set() or states & {ConnectionState.RECONNECTING, ConnectionState.FAILED}:
             return ConnectionState.RECONNECTING
         if ConnectionState.CONNECTING in states:
             return ConnectionState.CONNECTING
@@ -668,16 +434,13 @@ class KeyedWriter(ClosesOnExit):
     def reconnects(self) -> int:
         """Streams opened to replace lost ones, over all partition writers (closed ones
         included), and the partition writers replaced after a split or an overload."""
-        return self._closed_reconnects + sum(lane.writer.reconnects for lane in self._lanes.values())
+        return self._lanes.reconnects
 
     @property
     def last_error(self) -> BaseException | None:
         """The latest failure a partition writer open now saw, else the latest one of a partition
         writer closed since (None before any)."""
-        for lane in reversed(list(self._lanes.values())):
-            if lane.writer.last_error is not None:
-                return lane.writer.last_error
-        return self._last_lane_error
+        return self._lanes.last_error
 
     @property
     def buffered_messages(self) -> int:
@@ -698,103 +461,18 @@ class KeyedWriter(ClosesOnExit):
 
     # --- failures, overloads and splits ------------------------------------------------------
 
-    def _lane_failed(self, lane: _Lane) -> None:
+    def _lane_failed(self, lane: Lane) -> None:
         if lane.failed or self._stopping or self._failure is not None:
             return
-        lane.failed = True
-        self._steady.clear()
-        self._broken.put_nowait(lane)
+        self._rerouting.take(lane)
 
     async def _supervise(self) -> None:
-        while True:
-            lane = await self._broken.get()
-            try:
-                await self._recover(lane)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                self._fail(exc)
-                return
-            if self._broken.empty():
-                self._steady.set()
-
-    async def _recover(self, lane: _Lane) -> None:
-        pid = lane.partition_id
-        error = lane.writer.failure or OverloadedError(f"partition {pid} is overloaded")
-        with contextlib.suppress(Exception):
-            await lane.writer.close(timeout=0)
-        if self._lanes.get(pid) is lane:
-            del self._lanes[pid]
-        self._forget(lane, error)
-        self._closed_reconnects += 1  # its successor replaces it
-        entries = [e for e in lane.pending if not e.done]
-        lane.pending.clear()
-        base = lane.writer.seq_no_base
-        # Retried under the keyed writer's own policy (by default for as long as it is open, as
-        # its lanes reconnect), not the driver's budget for one call: an outage during a split's
-        # recovery delays it instead of failing the keyed writer and every message it holds.
-        description = await self._admin._describe_topic(self.path, retry=self._retry)
-        info = next((p for p in description.partitions if p.partition_id == pid), None)
-        if info is not None and info.active:
-            # Only overloaded: back off, then resend with the same seq_nos (the server drops what it has).
-            self._numbering[pid] = (base, lane.next_seq_no)
-            await self._back_off(pid, error)
-            if entries:
-                await self._distribute(entries, lambda _: pid)
-            return
-        self._routes = KeyRouter(description, self._partitioner)
-        # A lane that never connected sent nothing: none of its messages can be stored.
-        stored = await self._last_stored_seq_no(pid) - base if base is not None else 0
-        logger.info(
-            "keyed writer %s: partition %d was split; %d unacknowledged messages, %d of them stored there",
-            self.path, pid, len(entries), sum(1 for e in entries if e.partition_id == pid and e.seq_no <= stored),
-        )
-        leftovers = []
-        for entry in entries:
-            if entry.partition_id == pid and entry.seq_no <= stored:
-                self._settle(entry, Skipped(pid, entry.seq_no + (base or 0)))
-            else:
-                leftovers.append(entry)
-        await self._distribute(leftovers, self._route)
-
-    def _route(self, entry: _Entry) -> int:
-        assert self._routes is not None
-        return self._routes.partition_for(entry.key)
-
-    async def _distribute(self, entries: list[_Entry], target: Callable[[_Entry], int]) -> None:
-        """Hand ``entries`` over, in order, to the lanes ``target`` picks; a lane that breaks
-        before taking its share keeps the entries for its own recovery."""
-        groups: dict[int, list[_Entry]] = {}
-        for entry in entries:
-            groups.setdefault(target(entry), []).append(entry)
-        for pid, group in groups.items():
-            try:
-                await self._hand_over(self._lane(pid), group)
-            except _LaneBroken as broken:
-                broken.lane.pending.extend(group)
-                self._lane_failed(broken.lane)
-
-    async def _back_off(self, partition_id: int, error: BaseException) -> None:
-        streak = self._overloads.get(partition_id)
-        if streak is None:
-            streak = self._overloads[partition_id] = RetryState(self._retry)
-        delay = streak.next_delay(error)
-        if delay is None:
-            raise error
-        logger.info("keyed writer %s: partition %d overloaded; resending in %.3fs", self.path, partition_id, delay)
-        await asyncio.sleep(delay)
-
-    async def _last_stored_seq_no(self, partition_id: int) -> int:
-        """The last seq_no the lane's producer id stored: a handshake without a partition tells it,
-        since the server carries a producer's seq_no from a split partition to its children."""
-        probe = TopicWriter(
-            self._context, self._admin, self.path,
-            self._lane_settings.replace(producer_id=self._lane_producer_id(partition_id), direct_write=False),
-        )
         try:
-            return (await probe.wait_init()).last_seq_no
-        finally:
-            await probe.close()
+            await self._rerouting.run()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._fail(exc)
 
     def _fail(self, error: BaseException) -> None:
         if self._failure is not None:
@@ -802,7 +480,7 @@ class KeyedWriter(ClosesOnExit):
         self._failure = error
         logger.error("keyed writer %s failed: %r", self.path, error)
         self._fail_pending(error)
-        self._steady.set()  # writes waiting for a recovery see the failure
+        self._rerouting.steady.set()  # writes waiting for a recovery see the failure
 
     def _fail_pending(self, error: BaseException) -> None:
         self._pending_messages = self._pending_bytes = 0
@@ -823,10 +501,10 @@ class KeyedWriter(ClosesOnExit):
         return f"KeyedWriter({self.path!r}, producer_id={self.producer_id!r}, {state})"
 
 
-def _entry(message: OneMessage, key: bytes, tag: tuple[str, bytes] | None, now: dt.datetime | None) -> _Entry:
+def _entry(message: OneMessage, key: bytes, tag: tuple[str, bytes] | None, now: dt.datetime | None) -> Entry:
     """An accepted message; ``tag`` (the partition key's metadata item) is added to its metadata."""
     if isinstance(message, (bytes, str)):
-        return _Entry(payload_bytes(message, "a message"), None if tag is None else (tag,), now, key)
+        return Entry(payload_bytes(message, "a message"), None if tag is None else (tag,), now, key)
     if isinstance(message, Message):
         if message.seq_no is not None:
             raise InvalidArgumentError("a keyed writer numbers messages itself: do not set Message.seq_no")
@@ -834,7 +512,7 @@ def _entry(message: OneMessage, key: bytes, tag: tuple[str, bytes] | None, now: 
         if tag is not None:
             items = list(metadata.items() if isinstance(metadata, Mapping) else metadata or ())
             metadata = items if any(name == tag[0] for name, _ in items) else [*items, tag]
-        return _Entry(payload_bytes(message.data), metadata, message.created_at or now, key)
+        return Entry(payload_bytes(message.data), metadata, message.created_at or now, key)
     raise InvalidArgumentError(f"a message must be bytes, str or Message, not {type(message).__name__}")
 
 

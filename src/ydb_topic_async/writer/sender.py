@@ -18,8 +18,7 @@ with ``SeqNoConflictError``. A message sent again after a reconnect may legitima
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -27,10 +26,9 @@ import anyio
 from .. import _codecs
 from .._errors import ConnectionLostError, InternalError, SeqNoConflictError, UnsupportedCodecError, YdbTopicError
 from .._proto import ydb_topic_pb2 as pb
-from .._retry import RetryPolicy
 from .._stream import BidiStream, StreamKeeper, StreamMethod, refresh_tokens, tokens_may_change
 from ..observability.logging import sdk_logger, writer_fields
-from .batching import BatchSettings, RequestBatcher
+from .batching import RequestBatcher
 from .buffer import seq_no_of
 from .messages import InitInfo, Skipped, WriteResult, Written, WrittenInTx
 
@@ -39,6 +37,8 @@ if TYPE_CHECKING:
     from ..observability.metrics import WriterReport
     from ..topic.types import PartitionLocation
     from .buffer import PendingMessage, WriteBuffer
+    from .settings import ResolvedSettings, WriterSettings
+    from .transaction import WriteTransaction
 
 logger = sdk_logger("writer")
 
@@ -52,45 +52,33 @@ STREAM_WRITE = StreamMethod(
 )
 
 
-@dataclass(frozen=True)
-class SenderSettings:
-    path: str
-    producer_id: str
-    partition_id: int | None
-    message_group_id: str | None
-    direct_write: bool
-    auto_seqno: bool
-    """The writer numbers its messages: a seq_no it sends for the first time must be new to the server."""
-    session_metadata: Mapping[str, str]
-    codec: int
-    """The writer's codec (RAW when ``auto_encoders`` is given: the codecs are picked per batch)."""
-    encoder: _codecs.Transform
-    retry: RetryPolicy
-    max_request_size: int
-    token_refresh_interval: float
-    init_timeout: float
-    auto_encoders: Mapping[int, _codecs.Transform] | None = None
-
-
 class WriterSender:
     """Keeps one write stream alive and moves the buffer's messages through it.
 
+    It runs on the writer's ``settings`` (checked) and what they came to on the driver
+    (``resolved``: the full path, the request size limit, the reconnect policy).
     ``locate()`` resolves the partition's current location (for direct write); ``hand_off(error)``
     picks the failures that end the writer quietly for its owner to handle (see ``StreamKeeper``).
+    With a ``transaction``, every WriteRequest writes into it.
     """
 
     def __init__(
         self,
         transport: Transport,
-        settings: SenderSettings,
+        settings: WriterSettings,
+        resolved: ResolvedSettings,
         buffer: WriteBuffer,
         on_init: Callable[[InitInfo], None],
         report: WriterReport,
         locate: Callable[[], Awaitable[PartitionLocation | None]] | None = None,
         hand_off: Callable[[BaseException], bool] | None = None,
+        transaction: WriteTransaction | None = None,
     ) -> None:
+        assert settings.producer_id is not None  # WriterSettings makes one when none is given
         self._transport = transport
         self._settings = settings
+        self._path = resolved.path
+        self._producer_id = settings.producer_id
         self._buffer = buffer
         self._on_init = on_init
         self._report = report
@@ -111,16 +99,12 @@ class WriterSender:
         self.session_id = ""
         self.last_statistics: tuple[int, int, Any] | None = None
         """(partition_id, ack count, WriteStatistics proto) of the latest WriteResponse."""
-        self.log_fields = writer_fields(settings.path, settings.producer_id, settings.partition_id)
+        self.log_fields = writer_fields(self._path, self._producer_id, settings.partition_id)
         """The ``extra`` of this writer's log records (updated by each handshake)."""
-        self.batcher = RequestBatcher(
-            BatchSettings(settings.codec, settings.encoder, settings.max_request_size, settings.auto_encoders),
-            buffer,
-            self._dropped,
-        )
+        self.batcher = RequestBatcher(settings, resolved, buffer, self._dropped, transaction)
         self.keeper = StreamKeeper(
             self._describe,
-            settings.retry,
+            resolved.retry,
             logger=logger,
             log_fields=lambda: self.log_fields,
             on_reconnect=report.reconnect,
@@ -131,7 +115,7 @@ class WriterSender:
 
     def _describe(self) -> str:
         session = f" (session {self.session_id})" if self.session_id else ""
-        return f"topic writer {self._settings.path}{session}"
+        return f"topic writer {self._path}{session}"
 
     def _loss(self) -> str:
         pending = self._buffer.messages
@@ -141,15 +125,6 @@ class WriterSender:
         if entry.future is None:
             # Written with write(): nobody holds a future that could tell.
             logger.error("%s: %s", self._describe(), error, extra=self.log_fields)
-
-    @property
-    def tx_identity(self) -> pb.TransactionIdentity | None:
-        """Set for a transactional writer: every WriteRequest carries it."""
-        return self.batcher.tx_identity
-
-    @tx_identity.setter
-    def tx_identity(self, identity: pb.TransactionIdentity | None) -> None:
-        self.batcher.tx_identity = identity
 
     # --- reconnect loop -----------------------------------------------------------------
 
@@ -184,9 +159,10 @@ class WriterSender:
         s = self._settings
         request = pb.StreamWriteMessage.FromClient()
         init = request.init_request
-        init.path = s.path
-        init.producer_id = s.producer_id
-        init.write_session_meta.update(s.session_metadata)
+        init.path = self._path
+        init.producer_id = self._producer_id
+        if s.session_metadata:
+            init.write_session_meta.update(s.session_metadata)
         # The first handshake numbers the messages after the stored seq_no; a later one of a
         # self-numbering writer checks that nobody else wrote with the producer id meanwhile.
         init.get_last_seq_no = self._first_init or self._check_seq_nos
@@ -199,10 +175,10 @@ class WriterSender:
                 init.partition_id = s.partition_id
         elif s.message_group_id:
             init.message_group_id = s.message_group_id
-        elif s.producer_id:
+        elif self._producer_id:
             # As the official SDKs do: older YDB versions refuse a producer id without a
             # message group or partition.
-            init.message_group_id = s.producer_id
+            init.message_group_id = self._producer_id
         return request
 
     async def _session(self) -> None:
@@ -251,7 +227,7 @@ class WriterSender:
 
     def _handle_init(self, init: Any) -> None:
         supported = tuple(init.supported_codecs.codecs)
-        codec = self._settings.codec
+        codec = self._settings.batch_codec
         selector = self.batcher.selector
         if selector is not None:
             selector.allow(supported)
@@ -261,16 +237,16 @@ class WriterSender:
                 f" not the writer's {_codecs.codec_name(codec)}; nothing was sent"
             )
         self.session_id = init.session_id
-        settings = self._settings
-        self.log_fields = writer_fields(settings.path, settings.producer_id, init.partition_id, init.session_id)
+        path, producer_id = self._path, self._producer_id
+        self.log_fields = writer_fields(path, producer_id, init.partition_id, init.session_id)
         logger.debug(
             "topic writer %s: session %s started (partition %d, last seq_no %d)",
-            settings.path, init.session_id, init.partition_id, init.last_seq_no, extra=self.log_fields,
+            path, init.session_id, init.partition_id, init.last_seq_no, extra=self.log_fields,
         )
         if not self._first_init and self._check_seq_nos and init.last_seq_no > self._sent_up_to:
             raise SeqNoConflictError(
-                f"topic writer {settings.path}: the server holds seq_no {init.last_seq_no} of producer"
-                f" {settings.producer_id!r} on partition {init.partition_id}, beyond seq_no {self._sent_up_to},"
+                f"topic writer {path}: the server holds seq_no {init.last_seq_no} of producer"
+                f" {producer_id!r} on partition {init.partition_id}, beyond seq_no {self._sent_up_to},"
                 " the last this writer sent: another writer wrote with the same producer id while this one"
                 " reconnected; the unacknowledged messages were not written"
             )
@@ -426,10 +402,9 @@ class WriterSender:
         self._buffer.settle_dropped()
         self._report.buffer_changed()
         if conflict:
-            settings = self._settings
             raise SeqNoConflictError(
-                f"topic writer {settings.path}: the server already had seq_no {conflict} of producer"
-                f" {settings.producer_id!r} on partition {partition_id}, which this writer gave a new message:"
+                f"topic writer {self._path}: the server already had seq_no {conflict} of producer"
+                f" {self._producer_id!r} on partition {partition_id}, which this writer gave a new message:"
                 " another writer is writing with the same producer id; that message and the ones after it"
                 " were not written"
             )

@@ -2,9 +2,13 @@
 
 ``driver.topic.writer(path, **options)``, the keyed writer, the transactional writer and the
 Spark sink all turn their keyword options into one ``WriterSettings``, which checks every value
-when it is made (``InvalidArgumentError`` naming the option). What depends on the driver (the
-default reconnect policy, the channel's message size limit) is filled in when a writer is built
-from the settings.
+when it is made (``InvalidArgumentError`` naming the option) and resolves what follows from the
+options alone (the codec: a fixed one, or ``"auto"``'s choice per batch). What a kind of writer
+refuses (``check_keyed``, ``check_transactional``, ``check_partition_writer``) and what depends
+on the driver (``resolve``: the topic's full path, the request size limit under the channel's
+message size limit, the default reconnect policy) are checked here too, by the writer's
+constructor, so every option fails at the user's call. The writer's machinery (the sender, the
+batcher) takes the settings and the resolved values as they are.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import dataclasses
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal, TypedDict, cast
+from typing import TYPE_CHECKING, Any, Final, Literal, TypedDict, cast
 
 from .. import _codecs
 from .._errors import InvalidArgumentError
@@ -21,10 +25,16 @@ from .._limits import MAX_PRODUCER_ID_LENGTH, MIN_MAX_MESSAGE_SIZE, REQUEST_SIZE
 from .._retry import RetryPolicy
 from .._validate import check_optional_int, check_seconds, check_timeout, check_utf8
 
+if TYPE_CHECKING:
+    from .._context import ClientContext
+
 AUTO_CODEC: Final = "auto"
 """``codec="auto"``: the writer picks, batch by batch, the codec that makes its batches smallest."""
 DEFAULT_MAX_BUFFER_MESSAGES = 100_000
 DEFAULT_MAX_BUFFER_BYTES = 64 * 1024 * 1024
+LANE_SUFFIX_ROOM = 11
+"""Characters a keyed writer's partition writer adds to the producer id: ``_`` and a partition
+id (up to 10 digits)."""
 
 
 class KeyedWriterOptions(TypedDict, total=False):
@@ -81,9 +91,12 @@ class WriterSettings:
     max_request_size: int | None = None
     token_refresh_interval: float = 5.0
     init_timeout: float = 30.0
+    picks_codec: bool = field(init=False, repr=False, compare=False)
+    """``codec="auto"``: each batch's codec is picked among ``encoder_table``'s."""
+    batch_codec: int = field(init=False, repr=False, compare=False)
+    """The codec a batch goes with unless one is picked for it: ``codec``, RAW with ``"auto"``."""
     encoder: _codecs.Transform = field(init=False, repr=False, compare=False)
-    """The function of ``codec`` (from ``encoders`` or the built-in ones); with ``codec="auto"``
-    RAW's, the others being in ``encoder_table``."""
+    """The function of ``batch_codec`` (from ``encoders`` or the built-in ones)."""
     encoder_table: Mapping[int, _codecs.Transform] = field(init=False, repr=False, compare=False)
     """Every encoder the writer has: the built-in ones and ``encoders``."""
 
@@ -133,12 +146,16 @@ class WriterSettings:
         check_optional_int(self.max_request_size, "max_request_size", minimum=MIN_MAX_MESSAGE_SIZE)
         encoders = _codecs.merge_codecs(_codecs.BUILTIN_ENCODERS, self.encoders)
         assign(self, "encoder_table", encoders)
-        if self.codec == AUTO_CODEC:
-            assign(self, "encoder", encoders[_codecs.Codec.RAW])
+        # The one place ``codec="auto"`` is resolved: batches start as RAW, and the batcher picks.
+        picks = self.codec == AUTO_CODEC
+        assign(self, "picks_codec", picks)
+        if picks:
+            codec = int(_codecs.Codec.RAW)
         else:
             codec = int(_codecs.Codec.RAW) if self.codec is None else _codecs.check_codec_id(self.codec)
             assign(self, "codec", codec)
-            assign(self, "encoder", _codecs.lookup(encoders, codec, "encoder"))
+        assign(self, "batch_codec", codec)
+        assign(self, "encoder", _codecs.lookup(encoders, codec, "encoder"))
         assign(self, "auto_seqno", bool(self.auto_seqno))
         assign(self, "auto_created_at", bool(self.auto_created_at))
         assign(self, "direct_write", bool(self.direct_write))
@@ -164,12 +181,68 @@ class WriterSettings:
             )
         return size
 
+    def resolve(self, context: ClientContext, path: str) -> ResolvedSettings:
+        """What these settings come to on the driver of ``context`` for the topic ``path``
+        (``InvalidArgumentError`` for a path or a ``max_request_size`` it refuses)."""
+        return ResolvedSettings(
+            path=context.full_path(path),
+            max_request_size=self.request_limit(context.max_message_size),
+            retry=self.retry or context.stream_retry,
+        )
+
+    # --- what each kind of writer refuses ------------------------------------------------
+
+    def check_partition_writer(self) -> None:
+        """Refuse what a writer of one partition (``TopicWriter``) cannot do with these settings."""
+        if self.direct_write and self.partition_id is None:
+            raise InvalidArgumentError("direct_write needs partition_id: it connects to that partition's location")
+
+    def check_keyed(self) -> None:
+        """Refuse the options a keyed writer does not take: it picks partitions and numbers
+        messages itself, and each partition's writer adds ``_{partition_id}`` to the producer id."""
+        if self.partition_id is not None or self.message_group_id is not None or not self.auto_seqno:
+            raise InvalidArgumentError(
+                "a keyed writer picks partitions and numbers messages itself:"
+                " partition_id, message_group_id and auto_seqno are not its options"
+            )
+        producer_id = self.producer_id
+        if not producer_id or len(producer_id) > MAX_PRODUCER_ID_LENGTH - LANE_SUFFIX_ROOM:
+            raise InvalidArgumentError(
+                f"producer_id must be a non-empty string of at most {MAX_PRODUCER_ID_LENGTH - LANE_SUFFIX_ROOM}"
+                " characters (each partition's writer adds its partition id to it)"
+            )
+
+    def check_transactional(self) -> None:
+        """Refuse retries without deduplication in a transaction: a message resent after a lost
+        acknowledgement would be committed twice."""
+        deduplicated = bool(self.producer_id or self.message_group_id)
+        if not deduplicated and (self.retry is None or self.retry.max_attempts != 1):
+            raise InvalidArgumentError(
+                "a transactional writer retries only with a producer id: without one, a message resent"
+                " after a lost acknowledgement would be committed twice (pass producer_id=..., or no retry)"
+            )
+
+
+@dataclass(frozen=True)
+class ResolvedSettings:
+    """What a writer's settings come to on one driver (``WriterSettings.resolve``), resolved once
+    when the writer is made and given, with the settings, to its sender and batcher."""
+
+    path: str
+    """The topic's full path."""
+    max_request_size: int
+    """The most bytes one WriteRequest may hold: ``max_request_size``, or its default under the
+    driver's ``max_message_size``."""
+    retry: RetryPolicy
+    """The reconnect policy: ``retry``, or the driver's ``stream_retry``."""
+
 
 __all__ = [
     "AUTO_CODEC",
     "DEFAULT_MAX_BUFFER_BYTES",
     "DEFAULT_MAX_BUFFER_MESSAGES",
     "KeyedWriterOptions",
+    "ResolvedSettings",
     "WriterOptions",
     "WriterSettings",
 ]

@@ -14,7 +14,6 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, overload
 
 from .._closing import ClosesOnExit
-from .._codecs import Codec
 from .._errors import InvalidArgumentError, MessageTooLargeError, OperationTimeoutError, WriterClosedError
 from .._futures import wait_within
 from .._limits import MAX_SEQ_NO, MESSAGE_OVERHEAD, REQUEST_OVERHEAD
@@ -36,13 +35,14 @@ from .messages import (
     is_many,
     payload_bytes,
 )
-from .sender import SenderSettings, WriterSender
-from .settings import AUTO_CODEC, WriterSettings
+from .sender import WriterSender
 
 if TYPE_CHECKING:
     from .._context import ClientContext
     from ..topic.admin import TopicAdmin
     from ..topic.types import PartitionLocation
+    from .settings import WriterSettings
+    from .transaction import WriteTransaction
 
 logger = sdk_logger("writer")
 
@@ -76,60 +76,58 @@ class TopicWriter(ConnectionStatus, ClosesOnExit):
     once compressed) fails alone: its future gets ``MessageEncodeError`` or
     ``MessageTooLargeError`` (a message given to ``write`` is logged as an ERROR), and the
     writer goes on with the others.
+
+    Parameters:
+        context: The driver's client context (transport, policies, metrics, limits).
+        admin: Topic administration, to find the partition's node for ``direct_write``.
+        path: The topic, absolute or relative to the driver's database.
+        settings: The checked options (``WriterSettings``).
+        transaction: The transaction every WriteRequest writes into (a transactional writer's;
+            it begins the transaction before handing anything over), or None.
     """
 
-    def __init__(self, context: ClientContext, admin: TopicAdmin, path: str, settings: WriterSettings) -> None:
-        full_path = context.full_path(path)
-        max_request_size = settings.request_limit(context.max_message_size)
+    def __init__(
+        self,
+        context: ClientContext,
+        admin: TopicAdmin,
+        path: str,
+        settings: WriterSettings,
+        *,
+        transaction: WriteTransaction | None = None,
+    ) -> None:
+        settings.check_partition_writer()
+        resolved = settings.resolve(context, path)
         producer_id = settings.producer_id
-        partition_id = settings.partition_id
         assert producer_id is not None  # WriterSettings makes one when none is given
-        if settings.direct_write and partition_id is None:
-            raise InvalidArgumentError("direct_write needs partition_id: it connects to that partition's location")
         self._admin = admin
-        self.path = full_path
+        self.path = resolved.path
         self.producer_id = producer_id
         self.message_group_id = settings.message_group_id
         """The session's message group (the deduplication identity when ``producer_id`` is
         empty), or None: the producer id's."""
         self.codec = settings.codec
         """The ``codec`` option: a codec id, or ``"auto"`` (see ``selected_codec``)."""
-        auto = settings.codec == AUTO_CODEC
-        codec = int(Codec.RAW) if auto else settings.codec
-        assert isinstance(codec, int)
+        self._settings = settings
         self._auto_seqno = settings.auto_seqno
         self._auto_created_at = settings.auto_created_at
         self._buffer_wait_timeout = settings.buffer_wait_timeout
-        self._request_room = max_request_size - REQUEST_OVERHEAD
+        self._request_room = resolved.max_request_size - REQUEST_OVERHEAD
         """The most a message's ``wire_size`` may be."""
         self._max_message_bytes = self._request_room - MESSAGE_OVERHEAD
         """The largest payload without metadata that fits (the same bound, for ``write``'s fast path)."""
-        self._partition_id = partition_id
+        self._partition_id = settings.partition_id
         self._init_timeout = settings.init_timeout
         buffer = self._buffer = WriteBuffer(settings.max_buffer_messages, settings.max_buffer_bytes)
         self._sender = WriterSender(
             context.transport,
-            SenderSettings(
-                path=full_path,
-                producer_id=producer_id,
-                partition_id=partition_id,
-                message_group_id=settings.message_group_id,
-                direct_write=settings.direct_write,
-                auto_seqno=settings.auto_seqno,
-                session_metadata=settings.session_metadata or {},
-                codec=codec,
-                encoder=settings.encoder,
-                retry=settings.retry or context.stream_retry,
-                max_request_size=max_request_size,
-                token_refresh_interval=settings.token_refresh_interval,
-                init_timeout=settings.init_timeout,
-                auto_encoders=settings.encoder_table if auto else None,
-            ),
+            settings,
+            resolved,
             buffer,
             self._on_init,
-            writer_report(context.metrics, full_path, lambda: (buffer.messages, buffer.nbytes)),
+            writer_report(context.metrics, resolved.path, lambda: (buffer.messages, buffer.nbytes)),
             self._locate if settings.direct_write else None,
             self._hands_off,
+            transaction,
         )
         self._keeper = self._sender.keeper
         self._tracer = context.tracing
@@ -522,8 +520,7 @@ class TopicWriter(ConnectionStatus, ClosesOnExit):
         for the latest batch sent (None before the first)."""
         selector = self._sender.batcher.selector
         if selector is None:
-            assert isinstance(self.codec, int)
-            return self.codec
+            return self._settings.batch_codec
         return selector.chosen
 
     @property
