@@ -147,7 +147,8 @@ async def test_a_retry_budget_makes_writers_and_readers_give_up(server: Any, top
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert len(errors) == 2, [r.getMessage() for r in errors]  # one per final failure
     writer_error = next(r for r in errors if r.name.endswith("writer")).getMessage()
-    assert "with 1 unacknowledged messages" in writer_error and "ConnectionLostError" in writer_error
+    # A refused connection is the ConnectionLostError that says nothing was sent: ConnectFailedError.
+    assert "with 1 unacknowledged messages" in writer_error and "ConnectFailedError" in writer_error
     # Nothing repeats them: neither leaving the reader's block nor the driver closing the writer.
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 2 and all("connection lost" in w for w in warnings), warnings
