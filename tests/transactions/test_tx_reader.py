@@ -81,8 +81,10 @@ async def test_a_conflicting_offset_update_aborts(driver: Driver, server: LocalT
         tx = driver.query.transaction()
         batch = await reader.receive_batch_with_tx(tx, max_messages=3, timeout=5)
         assert batch.commit_range == (0, 3)
-        # Someone else moves the consumer on meanwhile: the transaction's offsets no longer fit.
-        await driver.topic.commit_offset(source, 0, "consumer", 2)
+        # The consumer moves on meanwhile: the transaction's offsets no longer fit. The commit names
+        # the read session, which goes on (without it YDB ends the session holding the partition,
+        # and the reader may see its batch's session closed before the server sees the conflict).
+        await driver.topic.commit_offset(source, 0, "consumer", 2, read_session_id=reader.read_session_id)
         with pytest.raises(AbortedError):
             await tx.commit()
         assert server.storage.committed_offsets(source, "consumer") == {0: 2}
