@@ -2,6 +2,7 @@
 
     server.faults.drop_write_streams()             # break every open write stream now
     server.faults.drop_read_streams()              # break every open read stream now
+    server.faults.drop_direct_read_streams()       # break every open direct read stream now
     server.faults.drop_write_stream_after(100)     # break a write stream once 100 more messages are stored
     server.faults.fail_next("CreateTopic", "OVERLOADED")       # next unary CreateTopic answers OVERLOADED
     server.faults.fail_next("StreamWrite", "UNAVAILABLE", times=3)  # next 3 write streams fail at init
@@ -111,6 +112,11 @@ class Faults:
         """Break every open read stream; returns how many."""
         return self._drop("read")
 
+    def drop_direct_read_streams(self) -> int:
+        """Break every open direct read stream (StreamDirectRead), leaving the read streams open;
+        returns how many."""
+        return self._drop("direct_read")
+
     def stop_partition_sessions_without_consumer(self) -> int:
         """Stop (not gracefully) every partition session of every open read stream without a
         consumer, leaving the streams open; returns how many read streams were open (those with a
@@ -141,8 +147,8 @@ class Faults:
         """Answer the next ``times`` calls of ``method`` with YDB ``status`` (e.g. "OVERLOADED").
 
         ``method`` is a unary method name (``"DescribeTopic"``, ``"CommitTransaction"``) or a stream
-        (``"StreamWrite"``, ``"StreamRead"``, ``"AttachSession"``, ``"ExecuteQuery"``); a stream fails
-        at its handshake with that status.
+        (``"StreamWrite"``, ``"StreamRead"``, ``"StreamDirectRead"``, ``"AttachSession"``,
+        ``"ExecuteQuery"``); a stream fails at its handshake with that status.
         """
         code = status_code(status)
         self._statuses[method].extend([code] * times)

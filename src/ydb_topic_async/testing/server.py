@@ -19,6 +19,7 @@ from .._proto import ydb_topic_pb2 as pb
 from ._replies import metadata, operation, rpc_handler, status_code
 from .auth import AuthInterceptor, TokenValidator
 from .control_plane import ControlPlane
+from .direct_read import DirectReadService
 from .discovery import DiscoveryHandlers
 from .journal import close_journal, open_journal
 from .nodes import LOCAL_LOCATION, ServerNode
@@ -123,6 +124,7 @@ class LocalTopicServer:
         self.query = QueryService(state)
         self.writes = WriteService(state, self.query)
         self.reads = ReadService(state, graceful_stop_timeout=graceful_stop_timeout)
+        self.direct_reads = DirectReadService(state, self.reads.direct_cache)
         self._tls = tls
         self._client_ca = client_ca
         self._require_client_cert = require_client_cert
@@ -338,6 +340,11 @@ class LocalTopicServer:
                 functools.partial(self.reads.stream_read, node=node),
                 pb.StreamReadMessage.FromClient,
                 pb.StreamReadMessage.FromServer,
+            ),
+            "StreamDirectRead": stream(
+                functools.partial(self.direct_reads.stream_direct_read, node=node),
+                pb.StreamDirectReadMessage.FromClient,
+                pb.StreamDirectReadMessage.FromServer,
             ),
             "CreateTopic": unary("CreateTopic", control.create_topic, pb.CreateTopicRequest, pb.CreateTopicResponse),
             "DescribeTopic": unary(
