@@ -306,6 +306,15 @@ class RawDirectReader(RawReader):
         await self.call.write(DirectMsg.FromClient(init_request=init))
         return await self.read()
 
+    async def init_within(
+        self, timeout: float, path: str, consumer: str = "", *, session_id: str
+    ) -> Any:
+        """``init``, waiting at most ``timeout`` seconds for the answer (TimeoutError)."""
+        init = DirectMsg.InitRequest(consumer=consumer, session_id=session_id)
+        init.topics_read_settings.add(path=path)
+        await self.call.write(DirectMsg.FromClient(init_request=init))
+        return await self.read(timeout)
+
     async def send(self, **kwargs: Any) -> None:
         await self.call.write(DirectMsg.FromClient(**kwargs))
 

@@ -518,3 +518,56 @@ async def test_a_moved_partition_is_updated_and_served_by_its_new_node(
     assert cluster.stats.read_bytes_from_other_nodes == 0
     await moved.close()
     await control.close()
+
+
+async def test_a_server_without_direct_read_ignores_the_flag_and_has_no_direct_stream() -> None:
+    """``direct_read=False`` serves as a YDB whose protocol has no direct read: the InitRequest's
+    ``direct_read`` is an unknown field to it (data on the read stream, starts without a
+    location), and StreamDirectRead is a method it does not have (gRPC UNIMPLEMENTED)."""
+    async with (
+        LocalTopicServer(direct_read=False) as server,
+        grpc.aio.insecure_channel(server.endpoint.removeprefix("grpc://"), options=LOCAL_POOL) as channel,
+    ):
+        await create_topic(channel, "t", consumers=("c",))
+        await write_messages(channel, "t", 1)
+        control = RawReader(channel)
+        session_id = (await control.init("t", consumer="c", direct_read=True)).init_response.session_id
+        start = await control.expect("start_partition_session_request")
+        assert not start.start_partition_session_request.HasField("partition_location")
+        await control.confirm_start(start)
+        await control.credit(1_000)
+        assert (await control.expect("read_response")).read_response.bytes_size > 0
+        direct = RawDirectReader(channel)
+        await direct.send(init_request=pb.StreamDirectReadMessage.InitRequest(
+            session_id=session_id, topics_read_settings=[{"path": "t"}]
+        ))
+        with pytest.raises(grpc.aio.AioRpcError) as missing:
+            await direct.read()
+        assert missing.value.code() == grpc.StatusCode.UNIMPLEMENTED
+        await direct.close()
+        await control.close()
+
+
+async def test_stream_handshakes_can_be_aborted_or_left_unanswered(
+    server: LocalTopicServer, channel: grpc.aio.Channel
+) -> None:
+    """The fault hooks ``abort_next`` (a gRPC status instead of an answer) and ``hang_next`` (no
+    answer at all) apply to the next handshakes of the named stream method only."""
+    await create_topic(channel, "t", consumers=("c",))
+    control = RawReader(channel)
+    session_id = (await control.init("t", consumer="c", direct_read=True)).init_response.session_id
+    server.faults.abort_next("StreamDirectRead", "UNIMPLEMENTED")
+    server.faults.hang_next("StreamDirectRead")
+    aborted = RawDirectReader(channel)
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await aborted.init("t", "c", session_id=session_id)
+    assert refused.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    await aborted.close()
+    hanging = RawDirectReader(channel)
+    with pytest.raises(TimeoutError):
+        await hanging.init_within(0.3, "t", "c", session_id=session_id)
+    await hanging.close()
+    answered = RawDirectReader(channel)
+    assert (await answered.init("t", "c", session_id=session_id)).HasField("init_response")
+    await answered.close()
+    await control.close()

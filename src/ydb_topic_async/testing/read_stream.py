@@ -44,12 +44,13 @@ FromServer = read_wire.FromServer
 class ReadService:
     """Handles every StreamRead call of one server, and the consumer groups they form."""
 
-    def __init__(self, state: ServerState, graceful_stop_timeout: float = 10.0) -> None:
+    def __init__(self, state: ServerState, graceful_stop_timeout: float = 10.0, direct_read: bool = True) -> None:
         self.state = state
         self.graceful_stop_timeout = graceful_stop_timeout
         self.groups: dict[tuple[str, str], ConsumerGroup] = {}
-        self.direct_cache = DirectReadCache()
-        """The directly read partition sessions, as the nodes hosting their partitions know them."""
+        self.direct_cache = DirectReadCache() if direct_read else None
+        """The directly read partition sessions, as the nodes hosting their partitions know them
+        (None: the server does not offer direct read, and ignores the flag)."""
         self._partition_session_ids = itertools.count(1)
 
     def new_partition_session(
