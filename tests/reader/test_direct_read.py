@@ -38,21 +38,29 @@ async def read_counted(
         reader.commit(batch)
 
 
-async def test_every_partition_is_read_from_its_own_node(ydb_topic_cluster: LocalTopicCluster) -> None:
+async def test_every_partition_is_read_from_its_own_node(
+    ydb_topic_cluster: LocalTopicCluster, caplog: pytest.LogCaptureFixture
+) -> None:
     """Six partitions over three nodes: the reader's one read stream carries no data (no
     ReadResponse at all), every message comes from the node hosting its partition, once, and the
-    commits (on the read stream) land."""
+    commits (on the read stream) land. The reader starts on a new driver whose first discovery
+    failed: it asks for the nodes it was named rather than give up on them."""
     cluster = ydb_topic_cluster
     async with yta.Driver(cluster.endpoint, cluster.database) as driver:
-        await driver.wait_ready(timeout=10)
         await driver.topic.create_topic("t", min_active_partitions=6, consumers=["c"])
         for partition in range(6):
             await fill(driver, "t", [b"m%d" % i for i in range(20)], partition_id=partition)
-        before = cluster.stats.snapshot()
-        seen: Counter[tuple[int, int]] = Counter()
-        async with driver.topic.reader("t", consumer="c", direct_read=True) as reader:
+    before = cluster.stats.snapshot()
+    seen: Counter[tuple[int, int]] = Counter()
+    cluster.faults.fail_next("ListEndpoints", "UNAVAILABLE")  # the new driver's first discovery fails
+    with caplog.at_level(logging.INFO, logger="ydb_topic_async.reader"):
+        async with (
+            yta.Driver(cluster.endpoint, cluster.database) as driver,
+            driver.topic.reader("t", consumer="c", direct_read=True) as reader,
+        ):
             await read_counted(reader, 120, seen)
-        after = cluster.stats.snapshot()
+    after = cluster.stats.snapshot()
+    assert not [r for r in caplog.records if FALLBACK in r.getMessage()]
     assert set(seen) == {(p, o) for p in range(6) for o in range(20)} and set(seen.values()) == {1}
     assert after["read_responses"] == before["read_responses"]
     assert after["direct_read_responses"] > before["direct_read_responses"]

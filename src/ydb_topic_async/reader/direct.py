@@ -28,6 +28,7 @@ UNIMPLEMENTED, no answer to the handshake in time, or a node the client cannot r
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +41,7 @@ from .._errors import (
     InternalError,
     OverloadedError,
     UnimplementedError,
+    YdbTopicError,
 )
 from .._proto import ydb_topic_pb2 as pb
 from .._retry import RetryPolicy
@@ -286,6 +288,11 @@ class NodeStream:
         owner = self._owner
         transport = owner._transport
         parser = ReadResponseParser(direct=True)
+        if transport.discovers and transport.balancer.for_node(self.node_id) is None:
+            # A node discovery has not named (yet: the reader started before the first round
+            # answered, or the node is new): ask now. A failure shows at the stream's own open.
+            with contextlib.suppress(YdbTopicError):
+                await transport.discover(timeout=owner._init_timeout)
         routed = transport.balancer.for_node(self.node_id) is not None
         try:
             stream, _ = await BidiStream.open(
