@@ -16,10 +16,12 @@ from collections import Counter
 import pytest
 
 import ydb_topic_async as yta
+from ydb_topic_async._proto import ydb_topic_pb2 as pb
 from ydb_topic_async.testing import LocalTopicCluster, LocalTopicServer
 
 from .._helpers import QUICK_RETRY, fill
 from .._polling import eventually
+from .._streams import record_requests
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -69,7 +71,6 @@ async def test_every_partition_is_read_from_its_own_node(
     assert cluster.storage.committed_offsets("t", "c") == dict.fromkeys(range(6), 20)
 
 
-@pytest.mark.slow
 async def test_a_node_lost_mid_read_loses_nothing_and_repeats_nothing(ydb_topic_cluster: LocalTopicCluster) -> None:
     """Messages are written and read (committing each batch) while the node hosting one of the
     partitions stops. The partition moves; the read stream, on another node, keeps its partition
@@ -242,6 +243,34 @@ async def test_a_direct_stream_the_server_does_not_open_falls_back(
     assert set(seen) == {(0, o) for o in range(10)} and set(seen.values()) == {1}
     assert server.stats.read_responses > 0
     assert len([r for r in caplog.records if FALLBACK in r.getMessage()]) == 1
+
+
+async def test_new_tokens_go_in_band_on_the_direct_streams_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A token that changes is sent on each direct read stream as well (UpdateTokenRequest, which
+    the node answers), not only on the read stream, so a long-lived direct stream keeps a valid one."""
+    tokens = iter(f"token-{i}" for i in range(1000))
+    accepted = {f"token-{i}": "reader" for i in range(1000)}
+
+    async def provide() -> str:
+        return next(tokens)
+
+    sent = record_requests(monkeypatch, "update_token_request")
+    async with (
+        LocalTopicServer(tokens=accepted) as server,
+        yta.Driver(server.endpoint, server.database, yta.TokenProviderCredentials(provide)) as driver,
+    ):
+        await driver.topic.create_topic("t", consumers=["c"])
+        await fill(driver, "t", [b"m"])
+        async with driver.topic.reader("t", consumer="c", direct_read=True, token_refresh_interval=0.05) as reader:
+            message = await reader.receive_message(timeout=10)
+            await eventually(
+                lambda: any(isinstance(r, pb.StreamDirectReadMessage.FromClient) for r in sent),
+                "a token sent on the direct stream",
+            )
+            await fill(driver, "t", [b"n"])
+            assert (await reader.receive_message(timeout=10)).offset == message.offset + 1
+            assert reader.reconnects == 0
+    assert server.stats.token_updates >= 2
 
 
 def test_direct_read_must_be_a_bool(driver: yta.Driver) -> None:
