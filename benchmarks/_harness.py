@@ -30,11 +30,14 @@ os.environ.setdefault("GRPC_VERBOSITY", "ERROR")  # no gRPC info lines (GOAWAY a
 
 
 def _serve(conn: Connection, options: dict[str, Any], profile: str | None) -> None:
-    """Child process: the local topic server, answering ``stats`` over the pipe until it closes."""
-    from ydb_topic_async.testing import LocalTopicServer
+    """Child process: the local topic server (a cluster with ``nodes``), answering ``stats`` over
+    the pipe until it closes."""
+    from ydb_topic_async.testing import LocalTopicCluster, LocalTopicServer
 
     async def main() -> None:
-        async with LocalTopicServer(**options) as server:
+        nodes = options.pop("nodes", None)
+        local = LocalTopicServer(**options) if nodes is None else LocalTopicCluster(nodes, **options)
+        async with local as server:
             conn.send((server.endpoint, server.database))
             done = asyncio.Event()
 
@@ -68,7 +71,8 @@ def _serve(conn: Connection, options: dict[str, Any], profile: str | None) -> No
 class ServerProcess:
     """The local topic server in a spawned child process; ``cpu_seconds()`` is its CPU time so far.
 
-    ``options`` go to ``LocalTopicServer``; with ``profile`` the child writes a cProfile there at exit.
+    ``options`` go to ``LocalTopicServer`` (``LocalTopicCluster`` with ``nodes=N``); with
+    ``profile`` the child writes a cProfile there at exit.
     """
 
     def __init__(self, profile: str | None = None, **options: Any) -> None:

@@ -57,7 +57,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "writer.transaction",
             "reader.parsing", "reader.wire", "reader.bookkeeping", "reader.messages", "reader.settings",
             "reader.decoding", "reader.commits", "reader.parts", "reader.flow_control", "reader.seeking",
-            "reader.partitions", "reader.session",
+            "reader.partitions", "reader.direct", "reader.session",
             "query._rpc", "query._outcome", "query.transaction", "query.session_pool", "query._binding",
             "topic.types", "topic.admin", "topic",
         ),

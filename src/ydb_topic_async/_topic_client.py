@@ -369,6 +369,9 @@ class TopicClient(TopicAdmin):
             on_commit (OnCommit | None): Called with a ``CommitAck`` each time the server moves a
                 partition session's committed offset; runs on the reader's task and must return
                 quickly (what it raises is logged and ignored).
+            direct_read (bool): Read each partition's data from the node that hosts it (YDB's
+                direct read), the read stream staying where it is; a server that does not offer
+                it is read the ordinary way (said once in the log). Default ``False``.
 
         Raises:
             InvalidArgumentError: An option's value is out of range or of the wrong type (the

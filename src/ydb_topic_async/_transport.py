@@ -361,6 +361,11 @@ class Transport:
         return self.balancer.endpoints
 
     @property
+    def discovers(self) -> bool:
+        """Whether it asks the cluster for its nodes (discovery on), so that a node id can be reached."""
+        return self._discovery
+
+    @property
     def closed(self) -> bool:
         return self._closed
 

@@ -119,6 +119,43 @@ async def test_large_payloads_of_every_codec_are_handed_out_exactly_as_written(
         assert sum(external_payloads) == sizes.count(LARGE)
 
 
+async def test_large_payloads_read_directly_are_left_where_they_arrived_too(
+    server: LocalTopicServer, driver: yta.Driver, topic: str, external_payloads: list[int]
+) -> None:
+    """A direct read stream's responses (DirectReadResponse: one PartitionData) are walked as a read
+    stream's are: their large payloads are decoded from the received bytes, every field intact."""
+    sizes = [LARGE, 100, LARGE, LARGE, 2000, LARGE]
+    stored = _store(server, topic, yta.Codec.ZSTD, sizes)
+    got: list[yta.TopicMessage] = []
+    async with driver.topic.reader(topic, consumer="consumer", direct_read=True) as reader:
+        while len(got) < len(stored):
+            batch = await reader.receive_batch(timeout=10)
+            got.extend(batch)
+            reader.commit(batch)
+    assert _seen(got) == _expected(stored)
+    assert server.stats.read_responses == 0 and server.stats.direct_read_responses > 0
+    assert sum(external_payloads) == sizes.count(LARGE)
+
+
+def test_the_direct_parser_leaves_out_large_payloads_and_nothing_else() -> None:
+    rng = random.Random(3)
+    read = _random_response(rng, large_every=2, messages=30).read_response
+    expected = pb.StreamDirectReadMessage.FromServer(status=StatusIds.SUCCESS)
+    direct = expected.direct_read_response
+    direct.partition_session_id, direct.direct_read_id, direct.bytes_size = 7, 12, read.bytes_size
+    for part in read.partition_data:
+        direct.partition_data.batches.extend(part.batches)
+    parser = parsing.ReadResponseParser(direct=True)
+    message = parser(expected.SerializeToString())
+    payloads = parser.payloads_of(message)
+    assert payloads and {key[0] for key in payloads} == {0}
+    for (_, batch, index), view in payloads.items():
+        record = message.direct_read_response.partition_data.batches[batch].message_data[index]
+        assert record.data == b""
+        record.data = bytes(view)
+    assert message == expected
+
+
 async def test_single_message_receives_and_columns_see_the_same_large_messages(
     server: LocalTopicServer, driver: yta.Driver, topic: str, external_payloads: list[int]
 ) -> None:

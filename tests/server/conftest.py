@@ -23,6 +23,7 @@ WriteFromServer = pb.StreamWriteMessage.FromServer
 ReadFromClient = pb.StreamReadMessage.FromClient
 ReadFromServer = pb.StreamReadMessage.FromServer
 ReadMsg = pb.StreamReadMessage
+DirectMsg = pb.StreamDirectReadMessage
 
 
 def address(server: LocalTopicServer) -> str:
@@ -188,10 +189,15 @@ class RawReader:
         partition_ids: tuple[int, ...] = (),
         auto_partitioning: bool = False,
         reader_name: str = "",
+        *,
+        direct_read: bool = False,
+        more_paths: tuple[str, ...] = (),
     ) -> Any:
         init = ReadMsg.InitRequest(consumer=consumer, reader_name=reader_name,
-                                   auto_partitioning_support=auto_partitioning)
+                                   auto_partitioning_support=auto_partitioning, direct_read=direct_read)
         init.topics_read_settings.add(path=path, partition_ids=partition_ids)
+        for more in more_paths:
+            init.topics_read_settings.add(path=more)
         await self.call.write(ReadFromClient(init_request=init))
         return await self.read()
 
@@ -275,6 +281,64 @@ class RawReader:
         self.call.cancel()
         done, _ = await asyncio.wait([self._pump], timeout=10)
         assert done, "the read stream did not end after it was cancelled"
+
+
+class RawDirectReader(RawReader):
+    """A bare StreamDirectRead call (the same queueing of server messages as ``RawReader``)."""
+
+    def __init__(self, channel: grpc.aio.Channel, metadata: list[tuple[str, str]] | None = None) -> None:
+        method = channel.stream_stream(
+            "/Ydb.Topic.V1.TopicService/StreamDirectRead",
+            request_serializer=DirectMsg.FromClient.SerializeToString,
+            response_deserializer=DirectMsg.FromServer.FromString,
+        )
+        self.call = method(metadata=DB if metadata is None else metadata)
+        self.pending = []
+        self._queue = asyncio.Queue()
+        self._pump = asyncio.get_running_loop().create_task(self._run())
+
+    async def init(  # type: ignore[override]
+        self, path: str, consumer: str = "", *, session_id: str, more_paths: tuple[str, ...] = ()
+    ) -> Any:
+        init = DirectMsg.InitRequest(consumer=consumer, session_id=session_id)
+        for topic in (path, *more_paths):
+            init.topics_read_settings.add(path=topic)
+        await self.call.write(DirectMsg.FromClient(init_request=init))
+        return await self.read()
+
+    async def init_within(
+        self, timeout: float, path: str, consumer: str = "", *, session_id: str
+    ) -> Any:
+        """``init``, waiting at most ``timeout`` seconds for the answer (TimeoutError)."""
+        init = DirectMsg.InitRequest(consumer=consumer, session_id=session_id)
+        init.topics_read_settings.add(path=path)
+        await self.call.write(DirectMsg.FromClient(init_request=init))
+        return await self.read(timeout)
+
+    async def send(self, **kwargs: Any) -> None:
+        await self.call.write(DirectMsg.FromClient(**kwargs))
+
+    async def start(self, partition_session_id: int, generation: int, last_direct_read_id: int = 0) -> None:
+        await self.send(start_direct_read_partition_session_request=DirectMsg.StartDirectReadPartitionSessionRequest(
+            partition_session_id=partition_session_id, generation=generation, last_direct_read_id=last_direct_read_id
+        ))
+
+
+async def direct_ack(reader: RawReader, partition_session_id: int, direct_read_id: int) -> None:
+    """DirectReadAck on the control stream."""
+    await reader.send(direct_read_ack=ReadMsg.DirectReadAck(
+        partition_session_id=partition_session_id, direct_read_id=direct_read_id
+    ))
+
+
+def direct_offsets(message: Any) -> list[tuple[int, int, int]]:
+    """(partition session id, direct read id, offset) of every message of a DirectReadResponse."""
+    read = message.direct_read_response
+    return [
+        (read.partition_session_id, read.direct_read_id, m.offset)
+        for batch in read.partition_data.batches
+        for m in batch.message_data
+    ]
 
 
 def offsets(read: Any) -> list[tuple[int, int]]:

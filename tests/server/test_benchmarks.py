@@ -109,3 +109,13 @@ def test_charts_are_drawn_from_the_json(tmp_path: Path) -> None:
     for name in ("write-rate.svg", "write-cpu.svg"):
         svg = (tmp_path / "img" / name).read_text()
         assert svg.startswith("<?xml") and "ours" in svg and "floor" in svg
+
+
+def test_direct_read_benchmark_counts_the_bytes_crossing_nodes(tmp_path: Path) -> None:
+    figures = by(run("direct_read.py", "--messages", "600", "--rounds", "1", "--sizes", "100", tmp_path=tmp_path))
+    assert set(figures) == {("ours", "ordinary"), ("ours", "direct")}
+    ordinary, direct = figures[("ours", "ordinary")]["extra"]["server"], figures[("ours", "direct")]["extra"]["server"]
+    assert ordinary["messages_sent"] == direct["messages_sent"] == 600
+    assert ordinary["read_responses"] > 0 and direct["read_responses"] == 0 and direct["direct_read_responses"] > 0
+    assert 0 < ordinary["read_bytes_from_other_nodes"] < ordinary["read_bytes_sent"]
+    assert direct["read_bytes_from_other_nodes"] == 0 < direct["read_bytes_sent"]

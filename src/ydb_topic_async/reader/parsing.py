@@ -1,4 +1,4 @@
-"""Parsing the read stream's responses, leaving large payloads where they arrived.
+"""Parsing the read streams' responses, leaving large payloads where they arrived.
 
 ``grpc.aio`` hands the reader each response as one ``bytes`` object, on the event loop's
 thread. Parsing it with protobuf copies every payload into the message's arena, and reading a
@@ -13,7 +13,8 @@ Only responses that are large, made of few messages and mostly of large payloads
 (``LARGE_RESPONSE``, ``MAX_WALKED_MESSAGES``): a response of many small messages is parsed by
 protobuf alone, as before, and so is anything the walk does not expect (a field repeated where
 the parse would merge it, an unknown wire type): the walk then gives up, and its result would
-have been the same.
+have been the same. The direct read stream's responses (``DIRECT_READ``) are walked the same way:
+their one PartitionData counts as the response's part 0.
 """
 
 from __future__ import annotations
@@ -41,13 +42,16 @@ response, each counted in the order of the wire (every occurrence, empty ones to
 
 # Field numbers (Ydb.Topic.StreamReadMessage): FromServer.read_response, then the path down to
 # the messages (ReadResponse.partition_data, PartitionData.batches, Batch.message_data), and
-# MessageData.data.
+# MessageData.data. StreamDirectReadMessage.FromServer.direct_read_response has the same number,
+# and its path starts with DirectReadResponse.partition_data (3, not repeated).
 _READ_RESPONSE = 4
 _PATH = (1, 2, 1)
+_DIRECT_PATH = (3, 2, 1)
 _DATA = 5
 _LENGTH_DELIMITED = 2
 _OTHER_SERVER_MESSAGES = frozenset(range(3, 12)) - {_READ_RESPONSE}
 """FromServer's other ``server_message`` members."""
+_OTHER_DIRECT_MESSAGES = frozenset({3, 5, 6, 7})
 
 
 STREAM_READ = StreamMethod(
@@ -58,36 +62,47 @@ STREAM_READ = StreamMethod(
 )
 """The read stream's method (its responses parsed by a ``ReadResponseParser``)."""
 
+DIRECT_READ = StreamMethod(
+    "/Ydb.Topic.V1.TopicService/StreamDirectRead",
+    pb.StreamDirectReadMessage.FromClient,
+    pb.StreamDirectReadMessage.FromServer,
+    "direct read stream",
+)
+"""The direct read stream's method (its responses parsed by a ``ReadResponseParser(direct=True)``)."""
+
 
 class _GiveUp(Exception):
     """The walk met something it does not handle: protobuf parses the whole response instead."""
 
 
 class ReadResponseParser:
-    """The read stream's response deserializer (one per reader connection).
+    """A read stream's response deserializer (one per stream: the reader connection's read
+    stream, or, ``direct``, one direct read stream).
 
     Returns each ``FromServer`` message; for one whose large payloads were left in the received
     bytes, ``payloads_of`` gives them (once).
     """
 
-    __slots__ = ("_message", "_payloads")
+    __slots__ = ("_cls", "_direct", "_message", "_payloads")
 
-    def __init__(self) -> None:
+    def __init__(self, *, direct: bool = False) -> None:
+        self._direct = direct
+        self._cls: Any = pb.StreamDirectReadMessage.FromServer if direct else pb.StreamReadMessage.FromServer
         self._message: Any = None
         self._payloads: ExternalPayloads | None = None
 
-    def __call__(self, raw: bytes) -> pb.StreamReadMessage.FromServer:
+    def __call__(self, raw: bytes) -> Any:
         if len(raw) >= LARGE_RESPONSE:
             try:
-                stripped, payloads = _Walk(raw).strip()
+                stripped, payloads = _Walk(raw, self._direct).strip()
             except (_GiveUp, IndexError):
                 pass  # IndexError: a length prefix past the end; protobuf reports it as it would
             else:
                 # protobuf reads any buffer: the stripped copy is not copied again
-                message = pb.StreamReadMessage.FromServer.FromString(cast(bytes, stripped))
+                message = self._cls.FromString(cast(bytes, stripped))
                 self._message, self._payloads = message, payloads
                 return message
-        return pb.StreamReadMessage.FromServer.FromString(raw)
+        return self._cls.FromString(raw)
 
     def payloads_of(self, message: object) -> ExternalPayloads | None:
         """The payloads left out of ``message`` (None: it holds all of its own)."""
@@ -110,9 +125,11 @@ class _Walk:
     one pass, each byte kept copied once.
     """
 
-    __slots__ = ("edits", "messages", "payload_bytes", "payloads", "view")
+    __slots__ = ("edits", "messages", "others", "path", "payload_bytes", "payloads", "view")
 
-    def __init__(self, raw: bytes) -> None:
+    def __init__(self, raw: bytes, direct: bool = False) -> None:
+        self.path = _DIRECT_PATH if direct else _PATH
+        self.others = _OTHER_DIRECT_MESSAGES if direct else _OTHER_SERVER_MESSAGES
         self.view = memoryview(raw)
         self.payloads: ExternalPayloads = {}
         self.payload_bytes = 0
@@ -129,7 +146,7 @@ class _Walk:
                     raise _GiveUp  # a second one would be merged into the first
                 seen = True
                 self._resize(length_at, body, end, self._container(body, end, ()))
-            elif number in _OTHER_SERVER_MESSAGES:
+            elif number in self.others:
                 raise _GiveUp  # another member of the oneof: protobuf keeps the last one only
         if self.payload_bytes * 2 < len(view):
             raise _GiveUp  # mostly small payloads: copying the rest would cost more than it saves
@@ -146,14 +163,17 @@ class _Walk:
         """Walk the message at ``[start, end)`` that ``where`` leads to (``()``: the ReadResponse,
         then a partition data's and a batch's indexes) down to its ``MessageData``; return how
         many bytes it loses."""
+        path = self.path
         depth = len(where)
-        child_number = _PATH[depth]
+        child_number = path[depth]
         removed = 0
         index = 0
         for number, wire_type, _, length_at, body, field_end in self._fields(start, end):
             if number == child_number and wire_type == _LENGTH_DELIMITED:
+                if index and path is _DIRECT_PATH and not depth:
+                    raise _GiveUp  # a second PartitionData would be merged into the first
                 child = (*where, index)
-                walk = self._container if depth + 1 < len(_PATH) else self._message
+                walk = self._container if depth + 1 < len(path) else self._message
                 removed += self._resize(length_at, body, field_end, walk(body, field_end, child))
                 index += 1
         return removed

@@ -78,6 +78,9 @@ class TopicReader(ConnectionStatus, ClosesOnExit):
     time the server moves a partition session's committed offset; it runs on the reader's task
     and must return quickly; an exception it raises is logged and ignored.
     ``seek``, ``seek_to_beginning`` and ``seek_to_end`` move a partition session's position.
+    ``direct_read=True`` reads each partition's data from the node hosting it (StreamDirectRead),
+    the read stream staying where it is; where the server does not offer it, the reader reads
+    the ordinary way and says so once in the log.
 
     ``retry``: by default the reader reconnects for as long as it is open (``driver.stream_retry``),
     and uncommitted messages are delivered again after a reconnect; a policy with a budget

@@ -7,6 +7,12 @@ committed, see ``partitions``), buffered messages (the server delivers the uncom
 again), pending commit acknowledgements. Within a stream three tasks run: the receiver (server
 messages, decoding), the sender (the only writer to the stream: commits, credit, partition
 session answers, token updates) and the token refresher.
+
+With ``direct_read`` the stream asks the server for direct read: data then comes from the node
+hosting each partition (``direct``, whose streams run among the stream's tasks), and is
+acknowledged here (DirectReadAck); the stream keeps everything else. Where the server does not
+offer it (a partition started without a location, a direct stream refused as UNIMPLEMENTED or
+left unanswered), the reader says so once and reads the ordinary way from then on.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from ..observability.logging import reader_fields, sdk_logger
 from ..observability.metrics import reader_report
 from .bookkeeping import PartitionSessionState
 from .commits import GAP_ADVICE, CommitTracker
+from .direct import DirectReads
 from .flow_control import ReadBuffer
 from .messages import CommitAck, PartitionSession, PartitionStatus, SkippedOffsets, TopicSelector
 from .parsing import STREAM_READ, ExternalPayloads, ReadResponseParser
@@ -88,6 +95,12 @@ class ReaderConnection:
         """Why ``restart`` ended the current stream, until the keeper opens the next one."""
         self._replaced: list[PartitionSession] = []
         """Partition sessions ended by ``restart`` whose stop is still to be reported."""
+        self._direct_refused: str | None = None
+        """Why the server does not offer direct read (None: not found out); asked no more then."""
+        self._direct: DirectReads | None = None
+        """The current stream's direct reads (None: the stream reads the ordinary way)."""
+        self._held_stops: dict[int, tuple[int, Any]] = {}
+        """Partition session id -> (last direct read id, graceful stop) until that read arrived."""
         buffer = self.buffer
         self._report = reader_report(
             context.metrics, settings.consumer or "", lambda: (self._buffered_messages(), buffer.buffered_bytes)
@@ -152,6 +165,7 @@ class ReaderConnection:
         init.reader_name = self._reader_name
         init.auto_partitioning_support = s.auto_partitioning_support
         init.partition_max_in_flight_bytes = s.partition_max_in_flight_bytes or 0
+        init.direct_read = s.direct_read and self._direct_refused is None
         for selector in self._selectors:
             item = init.topics_read_settings.add(path=selector.path, partition_ids=selector.partition_ids)
             if selector.read_from is not None:
@@ -181,9 +195,13 @@ class ReaderConnection:
             credit = self.buffer.reset()
             await stream.write(pb.StreamReadMessage.FromClient(read_request={"bytes_size": credit}))
             self._stream_error = None
+            asked = self._settings.direct_read and self._direct_refused is None
+            self._direct = self._direct_reads() if asked else None
             async with anyio.create_task_group() as tg:
                 self._stream_scope = tg.cancel_scope
                 self._task_group = tg
+                if self._direct is not None:
+                    tg.start_soon(self._guard, self._run_direct, stream, tg.cancel_scope)
                 tg.start_soon(self._guard, self._receive_loop, stream, tg.cancel_scope)
                 tg.start_soon(self._guard, self._send_loop, stream, tg.cancel_scope)
                 if self._settings.token_refresh_interval > 0 and tokens_may_change(self._transport):
@@ -193,6 +211,8 @@ class ReaderConnection:
         finally:
             self._stream_scope = None
             self._task_group = None
+            self._direct = None
+            self._held_stops.clear()
             stream.close()
 
     def restart(self, reason: str) -> None:
@@ -257,12 +277,22 @@ class ReaderConnection:
             elif kind == "start_partition_session_request":
                 request = message.start_partition_session_request
                 await partitions.on_start(request)
+                direct = self._direct
+                if direct is not None:
+                    if request.HasField("partition_location"):
+                        location = request.partition_location
+                        psid = request.partition_session.partition_session_id
+                        direct.add(psid, location.node_id, location.generation)
+                    else:
+                        # The server ignored the flag: its data comes on this stream, as usual.
+                        self._direct = None
+                        self._refuse_direct("partitions start without a location", restart=False)
                 if report.recording:
                     started = sessions.get(request.partition_session.partition_session_id)
                     if started is not None:
                         self._report_progress(started)
             elif kind == "stop_partition_session_request":
-                await partitions.on_stop(message.stop_partition_session_request)
+                await self._on_stop(message.stop_partition_session_request)
             elif kind == "end_partition_session":
                 partitions.on_end(message.end_partition_session)
             elif kind == "update_partition_session":
@@ -270,6 +300,9 @@ class ReaderConnection:
                 logger.debug(
                     "topic reader: partition session %d updated", update.partition_session_id, extra=self.log_fields
                 )
+                if self._direct is not None and update.HasField("partition_location"):
+                    location = update.partition_location
+                    self._direct.move(update.partition_session_id, location.node_id, location.generation)
             elif kind == "partition_session_status_response":
                 status = message.partition_session_status_response
                 partitions.on_status(status)
@@ -281,14 +314,17 @@ class ReaderConnection:
                 logger.debug("topic reader: ignoring server message %s", kind, extra=self.log_fields)
 
     def _on_read_response(self, response: Any, external: ExternalPayloads | None) -> None:
-        # Nothing per message here: a part's messages stay as received until a receive takes
-        # them (see ``parts``); only compressed batches are looked into, for the size
-        # their payloads decode to. ``external``: the large payloads the parser left in the
-        # received bytes (see ``parsing``).
+        self._on_data(response.bytes_size, response.partition_data, external)
+
+    def _on_data(self, total: int, parts: Sequence[Any], external: ExternalPayloads | None) -> None:
+        """Data received (``parts``: PartitionData, ``total``: the bytes_size the credit paid).
+
+        Nothing per message here: a part's messages stay as received until a receive takes
+        them (see ``parts``); only compressed batches are looked into, for the size their
+        payloads decode to. ``external``: the large payloads the parser left in the received
+        bytes (see ``parsing``)."""
         buffer = self.buffer
-        total = response.bytes_size
         buffer.charge(total)
-        parts = response.partition_data
         count = len(parts)
         share = total // count if count else 0
         decoders = self._settings.decoder_table
@@ -330,6 +366,81 @@ class ReaderConnection:
         buffer.measured(kept, charged, largest)
         buffer.release(0)  # the bytes of parts nobody reads may be granted again
         report.buffer_changed()
+
+    # --- direct read (see ``direct``) ----------------------------------------------------------
+
+    def _direct_reads(self) -> DirectReads:
+        s = self._settings
+        return DirectReads(
+            self._transport,
+            read_session_id=self.read_session_id,
+            consumer=s.consumer,
+            paths=[selector.path for selector in self._selectors],
+            retry=self._retry,
+            init_timeout=s.init_timeout,
+            token_refresh_interval=s.token_refresh_interval,
+            deliver=self._on_direct_read,
+            unsupported=lambda reason: self._refuse_direct(reason, restart=True),
+            log_fields=lambda: self.log_fields,
+        )
+
+    async def _run_direct(self, stream: ReadStream) -> None:
+        del stream  # the direct reads' acknowledgements go through the sender
+        direct = self._direct
+        if direct is not None:
+            await direct.run()
+
+    def _refuse_direct(self, reason: str, *, restart: bool) -> None:
+        """The server does not offer direct read: read the ordinary way from now on (``restart``:
+        open the stream again without asking for it, since this one sends no data)."""
+        if self._direct_refused is None:
+            self._direct_refused = reason
+            logger.warning(
+                "topic reader: the server does not offer direct read (%s); reading through the read stream",
+                reason, extra=self.log_fields,
+            )
+        if restart:
+            self.restart("direct read is not offered")
+
+    async def _on_direct_read(
+        self, partition_session_id: int, direct_read_id: int, bytes_size: int, data: Any,
+        external: ExternalPayloads | None,
+    ) -> None:
+        """A direct read arrived: acknowledged (in the order received) and buffered as if the
+        read stream had brought it; a graceful stop waiting for it goes ahead."""
+        self._send(pb.StreamReadMessage.FromClient(direct_read_ack={
+            "partition_session_id": partition_session_id, "direct_read_id": direct_read_id
+        }))
+        self._on_data(bytes_size, (data,), external)
+        self.keeper.progressed()
+        held = self._held_stops.get(partition_session_id)
+        if held is not None and direct_read_id >= held[0]:
+            del self._held_stops[partition_session_id]
+            await self.partitions.on_stop(held[1])
+
+    async def _on_stop(self, request: Any) -> None:
+        """StopPartitionSessionRequest. Reading directly, a graceful stop waits until the last read
+        it names (``last_direct_read_id``) arrived, since data and stop come on different streams;
+        a non-graceful stop (which follows a confirmed graceful one too) is answered, as the
+        server releases the partition only then."""
+        direct = self._direct
+        if direct is None:
+            await self.partitions.on_stop(request)
+            return
+        psid = request.partition_session_id
+        if request.graceful:
+            if direct.received(psid) < request.last_direct_read_id:
+                self._held_stops[psid] = (request.last_direct_read_id, request)
+                return
+            await self.partitions.on_stop(request)
+            return
+        self._held_stops.pop(psid, None)
+        direct.remove(psid)
+        if self._settings.consumer is not None:  # without one, YDB forbids the answer
+            self._send(pb.StreamReadMessage.FromClient(
+                stop_partition_session_response={"partition_session_id": psid, "graceful": False}
+            ))
+        await self.partitions.on_stop(request)
 
     # --- sending -----------------------------------------------------------------------------
 

@@ -48,6 +48,7 @@ class ReaderOptions(TypedDict, total=False):
     init_timeout: float
     partition_max_in_flight_bytes: int | None
     on_commit: OnCommit | None
+    direct_read: bool
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,7 @@ class ReaderSettings:
     init_timeout: float = 30.0
     partition_max_in_flight_bytes: int | None = None
     on_commit: OnCommit | None = None
+    direct_read: bool = False
     decoder_table: Mapping[int, _codecs.Transform] = field(init=False, repr=False, compare=False)
     """Every decoder the reader has: the built-in ones and ``decoders``."""
 
@@ -111,6 +113,8 @@ class ReaderSettings:
                 "partition_max_in_flight_bytes needs a consumer: a reader without one commits"
                 " nothing, so the bytes it counts would never be freed"
             )
+        if not isinstance(self.direct_read, bool):
+            raise InvalidArgumentError(f"direct_read must be True or False, got {self.direct_read!r}")
         assign(self, "decoder_table", _codecs.merge_codecs(_codecs.BUILTIN_DECODERS, self.decoders))
         assign(self, "auto_partitioning_support", bool(self.auto_partitioning_support))
 

@@ -78,6 +78,12 @@ async def receive_handshake(
     stream that was already closed. Then the gate (auth, database) and injected faults are checked, in that order.
     """
     first = await inbox.first(HANDSHAKE_TIMEOUT)
+    aborted, code = state.faults.take_abort(method)
+    if aborted:
+        if code is None:
+            await asyncio.Event().wait()  # never answered: until the call is cancelled
+        else:
+            await context.abort(code, "injected failure")
     refusal = state.admit(method, metadata(context))
     if refusal is not None:
         status, message = refusal

@@ -67,6 +67,7 @@ class LocalTopicCluster(LocalTopicServer):
             (see ``LocalTopicServer``).
         write_quotas (bool): Throttle writes to each partition's write speed, as YDB does.
         retention_interval (float): Seconds between retention runs.
+        direct_read (bool): Offer direct read (see ``LocalTopicServer``); ``False``: as a YDB without it.
 
     Raises:
         ValueError: ``nodes`` is below 1, or ``ports`` / ``locations`` do not name one per node.
@@ -91,6 +92,7 @@ class LocalTopicCluster(LocalTopicServer):
         data_dir: str | os.PathLike[str] | None = None,
         write_quotas: bool = False,
         retention_interval: float = 1.0,
+        direct_read: bool = True,
     ) -> None:
         if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
             raise ValueError(f"nodes must be a positive int, got {nodes!r}")
@@ -118,6 +120,7 @@ class LocalTopicCluster(LocalTopicServer):
             data_dir=data_dir,
             write_quotas=write_quotas,
             retention_interval=retention_interval,
+            direct_read=direct_read,
         )
 
     def _make_nodes(self, host: str, port: int, tls: bool) -> list[ServerNode]:

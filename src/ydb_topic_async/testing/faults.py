@@ -2,9 +2,12 @@
 
     server.faults.drop_write_streams()             # break every open write stream now
     server.faults.drop_read_streams()              # break every open read stream now
+    server.faults.drop_direct_read_streams()       # break every open direct read stream now
     server.faults.drop_write_stream_after(100)     # break a write stream once 100 more messages are stored
     server.faults.fail_next("CreateTopic", "OVERLOADED")       # next unary CreateTopic answers OVERLOADED
     server.faults.fail_next("StreamWrite", "UNAVAILABLE", times=3)  # next 3 write streams fail at init
+    server.faults.abort_next("StreamDirectRead", "UNIMPLEMENTED")  # next direct read stream: that gRPC status
+    server.faults.hang_next("StreamDirectRead")    # next direct read stream never answers its handshake
     server.faults.kill_query_sessions()           # end every query session: its transactions abort
     server.faults.kill_query_session(session_id)  # end one query session
     held = server.faults.hold_next_commit()       # the next CommitTransaction is held unanswered
@@ -24,6 +27,8 @@ from __future__ import annotations
 import asyncio
 from collections import defaultdict
 from typing import Protocol
+
+import grpc
 
 from ._replies import status_code
 
@@ -95,6 +100,8 @@ class Faults:
     def __init__(self) -> None:
         self._streams: set[StreamHandle] = set()
         self._statuses: dict[str, list[int]] = defaultdict(list)
+        self._aborts: dict[str, list[grpc.StatusCode | None]] = defaultdict(list)
+        """Per stream method: the gRPC statuses to end its next handshakes with (None: never answer)."""
         self._write_budget: int | None = None
         self._sessions: SessionKiller | None = None
         self._commit_holds: list[HeldCommit] = []
@@ -110,6 +117,11 @@ class Faults:
     def drop_read_streams(self) -> int:
         """Break every open read stream; returns how many."""
         return self._drop("read")
+
+    def drop_direct_read_streams(self) -> int:
+        """Break every open direct read stream (StreamDirectRead), leaving the read streams open;
+        returns how many."""
+        return self._drop("direct_read")
 
     def stop_partition_sessions_without_consumer(self) -> int:
         """Stop (not gracefully) every partition session of every open read stream without a
@@ -141,11 +153,23 @@ class Faults:
         """Answer the next ``times`` calls of ``method`` with YDB ``status`` (e.g. "OVERLOADED").
 
         ``method`` is a unary method name (``"DescribeTopic"``, ``"CommitTransaction"``) or a stream
-        (``"StreamWrite"``, ``"StreamRead"``, ``"AttachSession"``, ``"ExecuteQuery"``); a stream fails
-        at its handshake with that status.
+        (``"StreamWrite"``, ``"StreamRead"``, ``"StreamDirectRead"``, ``"AttachSession"``,
+        ``"ExecuteQuery"``); a stream fails at its handshake with that status.
         """
         code = status_code(status)
         self._statuses[method].extend([code] * times)
+
+    def abort_next(self, method: str, code: str, *, times: int = 1) -> None:
+        """End the next ``times`` calls of stream ``method`` at their handshake with gRPC status
+        ``code`` (a ``grpc.StatusCode`` name, e.g. ``"UNIMPLEMENTED"``, as a server without the
+        method answers), instead of a YDB status."""
+        status = grpc.StatusCode[code]
+        self._aborts[method].extend([status] * times)
+
+    def hang_next(self, method: str, *, times: int = 1) -> None:
+        """Leave the next ``times`` calls of stream ``method`` unanswered after their InitRequest,
+        until the client cancels them (a server that accepts the call and never answers)."""
+        self._aborts[method].extend([None] * times)
 
     def kill_query_sessions(self) -> int:
         """End every query session, as when its node loses it; returns how many.
@@ -171,6 +195,7 @@ class Faults:
     def clear(self) -> None:
         """Forget every pending injected failure (and release held commits)."""
         self._statuses.clear()
+        self._aborts.clear()
         self._write_budget = None
         for held in self._commit_holds:
             held.release()
@@ -199,6 +224,13 @@ class Faults:
 
     def serve_sessions(self, sessions: SessionKiller) -> None:
         self._sessions = sessions
+
+    def take_abort(self, method: str) -> tuple[bool, grpc.StatusCode | None]:
+        """Whether a handshake of stream ``method`` is to be aborted, and with which gRPC status (None: hang)."""
+        pending = self._aborts.get(method)
+        if pending:
+            return True, pending.pop(0)
+        return False, None
 
     def take_status(self, method: str) -> int | None:
         pending = self._statuses.get(method)

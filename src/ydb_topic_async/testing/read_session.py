@@ -22,6 +22,16 @@ As in YDB (``ydb/services/persqueue_v1/actors/read_session_actor`` and ``partiti
   BAD_REQUEST; for a partition session the server already forgot, it is ignored.
 - A session with ``auto_partitioning_support`` that read a split partition to its end gets an
   EndPartitionSession naming the children and their other parents.
+- Direct read (``InitRequest.direct_read``, see ``direct_read``): starts carry the partition's
+  location; reads are kept for the node hosting the partition instead of sent, and cost the
+  credit their ``bytes_size``; unacknowledged ones hold up to ``MAX_DIRECT_BYTES_IN_FLIGHT`` of
+  the session (YDB's ``MAX_INFLY_BYTES``), freed by each DirectReadAck (acks out of order or of
+  unknown reads: BAD_REQUEST). Stops name the last read formed (``last_direct_read_id``), and a
+  partition session is released only on the client's non-graceful answer: a graceful stop it
+  confirmed is followed by a non-graceful one, which it must answer too (answering that one
+  unasked: BAD_REQUEST). A released partition gives the bytes of its unacknowledged reads back
+  to the credit. (``TReadSessionActor``: ``Handle(TEvReleased)``, ``SendReleaseSignal``,
+  ``DropPartition``, ``ProcessBalancerDead``.)
 
 A ``ReadSession`` holds the state and applies these rules; it queues the messages it answers with
 (built by ``read_wire``) in its ``outbox``. The stream handler (``read_stream``) feeds it client
@@ -39,12 +49,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import read_wire
+from .direct_read import DirectPartition, DirectReadCache
 from .partition_log import Consumer, Partition, Topic
 from .stored import ROW_DATA, StorageError, StoredRow, read_size
 
 MAX_RESPONSE_BYTES = 4 * 1024 * 1024
 """A ReadResponse is cut at about this size even when the client's credit allows more."""
 MAX_RESPONSE_MESSAGES = 10_000
+MAX_DIRECT_BYTES_IN_FLIGHT = 25 * 1024 * 1024
+"""A direct-read session forms no more reads while its unacknowledged ones hold this many bytes
+(YDB's ``MAX_INFLY_BYTES``, ``read_session_actor.h``)."""
 
 
 def bad_request(message: str) -> StorageError:
@@ -92,6 +106,8 @@ class PartitionSessionState:
     """(offset, payload bytes) of the messages sent and not committed (under a partition limit)."""
     in_flight_bytes: int = 0
     """The payload bytes of ``in_flight``."""
+    direct: DirectPartition | None = None
+    """Its entry in the direct-read cache, when the session reads directly."""
 
     def release_in_flight(self) -> None:
         """The committed offset moved: what lies below it is no longer in flight."""
@@ -112,8 +128,13 @@ class ReadSession:
         auto_partitioning: bool,
         selectors: dict[str, Selector],
         partition_limit: int = 0,
+        direct_cache: DirectReadCache | None = None,
     ) -> None:
         self.id = f"local-read-{next(self._ids)}-{uuid.uuid4().hex[:8]}"
+        self.direct_cache = direct_cache
+        """Where the session keeps its reads when it reads directly (``InitRequest.direct_read``); None otherwise."""
+        self.direct_bytes_in_flight = 0
+        """The bytes_size of the direct reads formed and not acknowledged."""
         self.partition_limit = partition_limit
         """``partition_max_in_flight_bytes`` (0: no limit)."""
         self.consumer_name = consumer
@@ -152,20 +173,62 @@ class ReadSession:
 
     # --- partition sessions, as the balancer hands them out and takes them back ---------------
 
+    @property
+    def direct_read(self) -> bool:
+        return self.direct_cache is not None
+
     def start(self, state: PartitionSessionState) -> None:
         partition = state.partition
         committed = state.consumer.committed_offset(partition) if state.consumer else partition.start_offset
         state.committed = committed
         self.sessions[state.session_id] = state
-        self.send(read_wire.start_partition_session(state.session_id, state.topic.path, partition, committed))
+        if self.direct_cache is not None:
+            state.direct = DirectPartition(state.session_id, partition)
+            self.direct_cache.register(self.id, state.direct)
+        self.send(read_wire.start_partition_session(
+            state.session_id, state.topic.path, partition, committed, located=self.direct_read
+        ))
 
     def stop(self, state: PartitionSessionState, graceful: bool) -> None:
         committed = state.consumer.committed_offset(state.partition) if state.consumer is not None else None
-        if graceful:
+        direct = state.direct
+        if direct is not None and state.consumer is not None:
+            # Released only on the client's answer to the non-graceful stop (sent once).
+            if direct.final_stop_sent:
+                return
+            state.stopping = True
+            direct.final_stop_sent = not graceful
+        elif graceful:
             state.stopping = True
         else:
-            self.sessions.pop(state.session_id, None)
-        self.send(read_wire.stop_partition_session(state.session_id, graceful, committed))
+            self._drop(state)
+        self.send(read_wire.stop_partition_session(
+            state.session_id, graceful, committed, direct.last_id if direct is not None else None
+        ))
+
+    def _drop(self, state: PartitionSessionState) -> None:
+        """Forget a partition session; the bytes of its unacknowledged direct reads go back to the credit."""
+        self.sessions.pop(state.session_id, None)
+        direct = state.direct
+        if direct is not None and self.direct_cache is not None:
+            self.direct_bytes_in_flight -= direct.bytes_kept
+            self.credit += direct.bytes_kept
+            self.direct_cache.forget(self.id, direct)
+
+    def end(self) -> None:
+        """The session's stream ended: its direct-read entries go with it."""
+        for state in list(self.sessions.values()):
+            self._drop(state)
+
+    def relocate(self) -> None:
+        """UpdatePartitionSession for each directly read partition whose tablet moved (a new
+        generation, perhaps on another node), as YDB's read session does once the partition actor
+        restored its reads under the new generation (``TReadSessionActor::Handle(TEvUpdateSession)``).
+        The unacknowledged reads keep their ids; the stream serving the old entry is told it is gone."""
+        for state in self.sessions.values():
+            direct = state.direct
+            if direct is not None and direct.relocated():
+                self.send(read_wire.update_partition_session(state.session_id, direct.node_id, direct.generation))
 
     def next_turn(self) -> list[PartitionSessionState]:
         """The partition sessions, starting after the one served last (each gets its turn)."""
@@ -224,19 +287,39 @@ class ReadSession:
         return moved
 
     def confirm_stop(self, response: Any) -> PartitionSessionState | None:
-        """StopPartitionSessionResponse: the partition session released (None when it was already gone)."""
+        """StopPartitionSessionResponse: the partition session released (None when it was already
+        gone, or when reading directly it is not released yet)."""
         if self.consumer_name is None:
             raise bad_request("it is forbidden to send StopPartitionSessionResponse when reading without a consumer")
         state = self.sessions.get(response.partition_session_id)
         if state is None:
             return None  # already taken away: nothing to confirm
+        direct = state.direct
+        where = f"partition {state.partition.partition_id} of {state.topic.path}"
+        if direct is not None and not response.graceful:
+            if not direct.final_stop_sent:
+                raise bad_request(f"release of partition that is not requested is forbidden for {where}")
+            self._drop(state)
+            return state
         if not state.stopping:
             raise bad_request(
-                f"graceful release of partition that is not requested for release is forbidden for partition "
-                f"{state.partition.partition_id} of {state.topic.path}"
+                f"graceful release of partition that is not requested for release is forbidden for {where}"
             )
+        if direct is not None:
+            if not direct.final_stop_sent:  # the graceful answer: the final, non-graceful stop follows
+                self.stop(state, graceful=False)
+            return None
         del self.sessions[state.session_id]
         return state
+
+    def acknowledge_direct_read(self, ack: Any) -> None:
+        """DirectReadAck: the client processed a direct read; its bytes no longer hold up reading."""
+        state = self.sessions.get(ack.partition_session_id)
+        if state is None:
+            return  # a partition session already released
+        if state.direct is None:
+            raise bad_request(f"unknown direct read in Ack: {ack.direct_read_id}")
+        self.direct_bytes_in_flight -= state.direct.acknowledge(ack.direct_read_id)
 
     def report_status(self, partition_session_id: int) -> None:
         """PartitionSessionStatusRequest: answer with the partition session's offsets."""
@@ -318,7 +401,10 @@ class ReadSession:
 
     def next_read(self, now_ns: int) -> tuple[PartitionSessionState, list[StoredRow]] | None:
         """The next messages to send, of one partition session, within the session's credit; None when
-        there is nothing to send. The read position moves past them."""
+        there is nothing to send (or, reading directly, the unacknowledged reads hold too much).
+        The read position moves past them."""
+        if self.direct_bytes_in_flight >= MAX_DIRECT_BYTES_IN_FLIGHT:
+            return None  # an acknowledgement wakes the stream
         budget = min(self.credit, MAX_RESPONSE_BYTES)
         limit = self.partition_limit
         for state in self.next_turn():

@@ -11,6 +11,9 @@ As in YDB (``ydb/services/persqueue_v1/actors/read_session_actor``):
 - Each ReadResponse carries one partition, and its ``bytes_size`` (the serialized size of the
   whole response) is what the client's byte credit is charged.
 - A topic dropped under an open session ends it with SCHEME_ERROR.
+- With ``direct_read`` in the InitRequest the session sends no data: each read it forms goes to
+  the node hosting the partition (``direct_read``), and the client acknowledges it here
+  (DirectReadAck). A directly read partition whose tablet moved gets UpdatePartitionSession.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import grpc
 from . import read_wire
 from ._inbox import Inbox, receive_handshake
 from .auth import TokenRefused, refused_in_band
+from .direct_read import DirectReadCache
 from .nodes import ServerNode
 from .partition_log import Consumer, Partition, Topic
 from .read_balancer import ConsumerGroup, ReaderInfo
@@ -40,10 +44,13 @@ FromServer = read_wire.FromServer
 class ReadService:
     """Handles every StreamRead call of one server, and the consumer groups they form."""
 
-    def __init__(self, state: ServerState, graceful_stop_timeout: float = 10.0) -> None:
+    def __init__(self, state: ServerState, graceful_stop_timeout: float = 10.0, direct_read: bool = True) -> None:
         self.state = state
         self.graceful_stop_timeout = graceful_stop_timeout
         self.groups: dict[tuple[str, str], ConsumerGroup] = {}
+        self.direct_cache = DirectReadCache() if direct_read else None
+        """The directly read partition sessions, as the nodes hosting their partitions know them
+        (None: the server does not offer direct read, and ignores the flag)."""
         self._partition_session_ids = itertools.count(1)
 
     def new_partition_session(
@@ -140,13 +147,16 @@ class ReadService:
                             session.stop(partition_session, graceful=False)
                 self._rebalance_all()
                 session.end_partitions()
+                if session.direct_read:
+                    session.relocate()
                 while session.outbox:
                     yield session.outbox.popleft()
                 while session.credit > 0 and not handle.broken:
-                    response = self._read_response(session)
+                    response = self._read_response(session, node.node_id)
                     if response is None:
                         break
-                    yield response
+                    if response:
+                        yield response
                 if handle.broken:
                     await context.abort(grpc.StatusCode.UNAVAILABLE, state.faults.details)
                 if inbox.unparsable:
@@ -169,6 +179,7 @@ class ReadService:
             state.faults.unregister(handle)
             if session is not None:
                 self._leave(session)
+                session.end()
             await inbox.close()
 
     def _handshake(self, init: Any) -> ReadSession:
@@ -205,6 +216,7 @@ class ReadService:
             init.auto_partitioning_support,
             selectors,
             init.partition_max_in_flight_bytes,
+            self.direct_cache if init.direct_read else None,
         )
 
     def _join(self, session: ReadSession) -> None:
@@ -261,29 +273,46 @@ class ReadService:
             self.state.stats.token_updates += 1
             session.send(read_wire.update_token_response())
         elif kind == "direct_read_ack":
-            raise bad_request("direct read is not supported by the local server")
+            session.acknowledge_direct_read(request.direct_read_ack)
         elif kind == "init_request":
             raise bad_request("got second init request")
         else:
             raise bad_request("unsupported request")
 
     def _released(self, session: ReadSession, state: PartitionSessionState) -> None:
-        """The reader gave a partition back (a graceful stop it confirmed): its group may hand it on."""
+        """The reader gave a partition back (a stop it confirmed): its group may hand it on, unless it
+        did already (the reader answered after the group stopped waiting)."""
         group = self.groups.get((state.topic.path, session.consumer_name or ""))
-        if group is not None:
+        if group is None:
+            return
+        held = group.owner.get(state.partition.partition_id)
+        if held is not None and held[1] is state:
             group.released(state.partition.partition_id)
 
     # --- data -------------------------------------------------------------------------------
 
-    def _read_response(self, session: ReadSession) -> bytes | None:
-        """One ReadResponse of one partition within the session's credit, or None when there is nothing to send."""
+    def _read_response(self, session: ReadSession, node_id: int) -> bytes | None:
+        """One ReadResponse of one partition within the session's credit, or None when there is nothing to
+        send. Reading directly, the read is kept for the partition's node instead, and the answer is b""."""
         found = session.next_read(self.state.clock.now_ns())
         if found is None:
             return None
         partition_session, chunk = found
         stats = self.state.stats
-        stats.read_responses += 1
         stats.messages_sent += len(chunk)
-        response, bytes_size = read_wire.read_response(partition_session.session_id, chunk)
+        direct = partition_session.direct
+        if direct is None:
+            stats.read_responses += 1
+            response, bytes_size = read_wire.read_response(partition_session.session_id, chunk)
+            session.credit -= bytes_size
+            stats.count_read_bytes(len(response), partition_session.partition.node_id != node_id)
+            return response
+        stats.direct_read_responses += 1
+        direct.last_id += 1
+        payload, bytes_size = read_wire.direct_read_response(
+            partition_session.session_id, direct.last_id, read_wire.partition_data(partition_session.session_id, chunk)
+        )
         session.credit -= bytes_size
-        return response
+        session.direct_bytes_in_flight += bytes_size
+        direct.add(payload, bytes_size)
+        return b""

@@ -19,6 +19,7 @@ from .._proto import ydb_topic_pb2 as pb
 from ._replies import metadata, operation, rpc_handler, status_code
 from .auth import AuthInterceptor, TokenValidator
 from .control_plane import ControlPlane
+from .direct_read import DirectReadService
 from .discovery import DiscoveryHandlers
 from .journal import close_journal, open_journal
 from .nodes import LOCAL_LOCATION, ServerNode
@@ -65,6 +66,9 @@ class LocalTopicServer:
             on it (after a stop or a crash of the process) continues where this one stopped.
         write_quotas: Throttle writes to each partition's write speed and burst, as YDB does.
         retention_interval: Seconds between retention runs (deleting expired messages).
+        direct_read: Offer direct read (``StreamDirectRead``, and read sessions asking for it),
+            as YDB does. ``False`` serves as a YDB without it: read sessions ignore the flag (data on
+            the read stream, no partition locations) and ``StreamDirectRead`` answers UNIMPLEMENTED.
 
     With ``users``, ``tokens`` or ``token_services``, every call but ``AuthService.Login`` needs
     a valid ticket; others are refused with the gRPC status ``UNAUTHENTICATED``, as YDB refuses
@@ -88,6 +92,7 @@ class LocalTopicServer:
         data_dir: str | os.PathLike[str] | None = None,
         write_quotas: bool = False,
         retention_interval: float = 1.0,
+        direct_read: bool = True,
     ) -> None:
         if not database.startswith("/"):
             raise ValueError("database must be an absolute path like '/local'")
@@ -122,7 +127,10 @@ class LocalTopicServer:
         self.control = ControlPlane(self.storage)
         self.query = QueryService(state)
         self.writes = WriteService(state, self.query)
-        self.reads = ReadService(state, graceful_stop_timeout=graceful_stop_timeout)
+        self.reads = ReadService(state, graceful_stop_timeout=graceful_stop_timeout, direct_read=direct_read)
+        self.direct_reads = (
+            DirectReadService(state, self.reads.direct_cache) if self.reads.direct_cache is not None else None
+        )
         self._tls = tls
         self._client_ca = client_ca
         self._require_client_cert = require_client_cert
@@ -370,6 +378,12 @@ class LocalTopicServer:
                 pb.UpdateOffsetsInTransactionResponse,
             ),
         }
+        if self.direct_reads is not None:
+            topic["StreamDirectRead"] = stream(
+                functools.partial(self.direct_reads.stream_direct_read, node=node),
+                pb.StreamDirectReadMessage.FromClient,
+                pb.StreamDirectReadMessage.FromServer,
+            )
         discovery = {
             "ListEndpoints": unary(
                 "ListEndpoints",

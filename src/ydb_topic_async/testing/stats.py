@@ -24,6 +24,19 @@ class ServerStats:
     """Messages in the ReadResponses sent."""
     token_updates: int = 0
     """Tokens sent in-band (UpdateTokenRequest) on write and read streams, and accepted."""
+    direct_read_responses: int = 0
+    """Direct reads formed (DirectReadResponses, each sent once or more by the partition's node)."""
+    read_bytes_sent: int = 0
+    """Bytes of ReadResponses and DirectReadResponses sent, all nodes together."""
+    read_bytes_from_other_nodes: int = 0
+    """Of ``read_bytes_sent``, those a node sent of a partition another node hosts: in a real cluster
+    they first crossed from the partition's node to the one serving the stream."""
+
+    def count_read_bytes(self, nbytes: int, remote: bool) -> None:
+        """A node sent ``nbytes`` of read data; ``remote``: of a partition another node hosts."""
+        self.read_bytes_sent += nbytes
+        if remote:
+            self.read_bytes_from_other_nodes += nbytes
 
     def snapshot(self) -> dict[str, int]:
         """The counters as a plain dict (to compare before and after)."""
