@@ -11,7 +11,7 @@ import pytest
 import ydb_topic_async as yta
 from ydb_topic_async._errors import error_from_code, error_from_status
 from ydb_topic_async._proto import ydb_issue_message_pb2, ydb_status_codes_pb2
-from ydb_topic_async._retry import BackoffSchedule, RetryPolicy, RetryState, retry_call
+from ydb_topic_async._retry import BackoffSchedule, RetryPolicy, RetryState, retry_call, topic_wait
 
 Status = ydb_status_codes_pb2.StatusIds
 
@@ -222,3 +222,68 @@ def test_a_commit_naming_a_dead_read_session_is_not_retried() -> None:
     assert type(error) is yta.StaleReadSessionError and isinstance(error, yta.SessionExpiredError)
     assert not error.is_retriable(idempotent=True)
     assert type(error_from_status(Status.SESSION_EXPIRED, [])) is yta.SessionExpiredError
+
+
+@pytest.mark.parametrize(
+    ("message", "issue_code", "missing"),
+    [
+        # The write session since the describer actor, and DescribeTopic (ydb/core/persqueue/public/
+        # describer: NDescriber::Description; write_session_actor: ErrorCodeFromDescriberStatus).
+        ("You do not have access permissions or the '/Root/t' does not exist", 500017, True),
+        ("You do not have access permissions or the '/Root/t' does not exist", 500018, True),
+        ("You do not have access or the '/Root/t' does not exist", 500017, True),
+        # Before it (persqueue_v1/actors/persqueue_utils.cpp, ProcessMetaCacheTopicResponse), and
+        # DescribeTopic's schema actor then.
+        ("no path '/Root/t', Marker# PQ15", 500017, True),
+        ("topic 't' has no balancer, Marker# PQ193", 500017, True),
+        ("path 'Root/t' does not exist or you do not have access rights", 500018, True),
+        # Not "the topic does not exist".
+        ("The '/Root/dir' path is not a topic", 500017, False),
+        ("item '/Root/dir' is not a topic, Marker# PQ13", 500017, False),
+        ("no partition 7 in topic '/Root/t', Marker# PQ4", 500017, False),
+        ("topic 't' describe error, Status# LookupError, Marker# PQ150", 500100, False),
+    ],
+)
+def test_a_missing_topic_is_told_apart_from_other_scheme_errors(message: str, issue_code: int, missing: bool) -> None:
+    """YDB answers a missing topic and a path that is not a topic both with SCHEME_ERROR (often the
+    same issue code, UNKNOWN_TOPIC): only the words tell them apart, in each YDB version's wording.
+    Nested issues count too."""
+    issue = ydb_issue_message_pb2.IssueMessage(message=message, issue_code=issue_code, severity=1)
+    error = error_from_status(Status.SCHEME_ERROR, [issue], "write stream")
+    nested = error_from_status(
+        Status.SCHEME_ERROR, [ydb_issue_message_pb2.IssueMessage(message="outer", issues=[issue])]
+    )
+    assert isinstance(error, yta.SchemeError) and isinstance(nested, yta.SchemeError)
+    assert isinstance(error, yta.TopicNotFoundError) is missing
+    assert isinstance(nested, yta.TopicNotFoundError) is missing
+    assert not error.is_retriable(idempotent=True)  # only a writer's wait_for_topic waits for it
+    other = error_from_status(Status.BAD_REQUEST, [issue])
+    assert not isinstance(other, yta.TopicNotFoundError)
+
+
+def test_a_wait_for_a_topic_tries_last_as_its_bound_ends() -> None:
+    """A wait (``topic_wait``) tries on the fast schedule until its bound, the last delay cut to
+    end there (where a retry budget gives up before a delay that would pass it), and retries
+    nothing but a missing topic."""
+    missing = error_from_status(
+        Status.SCHEME_ERROR, [ydb_issue_message_pb2.IssueMessage(message="no path 'x', Marker# PQ15")]
+    )
+    policy = RetryPolicy(max_attempts=2, fast=BackoffSchedule(base=0.4, cap=0.4, floor=1.0))
+    wait = topic_wait(1.0, policy)
+    assert wait.policy.max_attempts is None and wait.policy.max_elapsed == 1.0  # the policy's budget aside
+    assert wait.policy.fast == policy.fast
+    assert wait.retries(missing) and not wait.retries(yta.UnavailableError()) and not wait.retries(yta.SchemeError())
+
+    def delays(last_try_at_end: bool) -> list[float]:
+        now = [100.0]
+        state = RetryState(
+            wait.policy, classify=lambda e: "fast", clock=lambda: now[0], last_try_at_end=last_try_at_end
+        )
+        taken = []
+        while (delay := state.next_delay(missing)) is not None:
+            taken.append(round(delay, 6))
+            now[0] += delay
+        return taken
+
+    assert delays(last_try_at_end=True) == [0.4, 0.4, 0.2]  # the last try at 1.0s
+    assert delays(last_try_at_end=False) == [0.4, 0.4]  # a budget gives up at 0.8s

@@ -46,7 +46,8 @@ The tree::
         ├── AbortedError              ABORTED
         ├── UnavailableError          UNAVAILABLE
         ├── OverloadedError           OVERLOADED
-        ├── SchemeError               SCHEME_ERROR (e.g. the path does not exist)
+        ├── SchemeError               SCHEME_ERROR (e.g. the path is not a topic)
+        │   └── TopicNotFoundError    the topic's path does not exist (or these credentials may not see it)
         ├── GenericError              GENERIC_ERROR
         ├── ServerTimeoutError        TIMEOUT
         ├── BadSessionError           BAD_SESSION
@@ -68,6 +69,7 @@ and which backoff schedule applies (``backoff``: ``"fast"`` or ``"slow"``).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
@@ -360,6 +362,27 @@ class SchemeError(ServerError):
     status_code = _Status.SCHEME_ERROR
 
 
+class TopicNotFoundError(SchemeError):
+    """SCHEME_ERROR saying that the topic's path does not exist. YDB answers a path these
+    credentials may not see the same way, so it may also mean missing rights. A writer given
+    ``wait_for_topic`` (and ``describe_topic(wait_for_topic=...)``) waits for this one to pass;
+    every other SCHEME_ERROR (a path that is not a topic, a partition the topic does not have)
+    fails at once."""
+
+    @classmethod
+    def after_waiting(
+        cls, last: BaseException | None, path: str, waited: float, *, closed: bool = False
+    ) -> TopicNotFoundError:
+        """The error of a wait for the topic ``path`` that ended after ``waited`` seconds, its
+        bound passed or (``closed``) its writer closed meanwhile; ``last`` is the latest answer,
+        when known."""
+        if closed:
+            text = f"topic {path} does not exist: the writer was closed after waiting {waited:.3g}s for it"
+        else:
+            text = f"topic {path} does not exist: it did not appear in the {waited:.3g}s waited for it (wait_for_topic)"
+        return cls(text, last.issues if isinstance(last, ServerError) else ())
+
+
 class GenericError(ServerError):
     status_code = _Status.GENERIC_ERROR
 
@@ -441,10 +464,29 @@ _OWNERSHIP_KILLED = "ownership session is killed by another session"
 """The reason YDB gives a write session whose producer id a newer session took over."""
 _DEAD_READ_SESSION = "set offset in already dead session"
 """The reason YDB gives a CommitOffset naming a read session that does not hold the partition."""
+_PATH_MISSING = re.compile(r"does not exist|Marker# PQ(?:15|193)\b")
+"""How YDB says a topic's path does not exist (SCHEME_ERROR, whatever the issue code):
+
+- the write session, before the describer actor: "no path '<path>', Marker# PQ15", and "topic
+  '<name>' has no balancer, Marker# PQ193" for a topic whose creation has not finished
+  (``persqueue_v1/actors/persqueue_utils.cpp``, ``ProcessMetaCacheTopicResponse``, issue code
+  UNKNOWN_TOPIC);
+- the write session and DescribeTopic since: "You do not have access permissions or the
+  '<path>' does not exist" (``persqueue/public/describer``, ``Description``; the write session
+  maps NOT_FOUND to UNKNOWN_TOPIC, DescribeTopic to ACCESS_DENIED);
+- DescribeTopic before: "path '<path>' does not exist or you do not have access rights".
+
+A path that is not a topic ("item '<path>' is not a topic, Marker# PQ13"; "The '<path>' path is
+not a topic") and a partition a topic does not have ("no partition N in topic '<path>', Marker#
+PQ4") say something else."""
 
 
 def _mentions(issues: Iterable[Issue], text: str) -> bool:
     return any(text in issue.message or _mentions(issue.issues, text) for issue in issues)
+
+
+def _say_path_missing(issues: Iterable[Issue]) -> bool:
+    return any(_PATH_MISSING.search(issue.message) or _say_path_missing(issue.issues) for issue in issues)
 
 
 def error_from_status(status: int, issues: Iterable[Any] = (), message: str = "") -> ServerError:
@@ -454,6 +496,8 @@ def error_from_status(status: int, issues: Iterable[Any] = (), message: str = ""
         return ProducerTakenOverError(message, parsed)
     if status == _Status.SESSION_EXPIRED and _mentions(parsed, _DEAD_READ_SESSION):
         return StaleReadSessionError(message, parsed)
+    if status == _Status.SCHEME_ERROR and _say_path_missing(parsed):
+        return TopicNotFoundError(message, parsed)
     cls = _BY_STATUS.get(status)
     if cls is None:
         err = ServerError(message or f"unknown status code {status}", parsed)
@@ -648,6 +692,7 @@ __all__ = [
     "StaleReadSessionError",
     "TokenProviderError",
     "TokenRefreshError",
+    "TopicNotFoundError",
     "TransactionEndedError",
     "TransportAbortedError",
     "TransportCancelledError",

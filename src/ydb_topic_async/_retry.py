@@ -5,7 +5,9 @@
 ``RetryState`` applies a policy to one loop: unary calls, the writer's and the reader's
 reconnects, ``retry_tx``, ``wait_ready`` and the integrations' consumer restarts all count their
 failures, pick their delays and decide to give up through it. A loop that makes progress calls
-``reset``, so a budget bounds one streak of failures, not the object's lifetime.
+``reset``, so a budget bounds one streak of failures, not the object's lifetime. A wait for a
+topic to be created (``topic_wait``) is one more such state, run by the same loops: a writer's
+stream keeper, and ``retry_call`` around DescribeTopic.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import TypeVar
 
 import grpc
 
-from ._errors import Backoff, InvalidArgumentError, YdbTopicError, error_from_grpc
+from ._errors import Backoff, InvalidArgumentError, TopicNotFoundError, YdbTopicError, error_from_grpc
 
 T = TypeVar("T")
 
@@ -96,15 +98,21 @@ class RetryPolicy:
         """
         return self._delay(ydb_backoff(error, idempotent=idempotent), attempt, started, time.monotonic())
 
-    def _delay(self, backoff: Backoff | None, attempt: int, started: float, now: float) -> float | None:
+    def _delay(
+        self, backoff: Backoff | None, attempt: int, started: float, now: float, *, last_try_at_end: bool = False
+    ) -> float | None:
         if backoff is None or backoff == "none":
             return None
         if self.max_attempts is not None and attempt >= self.max_attempts:
             return None
         schedule = self.slow if backoff == "slow" else self.fast
         delay = schedule.delay(attempt - 1)
-        if self.max_elapsed is not None and now + delay - started > self.max_elapsed:
-            return None
+        if self.max_elapsed is not None:
+            left = self.max_elapsed - (now - started)
+            if last_try_at_end:
+                return min(delay, left) if left > 0 else None
+            if delay > left:
+                return None
         return delay
 
 
@@ -143,9 +151,11 @@ class RetryState:
     or None to give up (a final error, or the policy's budget is spent). ``reset()`` starts a new
     streak after progress. ``classify`` decides which failures are retriable (by default the SDK
     errors' own retriability, for an operation that is or is not ``idempotent``).
+    ``last_try_at_end``: a delay that would pass the policy's ``max_elapsed`` is shortened so the
+    last try comes as it ends (a wait for something to appear), instead of giving up before.
     """
 
-    __slots__ = ("_classify", "_clock", "attempt", "failures", "policy", "streak_started")
+    __slots__ = ("_classify", "_clock", "_last_try_at_end", "attempt", "failures", "policy", "streak_started")
 
     def __init__(
         self,
@@ -154,10 +164,12 @@ class RetryState:
         idempotent: bool = True,
         classify: Classify | None = None,
         clock: Callable[[], float] = time.monotonic,
+        last_try_at_end: bool = False,
     ) -> None:
         self.policy = policy
         self._classify: Classify = classify or (lambda error: ydb_backoff(error, idempotent=idempotent))
         self._clock = clock
+        self._last_try_at_end = last_try_at_end
         self.attempt = 0
         """Failures in the current streak."""
         self.failures = 0
@@ -170,6 +182,10 @@ class RetryState:
         """True from a failure until ``reset``."""
         return self.attempt > 0
 
+    def retries(self, error: BaseException) -> bool:
+        """Whether ``error`` is one of the failures this state retries (budget aside)."""
+        return self._classify(error) is not None
+
     def next_delay(self, error: BaseException) -> float | None:
         """Record ``error``; the seconds to wait before trying again, or None to give up."""
         now = self._clock()
@@ -177,7 +193,9 @@ class RetryState:
             self.streak_started = now
         self.attempt += 1
         self.failures += 1
-        return self.policy._delay(self._classify(error), self.attempt, self.streak_started, now)
+        return self.policy._delay(
+            self._classify(error), self.attempt, self.streak_started, now, last_try_at_end=self._last_try_at_end
+        )
 
     def elapsed(self) -> float:
         """Seconds since the current streak started (0 without one)."""
@@ -187,6 +205,18 @@ class RetryState:
         """Progress was made: the next failure starts a new streak with the full budget."""
         self.attempt = 0
         self.streak_started = None
+
+
+def topic_wait(within: float, policy: RetryPolicy) -> RetryState:
+    """The state of a wait for a topic to be created (``wait_for_topic``): only
+    ``TopicNotFoundError`` is tried again, on ``policy``'s fast schedule but apart from its
+    budget, for ``within`` seconds from the first such answer, the last try as they end."""
+    schedule = RetryPolicy(max_attempts=None, max_elapsed=within, fast=policy.fast, slow=policy.fast)
+    return RetryState(schedule, classify=_topic_missing, last_try_at_end=True)
+
+
+def _topic_missing(error: BaseException) -> Backoff | None:
+    return "fast" if isinstance(error, TopicNotFoundError) else None
 
 
 async def retry_call(

@@ -8,7 +8,9 @@ InitRequest written, the InitResponse read) bounded by a single asyncio-native d
 ``StreamKeeper`` runs one stream session after another: it decides, through one
 ``RetryState``, whether and when to reconnect, keeps the public connection state and reconnect
 count, reports reconnects to metrics, and logs a lost connection once (WARNING) when a streak
-of failures starts, once (INFO) when it recovers, and once (ERROR) when it gives up.
+of failures starts, once (INFO) when it recovers, and once (ERROR) when it gives up. Before its
+first connection it may also wait out a thing the stream needs that does not exist yet
+(``WaitOut``: a writer's topic being created), each try logged at DEBUG.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from ._errors import (
     error_from_grpc,
     error_from_status,
 )
-from ._futures import release_frames, wait_within
+from ._futures import release_frames, run_within, wait_within
 from ._proto import ydb_status_codes_pb2
 from ._retry import RetryPolicy, RetryState, as_ydb_error
 
@@ -260,6 +262,36 @@ class ConnectionStatus:
         return self._keeper.last_error
 
 
+class WaitOut:
+    """Failures a ``StreamKeeper`` waits out before its first connection, apart from its retry
+    policy: something the stream needs that does not exist yet (a writer's topic being created).
+
+    ``state`` picks them (its ``classify``), spaces the tries and bounds the wait (its policy's
+    ``max_elapsed``, the last try as it ends); ``gave_up(error, waited, stopped)`` is the error that
+    ends the keeper when the bound passes, or at once once ``stop()`` was called (its owner is
+    closing: a wait under way ends then, and none starts after). ``what`` names the thing in log
+    lines ("the topic"). After the first connection these failures are the keeper's like any other.
+    """
+
+    def __init__(
+        self, state: RetryState, gave_up: Callable[[BaseException, float, bool], BaseException], what: str
+    ) -> None:
+        self.state = state
+        self.gave_up = gave_up
+        self.what = what
+        self.stopped = False
+        self._stop = asyncio.Event()
+
+    def stop(self) -> None:
+        """End the wait: now if one is under way, at its first failure otherwise."""
+        self.stopped = True
+        self._stop.set()
+
+    async def sleep(self, delay: float) -> None:
+        """Sleep ``delay`` seconds, or until ``stop()``."""
+        await run_within(self._stop.wait(), delay)
+
+
 class RestartStream(Exception):
     """Raised by a stream session to replace its stream at once: not a failure, no backoff."""
 
@@ -274,7 +306,8 @@ class StreamKeeper:
     logged then. ``closing()`` tells that the owner is closing: a session that ends then ends
     the loop quietly. ``hand_off(error)`` picks the failures that the owner's own user handles
     (a keyed writer finds out why a partition's writer was refused): they end the loop at once,
-    like a final failure, but are logged at DEBUG rather than as an ERROR.
+    like a final failure, but are logged at DEBUG rather than as an ERROR. ``wait_out`` names the
+    failures waited out before the first connection (see ``WaitOut``).
     """
 
     def __init__(
@@ -289,6 +322,7 @@ class StreamKeeper:
         loss: Callable[[], str] | None = None,
         closing: Callable[[], bool] | None = None,
         hand_off: Callable[[BaseException], bool] | None = None,
+        wait_out: WaitOut | None = None,
     ) -> None:
         self._describe = describe
         self._retry = RetryState(policy, idempotent=True)
@@ -299,6 +333,7 @@ class StreamKeeper:
         self._loss = loss
         self._closing = closing
         self._hand_off = hand_off
+        self._wait_out = wait_out
         self.state = ConnectionState.CONNECTING
         self.reconnects = 0
         """Streams opened to replace a lost one (attempts that failed at once included)."""
@@ -310,6 +345,12 @@ class StreamKeeper:
 
     def connected(self, session_id: str) -> None:
         """A stream's handshake was answered."""
+        wait = self._wait_out
+        if wait is not None and not self._ever_connected and wait.state.failing:
+            self._logger.info(
+                "%s: connected after waiting %.1fs for %s (%d tries)",
+                self._describe(), wait.state.elapsed(), wait.what, wait.state.attempt + 1, extra=self._log_fields(),
+            )
         if self._streak_logged:
             self._streak_logged = False
             self._logger.info(
@@ -319,6 +360,11 @@ class StreamKeeper:
         self.state = ConnectionState.CONNECTED
         self._ever_connected = True
         self._connected_at = time.monotonic()
+
+    def stop_waiting(self) -> None:
+        """The owner is closing: a wait for what the stream needs ends now (see ``WaitOut``)."""
+        if self._wait_out is not None:
+            self._wait_out.stop()
 
     def progressed(self) -> None:
         """The stream did useful work (acknowledgements, data): a failure starts a new streak."""
@@ -356,6 +402,10 @@ class StreamKeeper:
                 self._retry.reset()
             self._connected_at = None
             self.last_error = error
+            wait = self._wait_out
+            if wait is not None and not self._ever_connected and wait.state.retries(error):
+                await self._wait(wait, error)
+                continue
             handed_off = self._hand_off is not None and self._hand_off(error)
             delay = None if handed_off else self._retry.next_delay(error)
             if delay is None and not handed_off and self._recover is not None and await self._recover(error):
@@ -391,6 +441,32 @@ class StreamKeeper:
                     self._describe(), self._retry.attempt, error, delay, extra=self._log_fields(),
                 )
             await asyncio.sleep(delay)
+
+
+    async def _wait(self, wait: WaitOut, error: BaseException) -> None:
+        """Wait out ``error`` (something the stream needs does not exist yet): return when the
+        next try is due, or raise ``wait.gave_up``'s error when the wait is over."""
+        delay = None if wait.stopped else wait.state.next_delay(error)
+        if delay is not None:
+            self.reconnects += 1
+            self.state = ConnectionState.RECONNECTING
+            self._on_reconnect(error)
+            self._logger.debug(
+                "%s: %s does not exist yet (try %d, %.1fs of %gs waited); next try in %.3fs",
+                self._describe(), wait.what, wait.state.attempt, wait.state.elapsed(),
+                wait.state.policy.max_elapsed, delay, extra=self._log_fields(),
+            )
+            await wait.sleep(delay)
+            if not wait.stopped:
+                return
+        final = wait.gave_up(error, wait.state.elapsed(), wait.stopped)
+        self.last_error = final
+        self.state = ConnectionState.FAILED
+        loss = self._loss() if self._loss is not None else ""
+        self._logger.error(
+            "%s failed%s: %r", self._describe(), f" {loss}" if loss else "", final, extra=self._log_fields()
+        )
+        raise final from error
 
 
 def tokens_may_change(transport: Transport) -> bool:

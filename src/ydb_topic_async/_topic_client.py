@@ -236,6 +236,13 @@ class TopicClient(TopicAdmin):
                 in-band refresh (default 5; 0 switches the refresh off).
             init_timeout (float): Seconds one handshake may take, the InitRequest write and the
                 InitResponse read together, before the attempt counts as failed (default 30).
+            wait_for_topic (float | None): Seconds to wait for the topic to be created when it
+                does not exist yet, counted from the first answer saying so: until the first
+                handshake, that answer is tried again (on ``retry``'s fast backoff, the last try
+                as the time ends) while ``write`` buffers as usual; then the writer fails with
+                ``TopicNotFoundError``. Only a missing topic is waited for: any other failure is
+                handled as without it. ``None`` (the default): a missing topic fails the writer at
+                once.
         """
         writer = TopicWriter(self._context, self, path, WriterSettings(**options))
         self._own(writer)
@@ -275,6 +282,9 @@ class TopicClient(TopicAdmin):
                 ``auto_created_at``, ``buffer_wait_timeout``, ``retry``, ``max_request_size``,
                 ``token_refresh_interval`` and ``init_timeout`` as for ``writer``;
                 ``max_buffer_messages`` and ``max_buffer_bytes`` bound each partition's writer.
+                ``wait_for_topic`` as for ``writer``: the keyed writer waits for the topic's
+                partitions (``describe_topic(..., wait_for_topic=)``), and ``write`` holds
+                messages meanwhile, as many as one partition's writer would.
         """
         writer = KeyedWriter(self._context, self, path, WriterSettings(**options), partitioner, idle_timeout)
         self._own(writer)
@@ -305,7 +315,8 @@ class TopicClient(TopicAdmin):
         Keyword Args:
             options (KeyedWriterOptions): As for ``keyed_writer``. Each partition's writer has a
                 producer id (``{producer_id}_{partition_id}``), so the driver's reconnect policy
-                applies: a resend after a lost acknowledgement is deduplicated.
+                applies: a resend after a lost acknowledgement is deduplicated. Not
+                ``wait_for_topic``, as for ``tx_writer``.
         """
         writer = KeyedTxWriter(self._context, self, tx, path, WriterSettings(**options), partitioner)
         self._own(writer)
@@ -322,7 +333,10 @@ class TopicClient(TopicAdmin):
         Keyword Args:
             options (WriterOptions): As for ``writer``, with other defaults: no producer id
                 (``producer_id=""``) and no retries (``retry=RetryPolicy.no_retries()``), so
-                that any error fails the transaction. Retries need a producer id.
+                that any error fails the transaction. Retries need a producer id. Not
+                ``wait_for_topic`` (``InvalidArgumentError``): a transaction waiting for a topic
+                would be held open meanwhile; wait before beginning it
+                (``describe_topic(path, wait_for_topic=...)``).
         """
         writer = TxWriter(self._context, self, tx, path, TxWriter.settings(**options))
         self._own(writer)

@@ -25,6 +25,18 @@ def check_seconds(value: object, what: str, *, positive: bool = False) -> float:
     return float(value)
 
 
+def check_wait(value: object, what: str) -> float | None:
+    """``value`` as the bound of a wait: ``None`` (no waiting) or a positive, finite number of
+    seconds (a wait that is asked for has an end)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise InvalidArgumentError(
+            f"{what} must be None (do not wait) or a positive, finite number of seconds, got {value!r}"
+        )
+    return float(value)
+
+
 def check_utf8(value: str, what: str) -> bytes:
     """``value`` encoded as UTF-8; a lone surrogate (say, from bytes decoded with
     ``surrogateescape``) cannot be sent, so it is refused here rather than at the first write."""

@@ -190,6 +190,28 @@ async def test_a_missing_explicit_partition_is_overloaded_only_on_autopartitione
     assert reply.status == StatusIds.OVERLOADED
 
 
+async def test_a_path_that_is_no_topic_is_refused_at_the_handshake_in_ydbs_words(channel: grpc.aio.Channel) -> None:
+    """A write session naming a path that does not exist, or a directory, is SCHEME_ERROR with
+    issue code UNKNOWN_TOPIC (500017) in the describer's words: "You do not have access
+    permissions or the '<path>' does not exist", "The '<path>' path is not a topic" (write session
+    actor: ``ErrorCodeFromDescriberStatus``; ydb/core/persqueue/public/describer:
+    ``Description``). DescribeTopic of a directory says the same words (describe_operation.cpp).
+    The SDK tells the first apart to wait for a topic being created."""
+    await create_topic(channel, "dir/t")
+    missing = await RawWriter(channel).init("nothing-here", producer_id="p")
+    assert (missing.status, missing.issues[0].issue_code, missing.issues[0].message) == (
+        StatusIds.SCHEME_ERROR, 500017, "You do not have access permissions or the '/local/nothing-here' does not exist"
+    )
+    directory = await RawWriter(channel).init("dir", producer_id="p")
+    assert (directory.status, directory.issues[0].issue_code, directory.issues[0].message) == (
+        StatusIds.SCHEME_ERROR, 500017, "The '/local/dir' path is not a topic"
+    )
+    described = await call(channel, "DescribeTopic", pb.DescribeTopicRequest(path="dir"), pb.DescribeTopicResponse)
+    assert (described.status, described.issues[0].message) == (
+        StatusIds.SCHEME_ERROR, "The '/local/dir' path is not a topic"
+    )
+
+
 async def test_times_have_millisecond_precision_and_a_bad_created_at_is_never_stored(
     channel: grpc.aio.Channel, server: LocalTopicServer
 ) -> None:

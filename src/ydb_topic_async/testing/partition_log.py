@@ -632,11 +632,20 @@ class TopicStorage:
         return f"{self.database}/{path.strip('/')}"
 
     def topic(self, path: str) -> Topic:
+        """The topic at ``path``: SCHEME_ERROR when there is none, saying whether the path does not
+        exist or is a directory (YDB's describer: "The '<path>' path is not a topic")."""
         full = self.normalize(path)
         topic = self.topics.get(full)
         if topic is None:
+            if self.is_directory(full):
+                raise StorageError("SCHEME_ERROR", f"The '{full}' path is not a topic")
             raise StorageError("SCHEME_ERROR", f"path {full} does not exist")
         return topic
+
+    def is_directory(self, full: str) -> bool:
+        """Whether ``full`` (absolute, normalized) holds topics: a directory, for the server."""
+        prefix = full + "/"
+        return any(other.startswith(prefix) for other in self.topics)
 
     def check_new_path(self, full: str) -> None:
         """SCHEME_ERROR unless a topic may be created at ``full`` (an absolute, normalized path).
@@ -651,8 +660,7 @@ class TopicStorage:
             if parent in self.topics:
                 raise StorageError("SCHEME_ERROR", f"path {parent} is a topic, not a directory: cannot create {full}")
             parent = parent.rsplit("/", 1)[0]
-        prefix = full + "/"
-        if any(other.startswith(prefix) for other in self.topics):
+        if self.is_directory(full):
             raise StorageError("SCHEME_ERROR", f"path {full} is a directory, not a topic")
 
     def create(self, path: str, settings: TopicSettings, consumers: Iterable[Consumer] = ()) -> Topic:

@@ -17,8 +17,10 @@ As in YDB (``ydb/services/persqueue_v1/actors/write_session_actor``):
   (not 0) the topic accepts, seq_nos greater than 0 and strictly increasing, created_at within
   the protobuf Timestamp range, and per-message metadata of at most 4096 bytes. A bad request
   ends the session with BAD_REQUEST. Times are stored with millisecond precision.
-- A topic dropped (and maybe recreated) under an open session ends it with SCHEME_ERROR;
-  nothing is acknowledged into a dropped topic.
+- A path that does not exist, or is not a topic (a directory), is SCHEME_ERROR at the
+  handshake with issue code UNKNOWN_TOPIC, in the words of YDB's describer. A topic dropped (and
+  maybe recreated) under an open session ends it with SCHEME_ERROR; nothing is acknowledged into
+  a dropped topic.
 - One session owns a (partition, source id): a new session with the same source id takes it
   over and the older one is ended at once with BAD_REQUEST "status is not ok: ownership session
   is killed by another session with id <new session> partition id <N>" (YDB's
@@ -73,6 +75,8 @@ _MAX_TIMESTAMP_SECONDS = 253_402_300_799  # 9999-12-31T23:59:59Z
 _SKIPPED = pb.StreamWriteMessage.WriteResponse.WriteAck.Skipped.REASON_ALREADY_WRITTEN
 OWNERSHIP_KILLED_ISSUE_CODE = 500_003
 """The issue code of a session killed by a newer owner: 500000 plus PersQueue's BAD_REQUEST (3)."""
+UNKNOWN_TOPIC_ISSUE_CODE = 500_017
+"""The issue code of a write session whose path is not a topic (PersQueue's UNKNOWN_TOPIC)."""
 
 
 def _failure(status: str, message: str, issue_code: int = 0) -> Any:
@@ -145,7 +149,7 @@ class WriteService:
             try:
                 session = self._handshake(init, node)
             except StorageError as exc:
-                yield _failure(exc.status, exc.message)
+                yield _failure(exc.status, exc.message, exc.issue_code)
                 return
             session.wakeup = wakeup
             session.session_id = f"local-write-{next(self._session_ids)}-{uuid.uuid4().hex[:8]}"
@@ -243,7 +247,7 @@ class WriteService:
     # --- the handshake ----------------------------------------------------------------------
 
     def _handshake(self, init: Any, node: ServerNode) -> _Session:
-        topic = self.state.storage.topic(init.path)
+        topic = self._topic(init.path)
         producer_id = init.producer_id
         if len(producer_id) > MAX_PRODUCER_ID_LENGTH:
             raise StorageError("BAD_REQUEST", f"producer_id is longer than {MAX_PRODUCER_ID_LENGTH} characters")
@@ -264,6 +268,22 @@ class WriteService:
             partition = topic.next_active_partition()
         meta = tuple(sorted(init.write_session_meta.items()))
         return _Session(topic, partition, source_id, meta, partition.generation)
+
+    def _topic(self, path: str) -> Topic:
+        """The topic a write session names. A path that does not exist or is not a topic is
+        SCHEME_ERROR with issue code UNKNOWN_TOPIC, in the words of YDB's describer ("You do not
+        have access permissions or the '<path>' does not exist", "The '<path>' path is not a
+        topic"; the write session's ``ErrorCodeFromDescriberStatus``)."""
+        storage = self.state.storage
+        full = storage.normalize(path)
+        topic = storage.topics.get(full)
+        if topic is not None:
+            return topic
+        if storage.is_directory(full):
+            message = f"The '{full}' path is not a topic"
+        else:
+            message = f"You do not have access permissions or the '{full}' does not exist"
+        raise StorageError("SCHEME_ERROR", message, UNKNOWN_TOPIC_ISSUE_CODE)
 
     def _explicit_partition(self, topic: Topic, init: Any, how: str, source_id: str, node: ServerNode) -> Partition:
         pid = init.partition_id if how == "partition_id" else init.partition_with_generation.partition_id

@@ -13,13 +13,24 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .._context import ClientContext
-from .._errors import AlreadyExistsError, InternalError, InvalidArgumentError, SchemeError
+from .._errors import (
+    AlreadyExistsError,
+    InternalError,
+    InvalidArgumentError,
+    OperationTimeoutError,
+    SchemeError,
+    TopicNotFoundError,
+)
+from .._futures import deadline
 from .._proto import ydb_topic_pb2 as pb
-from .._retry import RetryPolicy
-from .._validate import check_int, check_optional_int
+from .._retry import RetryPolicy, retry_call, topic_wait
+from .._validate import check_int, check_optional_int, check_wait
+from ..observability.logging import sdk_logger
 from . import types as t
 
 _SERVICE = "/Ydb.Topic.V1.TopicService/"
+
+logger = sdk_logger("topic")
 
 
 class TopicAdmin:
@@ -157,6 +168,7 @@ class TopicAdmin:
         include_location: bool = False,
         timeout: float | None = None,
         retry: RetryPolicy | None = None,
+        wait_for_topic: float | None = None,
     ) -> t.TopicDescription:
         """Settings, consumers and partitions of a topic.
 
@@ -171,20 +183,54 @@ class TopicAdmin:
                 driver's ``retry`` policy, or a ``RetryPolicy`` of the caller's own, e.g. a
                 longer budget for background work that should outlast an outage
                 (``RetryPolicy.forever()``) or ``RetryPolicy.no_retries()`` to fail at once.
+            wait_for_topic: Seconds to wait for a topic that does not exist yet, counted from
+                the first answer saying so, asking again on ``retry``'s fast backoff (the last
+                time as they end), as Kafka's ``partitionsFor`` waits for metadata; ``None`` (the
+                default): a missing topic raises at once. Only a missing topic is waited for.
 
         Raises:
-            SchemeError: No topic at ``path``.
-            InvalidArgumentError: ``retry`` is not a ``RetryPolicy`` or None.
+            TopicNotFoundError: No topic at ``path`` (after ``wait_for_topic``, if given).
+            SchemeError: ``path`` is not a topic.
+            InvalidArgumentError: ``retry`` is not a ``RetryPolicy`` or None, or
+                ``wait_for_topic`` is not None or a positive, finite number of seconds.
         """
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise InvalidArgumentError(f"retry must be a RetryPolicy or None, got {retry!r}")
+        within = check_wait(wait_for_topic, "wait_for_topic")
         full = self.full_path(path)
         request = pb.DescribeTopicRequest(path=full, include_stats=include_stats, include_location=include_location)
-        result = await self._call(
-            "DescribeTopic", request, pb.DescribeTopicResponse, pb.DescribeTopicResult,
-            idempotent=True, timeout=timeout, retry=retry,
-        )
-        return t.topic_from_proto(result, full)
+        if within is None:
+            result = await self._call(
+                "DescribeTopic", request, pb.DescribeTopicResponse, pb.DescribeTopicResult,
+                idempotent=True, timeout=timeout, retry=retry,
+            )
+            return t.topic_from_proto(result, full)
+        wait = topic_wait(within, retry or self._context.retry)
+
+        async def describe() -> t.TopicDescription:
+            result = await self._call(
+                "DescribeTopic", request, pb.DescribeTopicResponse, pb.DescribeTopicResult,
+                idempotent=True, timeout=None, retry=retry,
+            )
+            return t.topic_from_proto(result, full)
+
+        def waiting(error: BaseException, delay: float) -> None:
+            logger.debug(
+                "topic %s does not exist yet (try %d, %.1fs of %gs waited); next try in %.3fs",
+                full, wait.attempt, wait.elapsed(), within, delay,
+            )
+
+        try:
+            async with deadline(timeout):
+                return await retry_call(describe, wait, on_retry=waiting)
+        except TopicNotFoundError as exc:
+            raise TopicNotFoundError.after_waiting(exc, full, wait.elapsed()) from exc
+        except TimeoutError:
+            raise OperationTimeoutError(
+                f"describe_topic for {full} did not finish within {timeout}s (the topic does not exist yet)"
+                if wait.failing
+                else f"describe_topic for {full} did not finish within {timeout}s"
+            ) from None
 
     async def start_offsets(self, path: str, *, timeout: float | None = None) -> dict[int, int]:
         """Per partition, the first offset still stored (retention moves it up), as aiokafka's

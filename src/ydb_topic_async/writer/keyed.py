@@ -10,24 +10,33 @@ partition whose key range holds the key's partition key, which travels with the 
 The rest lives beside it: ``keyed_lanes`` holds the partitions' writers ("lanes": one
 ``TopicWriter`` per partition, made on first use, each with its own producer id and numbering,
 closed when idle), and ``rerouting`` places a failed lane's messages again when its partition
-split or stayed overloaded.
+split or stayed overloaded, and the messages held while the topic was awaited
+(``wait_for_topic``) once its partitions are known.
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import time
 from collections import deque
 from collections.abc import Mapping
 from functools import partial
 from typing import TYPE_CHECKING, overload
 
 from .._closing import ClosesOnExit
-from .._errors import InvalidArgumentError, OperationTimeoutError, OverloadedError, WriterClosedError
+from .._errors import (
+    InvalidArgumentError,
+    OperationTimeoutError,
+    OverloadedError,
+    TopicNotFoundError,
+    WriterClosedError,
+)
 from .._futures import deadline
 from .._stream import ConnectionState
 from .._validate import check_timeout
 from ..observability.logging import sdk_logger
+from .buffer import WriteBuffer
 from .keyed_lanes import Entry, Lane, LaneBroken, Lanes, PartitionWriterStatus
 from .messages import (
     InitInfo,
@@ -45,6 +54,7 @@ from .rerouting import Rerouting
 if TYPE_CHECKING:
     from .._context import ClientContext
     from ..topic.admin import TopicAdmin
+    from ..topic.types import TopicDescription
     from .settings import WriterSettings
     from .transaction import WriteTransaction
 
@@ -71,6 +81,13 @@ class KeyedWriter(ClosesOnExit):
     writers opened afterwards; partitions added to a topic created with several have no key
     range, and the default partitioner refuses such a topic (``InvalidArgumentError`` at
     ``open``), as YDB's producers do.
+
+    With ``wait_for_topic=seconds``, a topic that does not exist yet is waited for in the
+    background (``describe_topic(..., wait_for_topic=)``): ``open`` returns, ``write`` holds the
+    messages (as many as one partition's buffer takes, waiting for room up to
+    ``buffer_wait_timeout``) and places them, in order, once the topic's partitions are known;
+    the bound passing fails the keyed writer and every held message with ``TopicNotFoundError``,
+    and ``close`` ends the wait at once. Its partitions' writers do not wait again.
 
     ``write`` buffers, ``write_with_ack`` waits for the server, ``flush`` waits for everything
     written so far, ``close`` (on exit) flushes and stops. The options are ``TopicWriter``'s;
@@ -131,8 +148,12 @@ class KeyedWriter(ClosesOnExit):
         self._admin = admin
         self._auto_created_at = settings.auto_created_at
         self._buffer_wait_timeout = settings.buffer_wait_timeout
-        # The lanes number messages (the keyed writer stamps each message once, resends included).
-        lane_settings = settings.replace(auto_seqno=False, auto_created_at=False, retry=resolved.retry)
+        # The lanes number messages (the keyed writer stamps each message once, resends included);
+        # the keyed writer waits for the topic itself, so a lane finds it there.
+        lane_settings = settings.replace(
+            auto_seqno=False, auto_created_at=False, retry=resolved.retry, wait_for_topic=None
+        )
+        self._wait_for_topic = settings.wait_for_topic
         self._lanes = Lanes(context, admin, self.path, producer_id, lane_settings, self._taken, transaction)
         self._rerouting = Rerouting(
             self.path, admin, self._lanes, resolved.retry, self._partitioner,
@@ -148,6 +169,15 @@ class KeyedWriter(ClosesOnExit):
         self._last_acked: Lane | None = None
         self._reaper: asyncio.Task[None] | None = None
         self._open_lock = asyncio.Lock()
+        self._opener: asyncio.Task[None] | None = None
+        """Waits for the topic to be created (``wait_for_topic``), then places what was held."""
+        self._opened = asyncio.Event()
+        """Set once the opener is done, either way."""
+        self._waiting_since = 0.0
+        self._held: list[Entry] = []
+        """Accepted while the topic was awaited, in order."""
+        self._held_room = WriteBuffer(settings.max_buffer_messages, settings.max_buffer_bytes)
+        """The room for held messages: one partition's buffer (only its admission is used)."""
         self._supervisor: asyncio.Task[None] | None = None
         self._failure: BaseException | None = None
         self._closed = False
@@ -161,20 +191,64 @@ class KeyedWriter(ClosesOnExit):
         await self._shutdown(WriterClosedError("keyed writer was closed by cancellation"))
 
     async def open(self) -> None:
-        """Read the topic's partitions (``write`` does this too)."""
+        """Read the topic's partitions (``write`` does this too). With ``wait_for_topic``, a topic
+        that does not exist yet is waited for in the background and ``open`` returns (``wait_init``
+        waits for it)."""
         self._check_usable()
-        if self._routes is not None:
+        if self._opening_done():
             return
         async with self._open_lock:
-            if self._routes is None:
+            if self._opening_done():  # another call opened it meanwhile
+                return
+            try:
                 description = await self._admin.describe_topic(self.path)
-                self._routes = KeyRouter(description, self._partitioner)
-                loop = asyncio.get_running_loop()
-                self._supervisor = loop.create_task(self._supervise(), name=f"keyed writer {self.path}")
-                if self._idle_timeout is not None:
-                    self._reaper = loop.create_task(
-                        self._close_idle(self._idle_timeout), name=f"keyed writer {self.path}: idle partitions"
-                    )
+            except TopicNotFoundError:
+                if self._wait_for_topic is None:
+                    raise
+                self._check_usable()
+                self._waiting_since = time.monotonic()
+                self._opener = asyncio.get_running_loop().create_task(
+                    self._open_once_created(self._wait_for_topic), name=f"keyed writer {self.path}: waiting for it"
+                )
+                return
+            self._check_usable()  # closed meanwhile: start nothing
+            self._start(description)
+
+    def _opening_done(self) -> bool:
+        """The topic's partitions are known, or awaited in the background."""
+        return self._routes is not None or self._opener is not None
+
+    def _start(self, description: TopicDescription) -> None:
+        """The topic's partitions are known: route by them, and start the background tasks."""
+        self._routes = KeyRouter(description, self._partitioner)
+        loop = asyncio.get_running_loop()
+        self._supervisor = loop.create_task(self._supervise(), name=f"keyed writer {self.path}")
+        if self._idle_timeout is not None:
+            self._reaper = loop.create_task(
+                self._close_idle(self._idle_timeout), name=f"keyed writer {self.path}: idle partitions"
+            )
+
+    async def _open_once_created(self, within: float) -> None:
+        """Wait for the topic (``wait_for_topic``), then place the messages held meanwhile; a wait
+        that fails fails the keyed writer."""
+        try:
+            description = await self._admin.describe_topic(self.path, wait_for_topic=within)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._fail(exc)
+        else:
+            self._start(description)
+            routes = self._routes
+            assert routes is not None
+            held, self._held = self._held, []
+            if held:
+                # Before any write that comes now, which waits until these are placed.
+                self._rerouting.place(held, lambda entry: routes.partition_for(entry.key))
+            room = self._held_room
+            room.release(room.messages, room.nbytes)  # calls waiting for room route their messages now
+        finally:
+            self._opened.set()
 
     async def close(self, timeout: float | None = None) -> None:
         """Wait for every acknowledgement, then stop; raises the writer's failure if it failed.
@@ -186,6 +260,14 @@ class KeyedWriter(ClosesOnExit):
             return
         self._closed = True
         reason: BaseException = WriterClosedError("keyed writer was closed before these messages were acknowledged")
+        opener = self._opener
+        if opener is not None and not opener.done():
+            # Still waiting for the topic: the wait ends now, and what it held cannot be written.
+            opener.cancel()
+            await asyncio.wait([opener])
+            if self._failure is None and self._unacked():
+                waited = time.monotonic() - self._waiting_since
+                self._fail(TopicNotFoundError.after_waiting(None, self.path, waited, closed=True))
         timed_out = False
         try:
             if self._failure is None:
@@ -211,7 +293,7 @@ class KeyedWriter(ClosesOnExit):
             return
         self._closed = True
         self._stopping = True
-        tasks = [task for task in (self._supervisor, self._reaper) if task is not None]
+        tasks = [task for task in (self._opener, self._supervisor, self._reaper) if task is not None]
         self._supervisor = self._reaper = None
         for task in tasks:
             task.cancel()
@@ -220,6 +302,7 @@ class KeyedWriter(ClosesOnExit):
         self._rerouting.steady.set()  # writes waiting for a recovery that will not finish now see the close
         await self._lanes.close(at_once=bool(self._failure or self._unacked()))
         self._fail_pending(reason)
+        self._held_room.fail(self._closed_error())  # writes waiting for room to hold see the close
 
     def _closed_error(self) -> WriterClosedError:
         return WriterClosedError(f"keyed writer for {self.path} is closed")
@@ -284,6 +367,8 @@ class KeyedWriter(ClosesOnExit):
             for entry in entries:
                 entry.result = loop.create_future()
         await self.open()
+        if self._routes is None and await self._hold(entries):
+            return entries
         rerouting = self._rerouting
         while True:
             if not rerouting.steady.is_set():
@@ -301,6 +386,29 @@ class KeyedWriter(ClosesOnExit):
                 continue
             await self._handed_over(lane, entries)
             return entries
+
+    async def _hold(self, entries: list[Entry]) -> bool:
+        """While the topic is awaited: keep a call's ``entries`` until its partitions are known,
+        within one partition's buffer (waiting for room up to ``buffer_wait_timeout``, then
+        ``BufferFullTimeoutError`` with nothing accepted). False when the partitions became known
+        first: the caller routes them."""
+        self._check_usable()
+        count, nbytes = len(entries), sum(entry.size for entry in entries)
+        room = self._held_room
+        if not room.try_reserve(count, nbytes):
+            await room.reserve(count, nbytes, self._buffer_wait_timeout)
+        if self._routes is not None or self._closed or self._failure is not None:
+            room.release(count, nbytes)
+            self._check_usable()
+            return False
+        for entry in entries:
+            self._next_index += 1
+            entry.index = self._next_index
+            self._order.append(entry)
+            self._pending_messages += 1
+            self._pending_bytes += entry.size
+        self._held.extend(entries)
+        return True
 
     async def _handed_over(self, lane: Lane, entries: list[Entry]) -> None:
         """Told when ``lane`` took a call's ``entries`` (a subclass may wait for them)."""
@@ -398,9 +506,15 @@ class KeyedWriter(ClosesOnExit):
         try:
             async with deadline(timeout):
                 await self.open()
+                if self._routes is None:  # the topic is awaited (wait_for_topic)
+                    await self._opened.wait()
+                    self._check_usable()
                 return {lane.partition_id: await lane.writer.wait_init() for lane in list(self._lanes.open.values())}
         except TimeoutError:
-            raise OperationTimeoutError(f"keyed writer for {self.path} did not connect within {timeout}s") from None
+            waiting = " (its topic does not exist yet)" if self._routes is None else ""
+            raise OperationTimeoutError(
+                f"keyed writer for {self.path} did not connect within {timeout}s{waiting}"
+            ) from None
 
     @property
     def init_info(self) -> dict[int, InitInfo]:
@@ -480,6 +594,8 @@ class KeyedWriter(ClosesOnExit):
         self._failure = error
         logger.error("keyed writer %s failed: %r", self.path, error)
         self._fail_pending(error)
+        self._held.clear()
+        self._held_room.fail(error)  # and those waiting for room to hold their messages
         self._rerouting.steady.set()  # writes waiting for a recovery see the failure
 
     def _fail_pending(self, error: BaseException) -> None:

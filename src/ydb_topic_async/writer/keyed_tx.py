@@ -53,6 +53,7 @@ class KeyedTxWriter(KeyedWriter):
         settings: WriterSettings,
         partitioner: Partitioner = "ydb",
     ) -> None:
+        settings.check_transactional()
         transaction = WriteTransaction(tx, context.transport)
         super().__init__(context, admin, path, settings, partitioner, idle_timeout=None, transaction=transaction)
         self._transaction = transaction

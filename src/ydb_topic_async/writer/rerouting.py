@@ -2,7 +2,9 @@
 
 A lane fails with OVERLOADED when its partition split (the partition is inactive) or is only
 busy. ``Rerouting`` takes failed lanes one at a time, in its own task, while new writes are held
-back (``steady`` is clear meanwhile). It reads the topic's partitions, retried under the keyed
+back (``steady`` is clear meanwhile); the messages a keyed writer held while it waited for its
+topic to be created (``wait_for_topic``) are placed the same way, in their order, before any
+later write. It reads the topic's partitions, retried under the keyed
 writer's own policy (by default for as long as it is open, as its lanes reconnect), not the
 driver's budget for one call, so an outage during a recovery delays it instead of failing the
 keyed writer and every message it holds. Then:
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from .._errors import BufferFullTimeoutError, OverloadedError
 from .._retry import RetryState
@@ -63,7 +65,8 @@ class Rerouting:
         self._settle = settle
         self._lane_failed = lane_failed
         self._rerouted = rerouted
-        self._broken: asyncio.Queue[Lane] = asyncio.Queue()
+        self._jobs: asyncio.Queue[Lane | _Placement] = asyncio.Queue()
+        """Failed lanes to recover, and messages to place, in the order they came."""
         self.steady = asyncio.Event()
         """Clear while a failed lane is being replaced or its partition's split handled."""
         self.steady.set()
@@ -74,7 +77,13 @@ class Rerouting:
         """Recover ``lane``, which failed; writes wait until it is done."""
         lane.failed = True
         self.steady.clear()
-        self._broken.put_nowait(lane)
+        self._jobs.put_nowait(lane)
+
+    def place(self, entries: list[Entry], target: Callable[[Entry], int]) -> None:
+        """Hand ``entries`` (accepted before the topic's partitions were known), in order, to the
+        partitions ``target`` picks; writes wait until it is done."""
+        self.steady.clear()
+        self._jobs.put_nowait(_Placement(entries, target))
 
     def acknowledged(self, partition_id: int) -> None:
         """A message of the partition was acknowledged: its streak of overloads is over."""
@@ -87,17 +96,21 @@ class Rerouting:
             await asyncio.wait_for(self.steady.wait(), timeout)
         except TimeoutError:
             raise BufferFullTimeoutError(
-                f"keyed writer for {self._path}: a split or overloaded partition's messages were still being"
-                f" placed again after {timeout}s (buffer_wait_timeout); nothing from this call was accepted"
+                f"keyed writer for {self._path}: a split or overloaded partition's messages (or those held while"
+                f" the topic was awaited) were still being placed after {timeout}s (buffer_wait_timeout);"
+                " nothing from this call was accepted"
             ) from None
 
     async def run(self) -> None:
-        """Recover failed lanes, one at a time, for as long as the keyed writer is open; raises
-        what fails a recovery (which fails the keyed writer)."""
+        """Recover failed lanes and place held messages, one job at a time, for as long as the
+        keyed writer is open; raises what fails a recovery (which fails the keyed writer)."""
         while True:
-            lane = await self._broken.get()
-            await self._recover(lane)
-            if self._broken.empty():
+            job = await self._jobs.get()
+            if isinstance(job, _Placement):
+                await self._distribute(job.entries, job.target)
+            else:
+                await self._recover(job)
+            if self._jobs.empty():
                 self.steady.set()
 
     async def _recover(self, lane: Lane) -> None:
@@ -154,6 +167,13 @@ class Rerouting:
             raise error
         logger.info("keyed writer %s: partition %d overloaded; resending in %.3fs", self._path, partition_id, delay)
         await asyncio.sleep(delay)
+
+
+class _Placement(NamedTuple):
+    """Messages to hand to the partitions ``target`` picks (see ``Rerouting.place``)."""
+
+    entries: list[Entry]
+    target: Callable[[Entry], int]
 
 
 __all__ = ["Rerouting"]

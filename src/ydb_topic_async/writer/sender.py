@@ -7,6 +7,9 @@ a sender (moves messages from the buffer's ``unsent`` queue into WriteRequests, 
 refresher. The first failing child ends the stream; the keeper then reconnects (resending every
 unacknowledged message with its original seq_no and created_at, so the server deduplicates) or
 gives up, in which case the error leaves ``run`` and the writer fans it out to every waiter.
+With ``wait_for_topic``, a handshake answered "the topic does not exist" before the first one
+that succeeded is not a failure but a wait (the keeper's ``WaitOut``): tried again for that long,
+while ``write`` goes on buffering.
 
 A writer that numbers its messages itself (``auto_seqno``) owns its producer id's sequence: a
 seq_no it sends for the first time must be new to the server. So ``Skipped`` for such a message
@@ -24,15 +27,24 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from .. import _codecs
-from .._errors import ConnectionLostError, InternalError, SeqNoConflictError, UnsupportedCodecError, YdbTopicError
+from .._errors import (
+    ConnectionLostError,
+    InternalError,
+    SeqNoConflictError,
+    TopicNotFoundError,
+    UnsupportedCodecError,
+    YdbTopicError,
+)
 from .._proto import ydb_topic_pb2 as pb
-from .._stream import BidiStream, StreamKeeper, StreamMethod, refresh_tokens, tokens_may_change
+from .._retry import topic_wait
+from .._stream import BidiStream, StreamKeeper, StreamMethod, WaitOut, refresh_tokens, tokens_may_change
 from ..observability.logging import sdk_logger, writer_fields
 from .batching import RequestBatcher
 from .buffer import seq_no_of
 from .messages import InitInfo, Skipped, WriteResult, Written, WrittenInTx
 
 if TYPE_CHECKING:
+    from .._retry import RetryPolicy
     from .._transport import Transport
     from ..observability.metrics import WriterReport
     from ..topic.types import PartitionLocation
@@ -111,7 +123,20 @@ class WriterSender:
             recover=self._generation_changed if settings.direct_write else None,
             loss=self._loss,
             hand_off=hand_off,
+            wait_out=self._topic_wait(settings.wait_for_topic, resolved.retry),
         )
+
+    def _topic_wait(self, within: float | None, retry: RetryPolicy) -> WaitOut | None:
+        """``wait_for_topic``: before the first handshake, a missing topic is waited for (at most
+        ``within`` seconds from its first answer, tried on ``retry``'s fast schedule)."""
+        if within is None:
+            return None
+        path = self._path
+
+        def gave_up(error: BaseException, waited: float, closed: bool) -> BaseException:
+            return TopicNotFoundError.after_waiting(error, path, waited, closed=closed)
+
+        return WaitOut(topic_wait(within, retry), gave_up, "the topic")
 
     def _describe(self) -> str:
         session = f" (session {self.session_id})" if self.session_id else ""

@@ -23,7 +23,7 @@ from .. import _codecs
 from .._errors import InvalidArgumentError
 from .._limits import MAX_PRODUCER_ID_LENGTH, MIN_MAX_MESSAGE_SIZE, REQUEST_SIZE_MARGIN
 from .._retry import RetryPolicy
-from .._validate import check_optional_int, check_seconds, check_timeout, check_utf8
+from .._validate import check_optional_int, check_seconds, check_timeout, check_utf8, check_wait
 
 if TYPE_CHECKING:
     from .._context import ClientContext
@@ -55,6 +55,7 @@ class KeyedWriterOptions(TypedDict, total=False):
     max_request_size: int | None
     token_refresh_interval: float
     init_timeout: float
+    wait_for_topic: float | None
 
 
 class WriterOptions(KeyedWriterOptions, total=False):
@@ -91,6 +92,7 @@ class WriterSettings:
     max_request_size: int | None = None
     token_refresh_interval: float = 5.0
     init_timeout: float = 30.0
+    wait_for_topic: float | None = None
     picks_codec: bool = field(init=False, repr=False, compare=False)
     """``codec="auto"``: each batch's codec is picked among ``encoder_table``'s."""
     batch_codec: int = field(init=False, repr=False, compare=False)
@@ -141,6 +143,7 @@ class WriterSettings:
         assign(self, "buffer_wait_timeout", check_timeout(self.buffer_wait_timeout, "buffer_wait_timeout"))
         assign(self, "token_refresh_interval", check_seconds(self.token_refresh_interval, "token_refresh_interval"))
         assign(self, "init_timeout", check_seconds(self.init_timeout, "init_timeout", positive=True))
+        assign(self, "wait_for_topic", check_wait(self.wait_for_topic, "wait_for_topic"))
         if self.retry is not None and not isinstance(self.retry, RetryPolicy):
             raise InvalidArgumentError(f"retry must be a RetryPolicy or None, got {self.retry!r}")
         check_optional_int(self.max_request_size, "max_request_size", minimum=MIN_MAX_MESSAGE_SIZE)
@@ -213,8 +216,14 @@ class WriterSettings:
             )
 
     def check_transactional(self) -> None:
-        """Refuse retries without deduplication in a transaction: a message resent after a lost
-        acknowledgement would be committed twice."""
+        """Refuse retries without deduplication in a transaction (a message resent after a lost
+        acknowledgement would be committed twice), and waiting for the topic inside one."""
+        if self.wait_for_topic is not None:
+            raise InvalidArgumentError(
+                "a transactional writer does not wait for its topic (wait_for_topic): the transaction, its"
+                " session and what it read would be held open meanwhile; wait before beginning it, e.g."
+                " await driver.topic.describe_topic(path, wait_for_topic=...)"
+            )
         deduplicated = bool(self.producer_id or self.message_group_id)
         if not deduplicated and (self.retry is None or self.retry.max_attempts != 1):
             raise InvalidArgumentError(

@@ -64,6 +64,12 @@ class TopicWriter(ConnectionStatus, ClosesOnExit):
     every acknowledgement and stops the background task. After a non-retriable failure every
     pending future and every later call raises it.
 
+    With ``wait_for_topic=seconds``, a topic that does not exist yet (deploys where the producer
+    starts before the topic's migration) is waited for, up to that long from the first answer
+    saying so, before the first handshake: ``write`` buffers meanwhile, and the bound passing
+    fails the writer with ``TopicNotFoundError`` (a ``SchemeError``). By default a missing topic
+    fails the writer at once.
+
     By default the writer reconnects for as long as it is open (``driver.stream_retry``),
     backing off up to a second between attempts (more for an overloaded server); a ``retry``
     policy with a budget (``RetryPolicy(max_elapsed=60)``) makes it fail instead once a streak
@@ -203,13 +209,16 @@ class TopicWriter(ConnectionStatus, ClosesOnExit):
 
         Raises the writer's failure if it failed, and ``OperationTimeoutError`` (after cancelling
         the background work and failing the unacknowledged futures) when ``timeout`` passes.
-        A second call does nothing.
+        A writer still waiting for its topic (``wait_for_topic``) stops waiting at once: what it
+        holds fails with ``TopicNotFoundError``, which ``close`` raises (nothing held: it just
+        closes). A second call does nothing.
         """
         timeout = check_timeout(timeout)
         if self._closed:
             return
         self._closed = True
         self._fast = False
+        self._keeper.stop_waiting()
         timed_out = False
         try:
             if self._failure is None and self._task is not None:
