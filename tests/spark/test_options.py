@@ -72,6 +72,8 @@ def parse(**options: str) -> Any:
         ({"bufferWaitTimeout": "-1"}, "option 'bufferWaitTimeout': buffer_wait_timeout must be None or a number"),
         ({"codec": "lzop"}, "option 'codec': no encoder registered for codec lzop"),
         ({"maxRequestSize": "10"}, "option 'maxRequestSize': max_request_size must be"),
+        ({"waitForTopic": "0"}, "option 'waitForTopic': wait_for_topic must be None .do not wait. or a positive"),
+        ({"waitForTopic": "soon"}, "option 'waitForTopic': wait_for_topic must be None"),
     ],
 )
 def test_bad_options_name_the_problem(options: dict[str, str], message: str) -> None:
@@ -144,6 +146,17 @@ def test_options_of_another_mode_fail(option: str, mode: str, message: str) -> N
               "maxOffsetsPerTrigger": "5", "onReplayMismatch": "fail"}
     with pytest.raises(ValueError, match=message):
         check_mode(parse(**{option: values[option]}), mode)
+
+
+def test_a_write_may_wait_for_its_topic() -> None:
+    """``waitForTopic`` (seconds) is the writers' ``wait_for_topic``, also of the describes a write
+    makes before its writers (the sink's record of the topic's ends, a key's partition)."""
+    parsed = parse(waitForTopic="2.5")
+    assert parsed.writer == {"wait_for_topic": 2.5} and parsed.wait_for_topic == 2.5
+    assert parsed.writer_settings().wait_for_topic == 2.5
+    assert parse().wait_for_topic is None
+    with pytest.raises(ValueError, match="'waitForTopic' is for batch writes and stream writes, not a batch read"):
+        check_mode(parse(waitForTopic="5"), "batch read")
 
 
 def test_secrets_stay_out_of_reprs() -> None:

@@ -388,6 +388,32 @@ def test_batch_write_with_metadata_and_partition(spark: Any, ydb_server: Server,
         assert row.metadata == {"id": row.data}
 
 
+@pytest.mark.tolerate_asyncio_reports("PollerCompletionQueue._handle_events")
+def test_a_batch_write_waits_for_its_topic_with_wait_for_topic(spark: Any, ydb_server: Server, topic_name: str) -> None:
+    """``waitForTopic``: a job that starts before its topic exists (a deploy whose migration
+    runs alongside) waits for it, placing keyed rows once the topic's partitions are known;
+    without the option it fails at once."""
+    rows = spark.range(40).selectExpr("CONCAT('user-', id % 7) AS key", "CONCAT('v', id) AS value")
+    with pytest.raises(Exception, match="does not exist"):
+        rows.write.format("ydb_topic").options(**ydb_server.options(topic_name)).mode("append").save()
+    creator = threading.Timer(1.5, lambda: create(ydb_server, topic_name, partitions=3))
+    started = time.monotonic()
+    creator.start()
+    try:
+        rows.write.format("ydb_topic").options(**ydb_server.options(topic_name, waitForTopic="60")).mode(
+            "append"
+        ).save()
+    finally:
+        creator.join()
+    assert time.monotonic() - started >= 1.5
+    description = ydb_server.run(lambda d: d.topic.describe_topic(topic_name))
+    messages = ydb_server.messages(topic_name)
+    assert sorted(m.data.decode() for m in messages) == sorted(f"v{i}" for i in range(40))  # each once
+    for message in messages:
+        key = message.metadata_items["__key"]
+        assert message.partition_id == partition_for_key(description, key, "ydb")
+
+
 # --- streaming ----------------------------------------------------------------------------------
 
 

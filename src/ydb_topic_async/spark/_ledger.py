@@ -136,7 +136,9 @@ def _ends(options: SourceOptions) -> dict[str, dict[int, int]]:
 
     async def main() -> dict[str, dict[int, int]]:
         driver: Driver = await rt.driver(options.connection)
-        description = await driver.topic.describe_topic(options.topic, include_stats=True)
+        description = await driver.topic.describe_topic(
+            options.topic, include_stats=True, wait_for_topic=options.wait_for_topic
+        )
         ends = {p.partition_id: p.stats.end_offset if p.stats else 0 for p in description.partitions}
         return {description.path: ends}
 

@@ -85,8 +85,11 @@ _WRITER_SETTINGS = {
     "bufferWaitTimeout": "buffer_wait_timeout",
     "maxRequestSize": "max_request_size",
     "initTimeout": "init_timeout",
+    "waitForTopic": "wait_for_topic",
 }
 """Writer options (Spark spelling) and the ``WriterSettings`` field each one sets."""
+_SECONDS = frozenset({"buffer_wait_timeout", "init_timeout", "wait_for_topic"})
+"""The writer settings given in seconds (the others are counts of messages or bytes)."""
 _MODES: dict[str, frozenset[str]] = {
     **dict.fromkeys(
         ("endpoint", "database", "topic", "discovery", "token", "tokenFile", "user", "password",
@@ -196,6 +199,12 @@ class SourceOptions:
     def writer_settings(self, **per_task: Any) -> WriterSettings:
         """The writer options with what a task sets (producer id, partition, retries), checked."""
         return WriterSettings(**{**self.writer, **per_task})
+
+    @property
+    def wait_for_topic(self) -> float | None:
+        """``waitForTopic``: seconds a write waits for its topic to be created (None: it does not)."""
+        value = self.writer.get("wait_for_topic")
+        return None if value is None else float(value)
 
     @property
     def codec(self) -> int | None:
@@ -618,7 +627,7 @@ def _writer(opts: Mapping[str, str]) -> dict[str, Any]:
         value = opts.get(option.lower())
         if value is None:
             continue
-        settings[setting] = _number(value, setting.endswith("timeout"))
+        settings[setting] = _number(value, setting in _SECONDS)
     by_setting: dict[str, str] = {setting: option for option, setting in _WRITER_SETTINGS.items()}
     by_setting["codec"] = "codec"
     try:

@@ -282,7 +282,9 @@ class _Placement:
             description = self.descriptions.get(topic)
             if description is None:
                 driver = await self.rt.driver(self.options.connection)
-                description = self.descriptions[topic] = await driver.topic.describe_topic(topic)
+                description = self.descriptions[topic] = await driver.topic.describe_topic(
+                    topic, wait_for_topic=self.options.wait_for_topic
+                )
             placed = self.placed[(topic, key)] = partition_for_key(
                 description, key, "kafka" if self.options.partitioner == "kafka" else "ydb"
             )
