@@ -176,7 +176,7 @@ async def test_closing_a_waiting_writer_ends_the_wait_at_once(driver: yta.Driver
     started = time.monotonic()
     with pytest.raises(yta.TopicNotFoundError, match="closed after waiting"):
         await asyncio.wait_for(writer.close(), 10)
-    assert time.monotonic() - started < 1.0, "close waited for the topic"
+    assert time.monotonic() - started < 3.0, "close waited for the topic"
     with pytest.raises(yta.TopicNotFoundError, match="closed after waiting"):
         await pending
 
@@ -191,7 +191,7 @@ async def test_closing_a_waiting_writer_ends_the_wait_at_once(driver: yta.Driver
         await idle.open()
     started = time.monotonic()
     await asyncio.wait_for(idle.close(), 10)
-    assert time.monotonic() - started < 1.0
+    assert time.monotonic() - started < 3.0
 
 
 @pytest.mark.parametrize("kind", ["writer", "keyed"])
@@ -226,13 +226,13 @@ async def test_without_the_option_a_missing_topic_fails_at_once(driver: yta.Driv
     started = time.monotonic()
     with pytest.raises(yta.TopicNotFoundError, match="does not exist"):
         await asyncio.wait_for(pending, 10)
-    assert time.monotonic() - started < 1.0 and writer.reconnects == 0
+    assert time.monotonic() - started < 3.0 and writer.reconnects == 0
     with pytest.raises(yta.TopicNotFoundError):
         await writer.close()
 
     keyed = driver.topic.keyed_writer(topic_name, producer_id="k")
     with pytest.raises(yta.TopicNotFoundError):
-        await asyncio.wait_for(keyed.write(b"x", key="k"), 1.0)
+        await asyncio.wait_for(keyed.write(b"x", key="k"), 3.0)
     await keyed.close()
 
 
@@ -246,18 +246,18 @@ async def test_only_a_missing_topic_is_waited_for(driver: yta.Driver, topic_name
         started = time.monotonic()
         with pytest.raises(yta.ServerError) as caught:
             await asyncio.wait_for(pending, 10)
-        assert time.monotonic() - started < 1.0 and writer.reconnects == 0
+        assert time.monotonic() - started < 3.0 and writer.reconnects == 0
         assert not isinstance(caught.value, yta.TopicNotFoundError)
         assert isinstance(caught.value, yta.SchemeError if partition_id is None else yta.BadRequestError)
         with pytest.raises(yta.ServerError):
             await writer.close()
     keyed = driver.topic.keyed_writer(topic_name, wait_for_topic=20)
     with pytest.raises(yta.SchemeError, match="path is not a topic") as refused:
-        await asyncio.wait_for(keyed.open(), 1.0)
+        await asyncio.wait_for(keyed.open(), 3.0)
     assert not isinstance(refused.value, yta.TopicNotFoundError)
     await keyed.close()
     with pytest.raises(yta.SchemeError, match="path is not a topic"):
-        await asyncio.wait_for(driver.topic.describe_topic(topic_name, wait_for_topic=20), 1.0)
+        await asyncio.wait_for(driver.topic.describe_topic(topic_name, wait_for_topic=20), 3.0)
 
 
 @pytest.mark.parametrize("value", [0, -1, float("nan"), float("inf"), "5", True])
