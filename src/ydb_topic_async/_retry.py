@@ -211,7 +211,7 @@ def topic_wait(within: float, policy: RetryPolicy) -> RetryState:
     """The state of a wait for a topic to be created (``wait_for_topic``): only
     ``TopicNotFoundError`` is tried again, on ``policy``'s fast schedule but apart from its
     budget, for ``within`` seconds from the first such answer, the last try as they end."""
-    schedule = RetryPolicy(max_attempts=None, max_elapsed=within, fast=policy.fast, slow=policy.fast)
+    schedule = RetryPolicy(max_attempts=None, max_elapsed=within, fast=policy.fast)
     return RetryState(schedule, classify=_topic_missing, last_try_at_end=True)
 
 

@@ -442,7 +442,6 @@ class StreamKeeper:
                 )
             await asyncio.sleep(delay)
 
-
     async def _wait(self, wait: WaitOut, error: BaseException) -> None:
         """Wait out ``error`` (something the stream needs does not exist yet): return when the
         next try is due, or raise ``wait.gave_up``'s error when the wait is over."""

@@ -254,7 +254,9 @@ class KeyedWriter(ClosesOnExit):
         """Wait for every acknowledgement, then stop; raises the writer's failure if it failed.
 
         ``OperationTimeoutError`` when ``timeout`` passes first (the unacknowledged messages
-        fail with it). A second call does nothing.
+        fail with it). A keyed writer still waiting for its topic (``wait_for_topic``) stops
+        waiting at once: the messages it holds fail with ``TopicNotFoundError``, which ``close``
+        raises (none held: it just closes). A second call does nothing.
         """
         if self._closed:
             return
@@ -402,11 +404,7 @@ class KeyedWriter(ClosesOnExit):
             self._check_usable()
             return False
         for entry in entries:
-            self._next_index += 1
-            entry.index = self._next_index
-            self._order.append(entry)
-            self._pending_messages += 1
-            self._pending_bytes += entry.size
+            self._count(entry)
         self._held.extend(entries)
         return True
 
@@ -415,13 +413,17 @@ class KeyedWriter(ClosesOnExit):
 
     def _taken(self, lane: Lane, entry: Entry, future: asyncio.Future[WriteResult]) -> None:
         """``lane`` took ``entry``: count it (the first time) and follow its acknowledgement."""
+        self._count(entry)
+        future.add_done_callback(partial(self._on_ack, lane, entry))
+
+    def _count(self, entry: Entry) -> None:
+        """Count an accepted entry as unacknowledged, in acceptance order (once)."""
         if not entry.index:
             self._next_index += 1
             entry.index = self._next_index
             self._order.append(entry)
             self._pending_messages += 1
             self._pending_bytes += entry.size
-        future.add_done_callback(partial(self._on_ack, lane, entry))
 
     def _on_ack(self, lane: Lane, entry: Entry, future: asyncio.Future[WriteResult]) -> None:
         if future.cancelled():
