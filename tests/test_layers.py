@@ -47,7 +47,12 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "observability",
         ),
     ),
-    ("transport: endpoint choice, then channels and calls", ("_balancer", "_transport")),
+    ("transport: endpoint choice", ("_balancer",)),
+    ("transport: endpoints and channel options", ("_transport.endpoints",)),
+    ("transport: channels", ("_transport.channels",)),
+    ("transport: unary calls", ("_transport.unary",)),
+    ("transport: discovery", ("_transport.discovery",)),
+    ("transport: the transport, which puts them together", ("_transport.transport", "_transport")),
     ("stream wrapper", ("_stream",)),
     ("client context", ("_context",)),
     (
