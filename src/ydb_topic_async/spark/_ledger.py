@@ -13,7 +13,7 @@ batch up under ``<checkpoint>/ydb_topic_sink/<batch>``:
 - a record: an earlier attempt of this batch was planned (and may have stored rows) in a run
   that ended before Spark committed the batch. The tasks get the record's end offsets, read
   back everything any earlier attempt of the batch stored, and check their rows against all of
-  it before writing one (``_write``).
+  it before writing one (``_write.replay``).
 
 Reading the checkpoint needs the file system Spark writes it to: local paths and ``file:`` URIs
 directly, other URIs through ``pyarrow.fs`` (``s3://``, ``s3a://``, ``gs://``, ``hdfs://``, ...).

@@ -698,7 +698,7 @@ class _BatchWriter(DataSourceArrowWriter):  # type: ignore[misc,unused-ignore]
 
 
 class _StreamWriter(_StreamWriterBase):  # type: ignore[misc,unused-ignore]
-    """The exactly-once sink (see ``_write``): producer ``<prefix>-<query id>-<Spark partition>``,
+    """The exactly-once sink (see ``_write.sink``): producer ``<prefix>-<query id>-<Spark partition>``,
     seq_no ``(batch id + 1) << 32 | row position``, a chained row digest in each message's metadata,
     and, per micro-batch, a record in the checkpoint (``_ledger``) that tells a replay from a
     first attempt before any of its tasks writes."""
