@@ -20,7 +20,7 @@ from ydb_topic_async.reader.parts import BufferedPart
 from ydb_topic_async.reader.settings import ReaderSettings
 from ydb_topic_async.reader.wire import _ServerBatchInfo
 from ydb_topic_async.testing import LocalTopicServer
-from ydb_topic_async.testing.partition_log import NewMessage
+from ydb_topic_async.testing.storage import NewMessage
 
 from .._helpers import fill
 from .._polling import eventually

@@ -12,7 +12,7 @@ import zstandard
 import ydb_topic_async as yta
 from ydb_topic_async import _codecs
 from ydb_topic_async.testing import LocalTopicServer
-from ydb_topic_async.testing.partition_log import NewMessage
+from ydb_topic_async.testing.storage import NewMessage
 
 from .._codec_probes import RecordingTransform, compressible_payloads, loop_slices, thread_cpu, use_codec_threads
 from .._helpers import stored_data

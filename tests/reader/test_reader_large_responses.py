@@ -20,7 +20,7 @@ from ydb_topic_async._proto import ydb_topic_pb2 as pb
 from ydb_topic_async._proto.ydb_status_codes_pb2 import StatusIds
 from ydb_topic_async.reader import parsing
 from ydb_topic_async.testing import LocalTopicServer
-from ydb_topic_async.testing.partition_log import NewMessage
+from ydb_topic_async.testing.storage import NewMessage
 
 from .._helpers import stored_data
 from .._polling import eventually

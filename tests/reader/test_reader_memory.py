@@ -24,7 +24,7 @@ import zstandard
 
 import ydb_topic_async as yta
 from ydb_topic_async.testing import LocalTopicServer
-from ydb_topic_async.testing.partition_log import NewMessage
+from ydb_topic_async.testing.storage import NewMessage
 
 pytestmark = [
     pytest.mark.timeout(120),

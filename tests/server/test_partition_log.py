@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from ydb_topic_async.testing import StorageError, TopicStorage
-from ydb_topic_async.testing.partition_log import NewMessage, PendingWrites
+from ydb_topic_async.testing.storage import NewMessage, PendingWrites
 from ydb_topic_async.testing.stored import TopicSettings
 
 

@@ -14,7 +14,7 @@ import grpc
 
 from ydb_topic_async._proto import ydb_topic_pb2 as pb
 from ydb_topic_async.testing import LocalTopicServer, StoredMessage
-from ydb_topic_async.testing.partition_log import NewMessage, TopicStorage
+from ydb_topic_async.testing.storage import NewMessage, TopicStorage
 from ydb_topic_async.testing.stored import TopicSettings
 
 from .conftest import RawReader, RawWriter, acks, create_topic, offsets

@@ -21,8 +21,8 @@ import pytest
 
 import ydb_topic_async as yta
 from ydb_topic_async.testing import LocalTopicServer
-from ydb_topic_async.testing.partition_log import NewMessage
 from ydb_topic_async.testing.proxy import proxy_to
+from ydb_topic_async.testing.storage import NewMessage
 
 from .._polling import eventually
 

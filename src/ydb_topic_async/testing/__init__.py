@@ -20,8 +20,8 @@ from ._serve import CannotServeError, serve_until_signalled, serving_banner, sta
 from .cluster import LocalTopicCluster
 from .faults import Faults, HeldCommit
 from .nodes import ServerNode
-from .partition_log import Partition, Topic, TopicStorage
 from .server import LocalTopicServer
+from .storage import Partition, Topic, TopicStorage
 from .stored import StorageError, StoredMessage
 from .token_services import IamTokenService, MetadataService, TokenExchangeService, TokenService
 

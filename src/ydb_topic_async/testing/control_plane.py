@@ -47,7 +47,7 @@ from .._key_ranges import KEY_SPACE, as_bound
 from .._proto import ydb_scheme_pb2
 from .._proto import ydb_topic_pb2 as pb
 from ._replies import duration, timestamp
-from .partition_log import SERVICE_TYPE, Consumer, Partition, Topic, TopicStorage
+from .storage import SERVICE_TYPE, Consumer, Partition, Topic, TopicStorage
 from .stored import DEFAULT_RETENTION, DEFAULT_WRITE_SPEED, StorageError, TopicSettings
 
 if TYPE_CHECKING:

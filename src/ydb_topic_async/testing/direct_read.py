@@ -40,8 +40,8 @@ from . import read_wire
 from ._inbox import Inbox, receive_handshake
 from .auth import TokenRefused, refused_in_band
 from .nodes import ServerNode
-from .partition_log import Partition
 from .state import ServerState
+from .storage import Partition
 from .stored import StorageError
 
 DirectFromServer = read_wire.DirectFromServer

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from .change_log import NO_CHANGE_LOG, ConsumerRecord, OffsetCommit, PartitionRecord, PlacedRow
-from .partition_log import Consumer, Partition, Topic, TopicStorage
+from .storage import Consumer, Partition, Topic, TopicStorage
 from .stored import StoredMessage, StoredRow, TopicSettings
 
 try:

@@ -37,8 +37,8 @@ from .._proto import ydb_query_pb2 as qpb
 from ._replies import SUCCESS, issues, metadata, rpc_handler, status_code
 from .faults import HeldCommit
 from .nodes import ServerNode
-from .partition_log import PendingOffsets, PendingWrites
 from .state import ServerState
+from .storage import PendingOffsets, PendingWrites
 from .stored import StorageError
 
 _READ_WRITE_MODES = frozenset({"serializable_read_write", "snapshot_read_write", "strict_serializable_read_write"})
@@ -145,7 +145,7 @@ class QueryService:
         del tx.session.transactions[tx_id]
         storage = self.state.storage
         try:
-            offsets = tx.offsets.check(storage)
+            offsets = tx.offsets.check(storage.topic)
             tx.writes.check()
         except StorageError:
             tx.discard()

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .clock import ServerClock
-from .partition_log import Partition
+from .storage import Partition
 from .stored import StorageError
 
 MAX_WRITE_INFLIGHT_BYTES = 30_000_000

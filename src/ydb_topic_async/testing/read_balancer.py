@@ -23,8 +23,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from .partition_log import Consumer, Partition, Topic
 from .read_session import PartitionSessionState, ReadSession
+from .storage import Consumer, Partition, Topic
 
 
 class SessionFactory(Protocol):

@@ -50,7 +50,7 @@ from typing import Any
 
 from . import read_wire
 from .direct_read import DirectPartition, DirectReadCache
-from .partition_log import Consumer, Partition, Topic
+from .storage import Consumer, Partition, Topic
 from .stored import ROW_DATA, StorageError, StoredRow, read_size
 
 MAX_RESPONSE_BYTES = 4 * 1024 * 1024

@@ -32,10 +32,10 @@ from ._inbox import Inbox, receive_handshake
 from .auth import TokenRefused, refused_in_band
 from .direct_read import DirectReadCache
 from .nodes import ServerNode
-from .partition_log import Consumer, Partition, Topic
 from .read_balancer import ConsumerGroup, ReaderInfo
 from .read_session import PartitionSessionState, ReadSession, Selector, bad_request
 from .state import ServerState
+from .storage import Consumer, Partition, Topic
 from .stored import StorageError
 
 FromServer = read_wire.FromServer

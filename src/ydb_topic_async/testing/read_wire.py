@@ -20,7 +20,7 @@ from google.protobuf import timestamp_pb2
 
 from .._proto import ydb_topic_pb2 as pb
 from ._replies import SUCCESS, failure, issues, status_code, timestamp
-from .partition_log import Partition
+from .storage import Partition
 from .stored import StoredRow
 
 FromServer = pb.StreamReadMessage.FromServer

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from .partition_log import Partition, TopicStorage
+from .storage import Partition, TopicStorage
 from .stored import StorageError
 
 MIB = 1024 * 1024

@@ -23,9 +23,9 @@ from .auth import Auth, Gate, TokenValidator
 from .clock import ServerClock
 from .faults import Faults
 from .nodes import ServerNode
-from .partition_log import TopicStorage
 from .quotas import WriteQuotas
 from .stats import ServerStats
+from .storage import TopicStorage
 
 LOGIN = "Login"
 """The one method the gate lets through without a token: the one that issues tokens."""

@@ -1,7 +1,7 @@
 """What the local server stores, as plain values: messages, topic settings, and the storage's refusal.
 
 These types sit below everything else of the server's storage: the partition logs
-(``partition_log``) keep ``StoredRow``s and hand out ``StoredMessage``s, the change log
+(``storage``) keep ``StoredRow``s and hand out ``StoredMessage``s, the change log
 (``change_log``, the durable ``journal``) records them, and every service answers a
 ``StorageError`` with its YDB status.
 """

@@ -57,8 +57,8 @@ from .._proto import ydb_topic_pb2 as pb
 from ._inbox import Inbox, receive_handshake
 from ._replies import SUCCESS, failure
 from .auth import refused_in_band
-from .partition_log import NewMessage, Partition, Topic, source_key
 from .retention import check_not_full
+from .storage import NewMessage, Partition, Topic, source_key
 from .stored import READ_ITEM_OVERHEAD, READ_MESSAGE_OVERHEAD, StorageError, StoredRow
 
 if TYPE_CHECKING:
