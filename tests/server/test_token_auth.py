@@ -24,7 +24,7 @@ from ydb_topic_async._proto import iam_token_service_pb2 as iam_pb
 from ydb_topic_async._proto import ydb_discovery_pb2
 from ydb_topic_async._proto import ydb_topic_pb2 as pb
 from ydb_topic_async.testing import IamTokenService, LocalTopicServer, MetadataService, TokenExchangeService
-from ydb_topic_async.testing.__main__ import _token
+from ydb_topic_async.testing._serve import _token
 
 from ..credentials._pki import private_pem, public_pem, rsa_key
 from .conftest import LOCAL_POOL, RawWriter, address, call, unpack

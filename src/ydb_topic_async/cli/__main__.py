@@ -1,5 +1,5 @@
 """``python -m ydb_topic_async.cli``."""
 
-from . import main
+from .main import main
 
 raise SystemExit(main())

@@ -8,7 +8,8 @@ It speaks YDB's gRPC protocol for topics, transactions, discovery and auth, so t
 against it too. ``server.storage`` exposes what it stores; ``server.faults`` breaks streams and
 injects statuses. ``LocalTopicCluster(nodes=3)`` runs several nodes over one storage, to test
 discovery, direct write and node loss. Run it standalone with ``python -m ydb_topic_async.testing
---port 2136`` (``--nodes 3`` for a cluster).
+--port 2136`` (``--nodes 3`` for a cluster), ``ydb-topic-local-server`` or ``ydb-topic-async serve``,
+which all take the options ``add_serve_arguments`` defines.
 
 The token services (``IamTokenService``, ``TokenExchangeService``, ``MetadataService``) stand in
 for the cloud's on loopback, so the cloud credentials can be tested offline; the server accepts
@@ -16,7 +17,14 @@ the tokens they issue (``LocalTopicServer(token_services=[...])``) or pre-shared
 (``LocalTopicServer(tokens={token: user})``).
 """
 
-from ._serve import CannotServeError, serve_until_signalled, serving_banner, start_serving
+from ._serve import (
+    CannotServeError,
+    add_serve_arguments,
+    serve_until_signalled,
+    serving_banner,
+    start_serving,
+    start_serving_from,
+)
 from .cluster import LocalTopicCluster
 from .faults import Faults, HeldCommit
 from .nodes import ServerNode
@@ -45,7 +53,9 @@ __all__ = [
     "TokenService",
     "Topic",
     "TopicStorage",
+    "add_serve_arguments",
     "serve_until_signalled",
     "serving_banner",
     "start_serving",
+    "start_serving_from",
 ]

@@ -1,71 +1,26 @@
-"""``python -m ydb_topic_async.testing``: run the local topic server until interrupted."""
+"""``python -m ydb_topic_async.testing`` (also ``ydb-topic-local-server``): run the local topic
+server until interrupted."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 
-from ._serve import CannotServeError, serve_until_signalled, serving_banner, start_serving
-
-
-def _user(value: str) -> tuple[str, str]:
-    name, sep, password = value.partition(":")
-    if not sep or not name:
-        raise argparse.ArgumentTypeError("expected NAME:PASSWORD")
-    return name, password
-
-
-def _token(value: str) -> tuple[str, str]:
-    token, sep, user = value.rpartition(":")
-    if not sep or not token or not user:
-        raise argparse.ArgumentTypeError("expected TOKEN:USER")
-    return token, user
-
-
-def _node_count(value: str) -> int:
-    try:
-        count = int(value)
-    except ValueError:
-        count = 0
-    if count < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive number of nodes, got {value!r}")
-    return count
+from ._serve import CannotServeError, add_serve_arguments, serve_until_signalled, serving_banner, start_serving_from
 
 
 async def serve(args: argparse.Namespace) -> None:
-    users = dict(args.user) if args.user else None
-    server = await start_serving(
-        args.host,
-        args.port,
-        args.nodes,
-        database=args.database,
-        users=users,
-        tokens=dict(args.token) if args.token else None,
-        token_ttl=args.token_ttl,
-        data_dir=args.data_dir,
-        write_quotas=args.write_quotas,
-    )
+    server = await start_serving_from(args)
     await serve_until_signalled(server, serving_banner(server))
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m ydb_topic_async.testing", description=__doc__)
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=2136, help="port to listen on (0: any free port)")
-    parser.add_argument("--database", default="/local", help="database path (default: /local)")
-    parser.add_argument("--nodes", type=_node_count, default=1,
-                        help="run a cluster of this many nodes on consecutive ports (default: 1)")
-    parser.add_argument("--user", action="append", type=_user, metavar="NAME:PASSWORD",
-                        help="require authentication; may be repeated")
-    parser.add_argument("--token", action="append", type=_token, metavar="TOKEN:USER",
-                        help="require authentication and accept this pre-shared token for USER; may be repeated")
-    parser.add_argument("--token-ttl", type=float, default=None, metavar="SECONDS",
-                        help="expire login tokens after this many seconds (default: never)")
-    parser.add_argument("--data-dir", default=None, metavar="DIR",
-                        help="keep acknowledged topics, messages and offsets in DIR across restarts and crashes")
-    parser.add_argument("--write-quotas", action="store_true",
-                        help="throttle writes to each partition's write speed (1 MiB/s by default), as YDB does")
+    script = os.path.basename(sys.argv[0])
+    prog = "python -m ydb_topic_async.testing" if script in ("__main__.py", "-c", "") else script
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__)
+    add_serve_arguments(parser)
     try:
         asyncio.run(serve(parser.parse_args(argv)))
     except CannotServeError as exc:
