@@ -4,6 +4,11 @@
         await driver.topic.create_topic("events", consumers=["analytics"])
 """
 
+import dataclasses as _dataclasses
+import inspect as _inspect
+import sys as _sys
+import typing as _typing
+
 from ._codecs import LZ4_CODEC, Codec, ThreadSafe, lz4_decode, lz4_encode
 from ._credentials import (
     AccessTokenCredentials,
@@ -172,3 +177,41 @@ __all__ = [
     "__version__",
     *_error_names,
 ]
+
+
+def _publish(names: list[str]) -> None:
+    """Give each exported class and function this package as its module, as httpx does: reprs,
+    tracebacks and pickles name ``ydb_topic_async.X``, where users import it from, not the private
+    module that defines it.
+
+    A class's own annotations are resolved first, in the module that defines it: tools that read
+    them (``typing.get_type_hints``, dataclass and pydantic introspection) look the names of
+    string annotations up in the module ``__module__`` names, which would no longer hold them.
+    """
+    package = _sys.modules[__name__]
+    published = []
+    for name in names:
+        obj = getattr(package, name)
+        if not (isinstance(obj, type) or _inspect.isfunction(_inspect.unwrap(obj))):
+            continue  # constants and type aliases have no module of their own
+        if not obj.__module__.startswith(__name__ + ".") or getattr(package, obj.__qualname__, None) is not obj:
+            continue  # not ours, or exported under another name: pickles must find it by its own
+        if isinstance(obj, type):
+            _resolve_annotations(obj)
+        published.append(obj)
+    for obj in published:
+        obj.__module__ = __name__
+
+
+def _resolve_annotations(cls: type) -> None:
+    own = _inspect.get_annotations(cls)
+    if not own:
+        return
+    hints = _typing.get_type_hints(cls, include_extras=True)
+    cls.__annotations__ = {key: hints[key] for key in own}
+    if _dataclasses.is_dataclass(cls):
+        for field in _dataclasses.fields(cls):
+            field.type = hints[field.name]
+
+
+_publish(__all__)

@@ -119,6 +119,18 @@ class YdbTopicError(Exception):
         """Whether repeating the failed operation may succeed."""
         return self.retriable or (idempotent and self.retriable_if_idempotent)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled as it is (its message and attributes), not by calling the constructor again:
+        # the constructors build the message from their arguments and some take keywords only.
+        return _unpickle, (type(self), self.args), self.__dict__ or None
+
+
+def _unpickle(cls: type[YdbTopicError], args: tuple[Any, ...]) -> YdbTopicError:
+    """An error of ``cls`` with ``args`` as they were (the attributes follow as its state)."""
+    error = cls.__new__(cls, *args)
+    error.args = args
+    return error
+
 
 # --- mistakes of the caller -------------------------------------------------------------
 
