@@ -122,13 +122,17 @@ class YdbTopicError(Exception):
     def __reduce__(self) -> tuple[Any, ...]:
         # Pickled as it is (its message and attributes), not by calling the constructor again:
         # the constructors build the message from their arguments and some take keywords only.
-        return _unpickle, (type(self), self.args), self.__dict__ or None
+        builtin = {key: getattr(self, key) for key in ("name", "path") if isinstance(self, ImportError)}
+        return _unpickle, (type(self), self.args, builtin), self.__dict__ or None
 
 
-def _unpickle(cls: type[YdbTopicError], args: tuple[Any, ...]) -> YdbTopicError:
-    """An error of ``cls`` with ``args`` as they were (the attributes follow as its state)."""
+def _unpickle(cls: type[YdbTopicError], args: tuple[Any, ...], builtin: dict[str, Any]) -> YdbTopicError:
+    """An error of ``cls`` with ``args`` as they were, and the attributes a built-in base keeps
+    outside ``__dict__`` (an ImportError's ``name`` and ``path``); the others follow as its state."""
     error = cls.__new__(cls, *args)
     error.args = args
+    for key, value in builtin.items():
+        setattr(error, key, value)
     return error
 
 
@@ -224,7 +228,15 @@ class CredentialsRejectedError(CredentialsError):
 
 
 class MissingDependencyError(UsageError, ImportError):
-    """An optional feature was asked for, but the package it needs is not installed."""
+    """An optional feature was asked for, but the package it needs is not installed.
+
+    ``name`` is the missing module (as an ``ImportError``'s), ``extra`` the extra of
+    ``ydb-topic-async`` that installs it; the message says how.
+    """
+
+    def __init__(self, message: str, *, name: str | None = None, extra: str | None = None) -> None:
+        super().__init__(message, name=name)
+        self.extra = extra
 
 
 # --- client-side waiting ----------------------------------------------------------------

@@ -1,7 +1,15 @@
 """The optional extras (``spark``, ``fastapi``, ``aiohttp``, ``otel``, ``cloud``): how to install
-one, and the ImportError that says so when a feature's package is missing."""
+one, and the one error a feature raises when a package of its extra is missing:
+``MissingDependencyError`` (an ``ImportError`` too), naming the extra to install.
+
+Every place that imports an optional package goes through here: ``missing_dependency`` makes the
+error of an import that failed, ``raise_for_missing_extra`` raises it for a module whose import at
+the top failed because of one of the extra's packages (and lets any other ImportError through).
+"""
 
 from __future__ import annotations
+
+from ._errors import MissingDependencyError
 
 
 def install_hint(extra: str) -> str:
@@ -13,11 +21,21 @@ def install_hint(extra: str) -> str:
     )
 
 
+def missing_dependency(exc: ImportError, feature: str, needs: str, extra: str) -> MissingDependencyError:
+    """The error for ``feature``, which needs ``needs`` (the ``extra``'s packages), when importing
+    failed with ``exc``: it names the missing module and the install command. Raise it ``from exc``."""
+    return MissingDependencyError(
+        f"{feature} needs {needs} ({exc.name or 'a package'} is missing): {install_hint(extra)}",
+        name=exc.name,
+        extra=extra,
+    )
+
+
 def raise_for_missing_extra(exc: ImportError, feature: str, needs: str, extra: str, packages: tuple[str, ...]) -> None:
-    """Re-raise ``exc`` as an ImportError naming the install command when the module it misses
-    belongs to one of ``packages`` (the extra's dependencies); return otherwise."""
+    """Raise ``missing_dependency`` for ``exc`` when the module it misses belongs to one of
+    ``packages`` (the extra's dependencies); return otherwise (the caller re-raises ``exc``)."""
     if exc.name is not None and exc.name.split(".")[0] in packages:
-        raise ImportError(f"{feature} needs {needs} ({exc.name} is missing): {install_hint(extra)}") from exc
+        raise missing_dependency(exc, feature, needs, extra) from exc
 
 
-__all__ = ["install_hint", "raise_for_missing_extra"]
+__all__ = ["MissingDependencyError", "install_hint", "missing_dependency", "raise_for_missing_extra"]

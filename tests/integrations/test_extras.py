@@ -1,4 +1,5 @@
-"""A missing optional framework gives an ImportError that says which extra to install."""
+"""A missing optional framework gives an ImportError (the SDK's ``MissingDependencyError``) that says
+which extra to install."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import importlib
 import sys
 
 import pytest
+
+import ydb_topic_async as yta
 
 
 @pytest.mark.parametrize(("module", "framework"), [("fastapi", "fastapi"), ("aiohttp", "aiohttp")])
@@ -15,7 +18,7 @@ def test_a_missing_framework_names_the_extra(monkeypatch: pytest.MonkeyPatch, mo
     monkeypatch.delitem(sys.modules, name, raising=False)
     with pytest.raises(ImportError) as raised:
         importlib.import_module(name)
-    assert type(raised.value) is ImportError  # not a bare ModuleNotFoundError
+    assert type(raised.value) is yta.MissingDependencyError  # not a bare ModuleNotFoundError
     assert f'pip install -e ".[{framework}]" in a clone of ydb-topic-async' in str(raised.value)
     assert f"pip install 'ydb-topic-async[{framework}]' once the package is published" in str(raised.value)
     assert isinstance(raised.value.__cause__, ImportError)

@@ -13,8 +13,8 @@ from types import ModuleType
 from typing import Any
 from urllib.parse import urlencode
 
-from .._errors import InvalidArgumentError, MissingDependencyError
-from ..extras import install_hint
+from .._errors import InvalidArgumentError
+from ..extras import missing_dependency
 from .refresh import FetchFailed
 
 CLOUD_EXTRA = "cloud"
@@ -24,17 +24,13 @@ REJECTING_HTTP_STATUSES = frozenset({400, 401, 403, 404, 405})
 unchanged cannot help. Others (408, 429, 5xx) are failures of the moment."""
 
 
-def _missing(exc: ImportError, feature: str, needs: str) -> MissingDependencyError:
-    return MissingDependencyError(f"{feature} needs {needs} ({exc.name} is missing): {install_hint(CLOUD_EXTRA)}")
-
-
 def jwt_module(feature: str) -> ModuleType:
     """PyJWT (with ``cryptography``, which it needs for RSA and EC keys)."""
     try:
         import cryptography  # noqa: F401
         import jwt
     except ImportError as exc:
-        raise _missing(exc, feature, "PyJWT and cryptography") from exc
+        raise missing_dependency(exc, feature, "PyJWT and cryptography", CLOUD_EXTRA) from exc
     return jwt
 
 
@@ -42,7 +38,7 @@ def httpx_module(feature: str) -> ModuleType:
     try:
         import httpx
     except ImportError as exc:
-        raise _missing(exc, feature, "httpx") from exc
+        raise missing_dependency(exc, feature, "httpx", CLOUD_EXTRA) from exc
     return httpx
 
 

@@ -25,7 +25,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
 
-from .. import Codec, Driver, TopicSelector, YdbTopicError
+from .. import Codec, Driver, MissingDependencyError, TopicSelector, YdbTopicError
 
 CLICKS = "demo/clicks"
 REVENUE = "demo/revenue"
@@ -253,7 +253,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-per-trigger", type=int, default=5_000, help="Spark's maxOffsetsPerTrigger")
     args = parser.parse_args(argv)
 
-    # Before anything else: without Java, Spark would fail only after the events were sent.
+    # Before anything else: without the spark extra or Java, Spark would fail only after the
+    # events were sent.
+    try:
+        from .. import spark  # noqa: F401
+    except MissingDependencyError as exc:
+        raise SystemExit(str(exc)) from None
     problem = java_problem()
     if problem is not None:
         raise SystemExit(f"Java {JAVA_NEEDED} is required to run Spark ({problem}): {INSTALL_JAVA}")

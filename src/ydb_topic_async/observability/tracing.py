@@ -24,9 +24,9 @@ import functools
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from .._errors import InvalidArgumentError, MissingDependencyError
+from .._errors import InvalidArgumentError
 from .._limits import MAX_METADATA_BYTES, MAX_METADATA_ITEMS, wire_size
-from ..extras import install_hint
+from ..extras import install_hint, missing_dependency
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
@@ -107,7 +107,7 @@ class OpenTelemetryTracing:
             from opentelemetry import trace
             from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
         except ImportError as exc:
-            raise MissingDependencyError(f"tracing needs the OpenTelemetry API: {INSTALL_HINT}") from exc
+            raise missing_dependency(exc, "tracing", "the OpenTelemetry API", "otel") from exc
         from .._version import __version__
 
         self._trace = trace

@@ -39,6 +39,7 @@ import grpc
 import grpc.aio
 
 from .._proto import iam_token_service_pb2 as iam_pb
+from ..extras import missing_dependency
 from ._http import HttpRequest, HttpResponse, HttpServer
 from .auth import IssuedTokens, Verdict
 
@@ -55,15 +56,12 @@ DEFAULT_TOKEN_TTL = 3600.0
 
 
 def _jwt() -> ModuleType:
-    """PyJWT, or an ImportError that says how to install it."""
+    """PyJWT (with ``cryptography``), or ``MissingDependencyError`` naming the ``cloud`` extra."""
     try:
         import cryptography  # noqa: F401
         import jwt
     except ImportError as exc:
-        raise ImportError(
-            f"the testing token services need PyJWT and cryptography ({exc.name} is missing):"
-            " install the 'cloud' extra of ydb-topic-async"
-        ) from exc
+        raise missing_dependency(exc, "the testing token services", "PyJWT and cryptography", "cloud") from exc
     return jwt
 
 

@@ -1,0 +1,99 @@
+"""A missing optional package fails one way wherever the SDK uses it: ``MissingDependencyError``
+(also an ``ImportError``, so ``except ImportError`` keeps working), naming the missing module and
+the extra that installs it. Each case runs in a fresh interpreter whose import system refuses the
+package, as if it were not installed (a module imported at the top fails only on first import)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import ydb_topic_async as yta
+
+pytestmark = pytest.mark.timeout(120)
+
+BLOCK = textwrap.dedent(
+    """
+    import json, sys
+
+    BLOCKED = {blocked!r}
+
+    class NotInstalled:
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] == BLOCKED:
+                raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+            return None
+
+    sys.meta_path.insert(0, NotInstalled())
+    for loaded in [m for m in sys.modules if m.split(".")[0] == BLOCKED]:
+        del sys.modules[loaded]
+
+    import ydb_topic_async as yta
+
+    def run():
+    {code}
+
+    try:
+        run()
+    except SystemExit as exc:  # a program reports it so
+        print(json.dumps({{"kind": "SystemExit", "message": str(exc.code)}}))
+    except ImportError as exc:
+        print(json.dumps({{
+            "kind": type(exc).__name__, "missing": isinstance(exc, yta.MissingDependencyError),
+            "usage": isinstance(exc, yta.UsageError), "message": str(exc), "name": exc.name,
+            "extra": getattr(exc, "extra", None),
+        }}))
+    else:
+        print(json.dumps({{"kind": "nothing raised"}}))
+    """
+)
+
+CASES = {
+    # place: (the package refused, the extra that installs it, what uses it)
+    "fastapi integration": ("fastapi", "fastapi", "import ydb_topic_async.integrations.fastapi"),
+    "aiohttp integration": ("aiohttp", "aiohttp", "import ydb_topic_async.integrations.aiohttp"),
+    "spark without pyspark": ("pyspark", "spark", "import ydb_topic_async.spark"),
+    "spark without pyarrow": ("pyarrow", "spark", "import ydb_topic_async.spark"),
+    "tracing": ("opentelemetry", "otel", "yta.OpenTelemetryTracing()"),
+    "service account key": ("jwt", "cloud", "yta.ServiceAccountCredentials('sa', 'key', 'not used')"),
+    "metadata credentials": ("httpx", "cloud", "yta.MetadataUrlCredentials()"),
+    "testing token services": (
+        "cryptography", "cloud", "from ydb_topic_async.testing import IamTokenService; IamTokenService().create_key()"
+    ),
+}
+
+
+def _run(blocked: str, code: str) -> dict[str, object]:
+    script = BLOCK.format(blocked=blocked, code=textwrap.indent(code, "    "))
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=90, check=False)
+    assert done.returncode == 0, done.stderr
+    result: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+@pytest.mark.parametrize("place", list(CASES))
+def test_a_missing_package_is_one_error_naming_its_extra(place: str) -> None:
+    blocked, extra, code = CASES[place]
+    result = _run(blocked, code)
+    assert result["kind"] == "MissingDependencyError", result
+    assert result["missing"] is True and result["usage"] is True  # and an ImportError: it was caught as one
+    assert (result["name"], result["extra"]) == (blocked, extra)
+    message = str(result["message"])
+    assert f"({blocked} is missing)" in message
+    assert f'pip install -e ".[{extra}]"' in message and f"ydb-topic-async[{extra}]" in message
+
+
+def test_the_demo_says_which_extra_it_needs_before_it_starts() -> None:
+    result = _run("pyspark", "from ydb_topic_async.demo.__main__ import main; main([])")
+    assert result["kind"] == "SystemExit", result
+    assert "(pyspark is missing)" in str(result["message"]) and "ydb-topic-async[spark]" in str(result["message"])
+
+
+def test_the_error_is_an_import_error_with_the_module_and_the_extra() -> None:
+    error = yta.MissingDependencyError("x needs y", name="y", extra="cloud")
+    assert isinstance(error, ImportError) and isinstance(error, yta.UsageError)
+    assert (error.name, error.extra, str(error)) == ("y", "cloud", "x needs y")
