@@ -20,7 +20,13 @@ The tree::
     │   ├── InvalidTokenError         (also a UsageError)
     │   ├── TokenProviderError        the token provider raised (retriable; the cause is chained)
     │   ├── TokenRefreshError         no valid token: refreshing it keeps failing (retriable)
-    │   └── CredentialsRejectedError  the token service refused the credentials themselves
+    │   └── CredentialsRejectedError  the token service refused the credentials (also an AccessDeniedError)
+    ├── AccessDeniedError             the credentials were refused, wherever: catch this one for
+    │   │                             "these credentials do not work here" (none is retried)
+    │   ├── UnauthenticatedError      the server refused the token: gRPC UNAUTHENTICATED (a TransportError)
+    │   ├── UnauthorizedError         a login refused, or no access: YDB UNAUTHORIZED (a ServerError)
+    │   ├── PermissionDeniedError     the server denied the call: gRPC PERMISSION_DENIED (a TransportError)
+    │   └── CredentialsRejectedError  the token service refused the credentials (a CredentialsError)
     ├── BufferFullTimeoutError        write() waited for buffer space longer than allowed (also TimeoutError)
     ├── OperationTimeoutError         a client-side deadline passed (also TimeoutError)
     ├── PartitionSessionClosedError   a commit for a partition session that has ended
@@ -36,12 +42,13 @@ The tree::
     │   ├── DeadlineExceededError
     │   ├── ResourceExhaustedError
     │   │   └── RequestTooLargeError  a request over a gRPC message size limit (not retriable)
-    │   ├── UnauthenticatedError
+    │   ├── UnauthenticatedError      (also an AccessDeniedError)
+    │   ├── PermissionDeniedError     (also an AccessDeniedError)
     │   └── ...                       one class per other gRPC code
     └── ServerError                   the server answered with a YDB status
         ├── BadRequestError           BAD_REQUEST
         │   └── ProducerTakenOverError  "ownership session is killed by another session"
-        ├── UnauthorizedError         UNAUTHORIZED
+        ├── UnauthorizedError         UNAUTHORIZED (also an AccessDeniedError)
         ├── InternalError             INTERNAL_ERROR
         ├── AbortedError              ABORTED
         ├── UnavailableError          UNAVAILABLE
@@ -217,7 +224,24 @@ class TokenRefreshError(CredentialsError):
     backoff = "slow"
 
 
-class CredentialsRejectedError(CredentialsError):
+class AccessDeniedError(YdbTopicError):
+    """The credentials were refused, wherever that happened: catch this one class for "these
+    credentials do not work here". The class raised says where:
+
+    - ``UnauthenticatedError`` (gRPC UNAUTHENTICATED): the server refused the token of the call
+      itself: unknown, expired, malformed, or none sent where one is required;
+    - ``UnauthorizedError`` (YDB status UNAUTHORIZED): a login was refused (a wrong user or
+      password), or the user may not access the object (YDB answers an access denied so);
+    - ``PermissionDeniedError`` (gRPC PERMISSION_DENIED): the server denied the call;
+    - ``CredentialsRejectedError``: the token service refused the credentials (a wrong or revoked
+      key, an unknown account) before any call could be made.
+
+    None is retried: the same credentials get the same answer. ``TokenRefreshError`` (a token
+    service that cannot be reached) is not one of them: it is retried.
+    """
+
+
+class CredentialsRejectedError(CredentialsError, AccessDeniedError):
     """The token service refused the credentials themselves (a wrong or revoked key, an unknown
     account, a malformed request from a bad configuration) and there is no valid token left.
 
@@ -356,7 +380,7 @@ class ProducerTakenOverError(BadRequestError, ProducerConflictError):
         super().__init__(f"{message}: {explained}" if message else explained, issues)
 
 
-class UnauthorizedError(ServerError):
+class UnauthorizedError(ServerError, AccessDeniedError):
     status_code = _Status.UNAUTHORIZED
 
 
@@ -590,7 +614,7 @@ class RequestTooLargeError(ResourceExhaustedError):
     backoff = "none"  # type: ignore[assignment]
 
 
-class UnauthenticatedError(TransportError):
+class UnauthenticatedError(TransportError, AccessDeniedError):
     grpc_code = grpc.StatusCode.UNAUTHENTICATED
 
 
@@ -622,7 +646,7 @@ class UnimplementedError(TransportError):
     grpc_code = grpc.StatusCode.UNIMPLEMENTED
 
 
-class PermissionDeniedError(TransportError):
+class PermissionDeniedError(TransportError, AccessDeniedError):
     grpc_code = grpc.StatusCode.PERMISSION_DENIED
 
 
@@ -670,6 +694,7 @@ a connection, so nothing of it was sent."""
 
 __all__ = [
     "AbortedError",
+    "AccessDeniedError",
     "AlreadyExistsError",
     "BadRequestError",
     "BadSessionError",
