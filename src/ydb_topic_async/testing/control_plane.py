@@ -32,6 +32,7 @@ Validation and defaults follow YDB's schema actors (``ydb/core/persqueue/public/
   ``_service_type``.
 - ``metrics_level`` is kept as given (CreateTopic, AlterTopic ``set_``/``reset_metrics_level``)
   and described only when set.
+- The settings' checks and defaults are ``topic_settings``'s.
 - CommitOffset: an unknown consumer is BAD_REQUEST ("no read rule provided for consumer ...", as
   a read session's), a partition that does not exist SCHEME_ERROR; the read session rules are
   ``commit_offset``'s. DescribeConsumer of an unknown consumer: SCHEME_ERROR.
@@ -39,7 +40,6 @@ Validation and defaults follow YDB's schema actors (``ydb/core/persqueue/public/
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -47,8 +47,26 @@ from .._key_ranges import KEY_SPACE, as_bound
 from .._proto import ydb_scheme_pb2
 from .._proto import ydb_topic_pb2 as pb
 from ._replies import duration, timestamp
-from .storage import SERVICE_TYPE, Consumer, Partition, Topic, TopicStorage
-from .stored import DEFAULT_RETENTION, DEFAULT_WRITE_SPEED, StorageError, TopicSettings
+from .storage import Consumer, Partition, Topic, TopicStorage
+from .stored import StorageError, TopicSettings
+from .topic_settings import (
+    STRATEGY_DISABLED,
+    bad_request,
+    check_autopartitioning,
+    check_consumer_codecs,
+    check_metering,
+    checked_attributes,
+    checked_codecs,
+    checked_retention,
+    consumer_attributes,
+    consumer_from_proto,
+    described_strategy,
+    partition_count,
+    seconds_of,
+    settings_from_request,
+    timestamp_ns,
+    write_speed,
+)
 
 if TYPE_CHECKING:
     from .read_balancer import ReaderInfo
@@ -69,195 +87,8 @@ class LiveReadSessions(Protocol):
 
     def holder(self, topic: Topic, consumer: str, partition_id: int) -> ReadSessionHolder | None: ...
 
-MAX_PARTITIONS = 20_000
-MAX_RETENTION = dt.timedelta(days=31)
-MAX_WRITE_SPEED = 50 * 1024 * 1024
-MIB = 1024 * 1024
-_CUSTOM_CODEC = 10_000
-_KNOWN_CODECS = frozenset({1, 2, 3, 4})
-_DURATION_LIMIT_S = 315_576_000_000
-_TIMESTAMP_RANGE_S = (-62_135_596_800, 253_402_300_799)
-_STRATEGY_DISABLED = 1
-_DEFAULT_UP_PERCENT = 90
-_DEFAULT_DOWN_PERCENT = 30
-_DEFAULT_WINDOW_S = 300.0
-"""What CreateTopic stores for a strategy it writes when the request leaves a field out."""
-_STORED_DEFAULT_UP_PERCENT = 80
-_STORED_DEFAULT_DOWN_PERCENT = 20
-_STORED_DEFAULT_WINDOW_S = 300.0
-_STORED_DEFAULT_MAX_PARTITIONS = 1
-"""What DescribeTopic reports for a strategy field nothing set: the proto2 defaults of the tablet
-config's ``TPartitionStrategy`` (ydb/core/protos/pqconfig.proto), which describe reads unchecked."""
-_INTEGER_ATTRIBUTES = frozenset({
-    "_partitions_per_tablet", "_abc_id", "_max_partition_storage_size", "_message_group_seqno_retention_period_ms",
-    "_max_partition_message_groups_seqno_stored",
-})
-_BOOLEAN_ATTRIBUTES = frozenset({"_allow_unauthenticated_read", "_allow_unauthenticated_write"})
-_TEXT_ATTRIBUTES = frozenset({"_abc_slug", "_federation_account", "_cleanup_policy", "_timestamp_type"})
+
 _DAY_NS = 86_400_000_000_000
-
-
-def _bad(message: str) -> StorageError:
-    return StorageError("BAD_REQUEST", message)
-
-
-def _seconds(d: Any, what: str) -> float:
-    """A google.protobuf.Duration in seconds; BAD_REQUEST when it is outside the protobuf range."""
-    if not (-_DURATION_LIMIT_S <= d.seconds <= _DURATION_LIMIT_S and -999_999_999 <= d.nanos <= 999_999_999) or (
-        d.seconds * d.nanos < 0
-    ):
-        raise _bad(f"{what} is not a valid duration: {d.seconds} seconds and {d.nanos} nanos")
-    return float(d.seconds + d.nanos / 1e9)
-
-
-def _timestamp_ns(t: Any, what: str) -> int:
-    low, high = _TIMESTAMP_RANGE_S
-    if not (low <= t.seconds <= high and 0 <= t.nanos <= 999_999_999):
-        raise _bad(f"{what} is not a valid timestamp: {t.seconds} seconds and {t.nanos} nanos")
-    return int(t.ToNanoseconds())
-
-
-def _codecs(codecs: Any, owner: str = "") -> list[int]:
-    out = list(codecs)
-    for c in out:
-        if c not in _KNOWN_CODECS and c < _CUSTOM_CODEC:
-            raise _bad(f"Unknown codec{owner} with value {c}")
-    return out
-
-
-def _retention(d: Any) -> dt.timedelta:
-    seconds = _seconds(d, "retention_period")
-    if seconds <= 0:
-        raise _bad(f"retention_period must be positive, provided {seconds} seconds")
-    retention = dt.timedelta(seconds=seconds)
-    if retention > MAX_RETENTION:
-        raise _bad(f"retention_period must be at most {MAX_RETENTION.days} days, provided {seconds} seconds")
-    return retention
-
-
-def _write_speed(speed: int, burst: int) -> tuple[int, int]:
-    """Resolved (speed, burst): 0 means the default 1 MiB/s, and the burst defaults to the speed."""
-    if speed < 0 or burst < 0:
-        raise _bad("partition write speed and burst must not be negative")
-    speed = speed or DEFAULT_WRITE_SPEED
-    if speed > MAX_WRITE_SPEED:
-        raise _bad(f"partition write speed must be at most {MAX_WRITE_SPEED} bytes/s, provided {speed}")
-    burst = burst or speed
-    if burst > speed * 2 and burst > 1_000_000:
-        raise _bad(f"Invalid write burst in partition specified: {burst} vs {max(speed * 2, 1_000_000)}")
-    return speed, burst
-
-
-def _attributes(attributes: Mapping[str, str]) -> dict[str, str]:
-    for name, value in attributes.items():
-        if name in _INTEGER_ATTRIBUTES:
-            if value and not value.isdigit():
-                raise _bad(f"Attribute {name} is {value}, which is not a non-negative integer")
-        elif name in _BOOLEAN_ATTRIBUTES:
-            if value and value.lower() not in ("true", "false", "1", "0"):
-                raise _bad(f"Attribute {name} is {value}, which is not bool")
-        elif name not in _TEXT_ATTRIBUTES:
-            raise _bad(f"Attribute {name} is not supported")
-    return dict(attributes)
-
-
-def _consumer_attributes(name: str, attributes: Mapping[str, str]) -> dict[str, str]:
-    """What YDB keeps of a consumer's attributes: its service type (other keys are not stored)."""
-    service = attributes.get("_service_type") or SERVICE_TYPE
-    if service != SERVICE_TYPE:
-        raise _bad(f"Unknown _service_type '{service}' for consumer '{name}'")
-    version = attributes.get("_version", "")
-    if version and not version.isdigit():
-        raise _bad(f"Attribute for consumer '{name}' _version is {version}, which is not ui32")
-    return {"_service_type": service}
-
-
-def _consumer_from_proto(msg: Any) -> Consumer:
-    name = msg.name
-    if not name:
-        raise _bad("consumer with empty name is forbidden")
-    if "/" in name or "|" in name:
-        raise _bad(f"consumer '{name}' has illegal symbols")
-    read_from_ns = 0
-    if msg.HasField("read_from"):
-        if msg.read_from.seconds < 0:
-            raise _bad(f"read_from of consumer '{name}' can't be negative, provided {msg.read_from.seconds}")
-        read_from_ns = _timestamp_ns(msg.read_from, f"read_from of consumer '{name}'")
-    availability = None
-    if msg.HasField("availability_period"):
-        seconds = _seconds(msg.availability_period, f"availability_period of consumer '{name}'")
-        if seconds < 0:
-            raise _bad(f"Invalid availability_period for consumer '{name}': duration seconds cannot be negative")
-        availability = seconds or None
-    if msg.important and availability is not None:
-        raise _bad(
-            f"Consumer '{name}' has both an important flag and a limited availability_period, which are mutually "
-            "exclusive"
-        )
-    return Consumer(
-        name=name,
-        important=msg.important,
-        read_from_ns=read_from_ns,
-        supported_codecs=_codecs(msg.supported_codecs.codecs, f" for consumer '{name}'"),
-        attributes=_consumer_attributes(name, msg.attributes),
-        availability_period_s=availability,
-    )
-
-
-def _check_consumer_codecs(topic_codecs: list[int], consumers: Mapping[str, Consumer]) -> None:
-    for consumer in consumers.values():
-        if consumer.supported_codecs and topic_codecs:
-            for codec in topic_codecs:
-                if codec not in consumer.supported_codecs:
-                    raise _bad(
-                        f"for consumer '{consumer.name}' got unsupported codec {codec} which is supported by topic"
-                    )
-
-
-def _check_metering(mode: int) -> None:
-    if mode:
-        raise StorageError("PRECONDITION_FAILED", "Metering mode can only be specified in a serverless database")
-
-
-def _strategy(s: TopicSettings) -> tuple[int, int, int, float]:
-    """The partition strategy as described: (max active partitions, up %, down %, window seconds),
-    each as stored or, when nothing set it, the tablet config's default."""
-    return (
-        _STORED_DEFAULT_MAX_PARTITIONS if s.max_active_partitions is None else s.max_active_partitions,
-        _STORED_DEFAULT_UP_PERCENT if s.up_utilization_percent is None else s.up_utilization_percent,
-        _STORED_DEFAULT_DOWN_PERCENT if s.down_utilization_percent is None else s.down_utilization_percent,
-        _STORED_DEFAULT_WINDOW_S if s.stabilization_window_s is None else s.stabilization_window_s,
-    )
-
-
-def _check_autopartitioning(s: TopicSettings) -> None:
-    """YDB's ``ValidatePartitionStrategy``, on the strategy as it would be described."""
-    if not s.autopartitioned:
-        return
-    max_partitions, up, down, _ = _strategy(s)
-    if max_partitions and max_partitions < s.min_active_partitions:
-        raise _bad(
-            "Max active partitions must be greater than or equal to partitions count or equals zero (unlimited), "
-            f"provided {max_partitions} and {s.min_active_partitions}"
-        )
-    for what, percent in (("up", up), ("down", down)):
-        if not 0 <= percent <= 100:
-            raise _bad(f"Partition scale {what} threshold percent must be between 0 and 100, provided {percent}")
-    if s.stabilization_window_s is not None and s.stabilization_window_s <= 0:
-        raise _bad(
-            f"Partition scale threshold time must be greater then 1 second, provided {s.stabilization_window_s} seconds"
-        )
-    if s.retention_storage_mb:
-        raise _bad("Auto partitioning is incompatible with retention storage bytes option")
-
-
-def _partition_count(count: int) -> int:
-    if count < 0:
-        raise _bad(f"Partitions count must be non-negative, provided {count}")
-    if count > MAX_PARTITIONS:
-        raise _bad(f"Partitions count must be at most {MAX_PARTITIONS}, provided {count}")
-    return count
-
 
 def _consumer_to_proto(c: Consumer) -> pb.Consumer:
     msg = pb.Consumer(name=c.name, important=c.important, attributes=c.attributes)
@@ -368,56 +199,18 @@ class ControlPlane:
         full = storage.normalize(req.path)
         if full == storage.database:
             raise StorageError("SCHEME_ERROR", f"cannot create a topic at the database root {full}")
-        settings = self._settings(req)
+        settings = settings_from_request(req)
         consumers: dict[str, Consumer] = {}
         for msg in req.consumers:
-            consumer = _consumer_from_proto(msg)
+            consumer = consumer_from_proto(msg)
             if consumer.name in consumers:
-                raise _bad(f"Duplicate consumer name {consumer.name}")
+                raise bad_request(f"Duplicate consumer name {consumer.name}")
             consumers[consumer.name] = consumer
-        _check_consumer_codecs(settings.supported_codecs, consumers)
+        check_consumer_codecs(settings.supported_codecs, consumers)
         if full in storage.topics:
             return pb.CreateTopicResult()  # already there: YDB accepts it and changes nothing
         storage.create(full, settings, consumers.values())
         return pb.CreateTopicResult()
-
-    @staticmethod
-    def _settings(req: Any) -> TopicSettings:
-        ps = req.partitioning_settings
-        min_active = max(1, _partition_count(ps.min_active_partitions))
-        if ps.max_active_partitions < 0 or ps.partition_count_limit < 0:
-            raise _bad("partition counts must not be negative")
-        if req.retention_storage_mb < 0:
-            raise _bad(f"retention_storage_mb must not be negative, provided {req.retention_storage_mb}")
-        _check_metering(req.metering_mode)
-        speed, burst = _write_speed(req.partition_write_speed_bytes_per_second, req.partition_write_burst_bytes)
-        aps = ps.auto_partitioning_settings
-        write = aps.partition_write_speed
-        window = _seconds(write.stabilization_window, "stabilization_window") if write.HasField(
-            "stabilization_window") else 0.0
-        settings = TopicSettings(
-            min_active_partitions=min_active,
-            partition_count_limit=ps.partition_count_limit,
-            retention=_retention(req.retention_period) if req.HasField("retention_period") else DEFAULT_RETENTION,
-            retention_storage_mb=req.retention_storage_mb,
-            supported_codecs=_codecs(req.supported_codecs.codecs),
-            partition_write_speed_bytes_per_second=speed,
-            partition_write_burst_bytes=burst,
-            attributes=_attributes(req.attributes),
-            metering_mode=req.metering_mode,
-            metrics_level=req.metrics_level if req.HasField("metrics_level") else None,
-        )
-        if ps.HasField("auto_partitioning_settings") and aps.strategy != _STRATEGY_DISABLED:
-            # YDB writes a partition strategy only then (pq_schema_actor.cpp, FillProposeRequestImpl
-            # for CreateTopicRequest), with these defaults; an explicit UNSPECIFIED strategy stores
-            # the DISABLED type with them. Otherwise nothing is stored and describe shows defaults.
-            settings.auto_partitioning_strategy = aps.strategy or _STRATEGY_DISABLED
-            settings.max_active_partitions = ps.max_active_partitions or min_active
-            settings.up_utilization_percent = write.up_utilization_percent or _DEFAULT_UP_PERCENT
-            settings.down_utilization_percent = write.down_utilization_percent or _DEFAULT_DOWN_PERCENT
-            settings.stabilization_window_s = window or _DEFAULT_WINDOW_S  # a negative one is refused
-        _check_autopartitioning(settings)
-        return settings
 
     # --- describe -----------------------------------------------------------------------------
 
@@ -439,10 +232,10 @@ class ControlPlane:
         result.self.CopyFrom(self._entry(topic))
         rps = result.partitioning_settings
         rps.min_active_partitions = s.min_active_partitions
-        max_partitions, up, down, window = _strategy(s)
+        max_partitions, up, down, window = described_strategy(s)
         rps.max_active_partitions = max_partitions
         rps.partition_count_limit = s.partition_count_limit
-        strategy = s.auto_partitioning_strategy or _STRATEGY_DISABLED
+        strategy = s.auto_partitioning_strategy or STRATEGY_DISABLED
         rps.auto_partitioning_settings.strategy = strategy  # type: ignore[assignment]
         speed = rps.auto_partitioning_settings.partition_write_speed
         speed.stabilization_window.CopyFrom(duration(window))
@@ -521,13 +314,15 @@ class ControlPlane:
         aps = req.alter_partitioning_settings
         new_min = None
         if aps.HasField("set_min_active_partitions"):
-            new_min = max(1, _partition_count(aps.set_min_active_partitions))
+            new_min = max(1, partition_count(aps.set_min_active_partitions))
             if new_min < len(topic.active_partitions):
-                raise _bad(f"cannot decrease the partition count from {len(topic.active_partitions)} to {new_min}")
+                raise bad_request(
+                    f"cannot decrease the partition count from {len(topic.active_partitions)} to {new_min}"
+                )
             new.min_active_partitions = new_min
         if aps.HasField("set_max_active_partitions"):
             if aps.set_max_active_partitions < 0:
-                raise _bad(f"Partitions count must be non-negative, provided {aps.set_max_active_partitions}")
+                raise bad_request(f"Partitions count must be non-negative, provided {aps.set_max_active_partitions}")
             new.max_active_partitions = aps.set_max_active_partitions
         if aps.HasField("set_partition_count_limit"):
             new.partition_count_limit = aps.set_partition_count_limit
@@ -537,22 +332,22 @@ class ControlPlane:
             # AlterTopicRequest: per-field ``has_set_*``); the others keep what is stored, or
             # describe as the tablet config's defaults (300 s, 80 %, 20 %, max 1).
             if alter.HasField("set_strategy"):
-                new.auto_partitioning_strategy = alter.set_strategy or _STRATEGY_DISABLED
+                new.auto_partitioning_strategy = alter.set_strategy or STRATEGY_DISABLED
             speed = alter.set_partition_write_speed
             if speed.HasField("set_stabilization_window"):
-                new.stabilization_window_s = _seconds(speed.set_stabilization_window, "stabilization_window")
+                new.stabilization_window_s = seconds_of(speed.set_stabilization_window, "stabilization_window")
             if speed.HasField("set_up_utilization_percent"):
                 new.up_utilization_percent = speed.set_up_utilization_percent
             if speed.HasField("set_down_utilization_percent"):
                 new.down_utilization_percent = speed.set_down_utilization_percent
         if req.HasField("set_retention_period"):
-            new.retention = _retention(req.set_retention_period)
+            new.retention = checked_retention(req.set_retention_period)
         if req.HasField("set_retention_storage_mb"):
             if req.set_retention_storage_mb < 0:
-                raise _bad(f"retention_storage_mb must not be negative, provided {req.set_retention_storage_mb}")
+                raise bad_request(f"retention_storage_mb must not be negative, provided {req.set_retention_storage_mb}")
             new.retention_storage_mb = req.set_retention_storage_mb
         if req.HasField("set_supported_codecs"):
-            new.supported_codecs = _codecs(req.set_supported_codecs.codecs)
+            new.supported_codecs = checked_codecs(req.set_supported_codecs.codecs)
         if req.HasField("set_partition_write_speed_bytes_per_second") or req.HasField(
             "set_partition_write_burst_bytes"
         ):
@@ -566,21 +361,21 @@ class ControlPlane:
                 if req.HasField("set_partition_write_burst_bytes")
                 else new.partition_write_burst_bytes
             )
-            new.partition_write_speed_bytes_per_second, new.partition_write_burst_bytes = _write_speed(
+            new.partition_write_speed_bytes_per_second, new.partition_write_burst_bytes = write_speed(
                 speed_value, burst_value
             )
-        _check_metering(req.set_metering_mode)
+        check_metering(req.set_metering_mode)
         which = req.WhichOneof("metrics_level")
         if which == "set_metrics_level":
             new.metrics_level = req.set_metrics_level
         elif which == "reset_metrics_level":
             new.metrics_level = None
-        for key, value in _attributes(req.alter_attributes).items():
+        for key, value in checked_attributes(req.alter_attributes).items():
             if value:
                 new.attributes[key] = value
             else:
                 new.attributes.pop(key, None)
-        _check_autopartitioning(new)
+        check_autopartitioning(new)
 
         consumers = dict(topic.consumers)
         for name in req.drop_consumers:
@@ -590,7 +385,7 @@ class ControlPlane:
                 )
             del consumers[name]
         for msg in req.add_consumers:
-            consumer = _consumer_from_proto(msg)
+            consumer = consumer_from_proto(msg)
             if consumer.name in consumers:
                 raise StorageError("ALREADY_EXISTS", f"Duplicate consumer name {consumer.name}")
             consumers[consumer.name] = consumer
@@ -602,7 +397,7 @@ class ControlPlane:
                 )
             altered[c.name] = self._altered_consumer(consumers[c.name], c)
         consumers.update(altered)
-        _check_consumer_codecs(new.supported_codecs, consumers)
+        check_consumer_codecs(new.supported_codecs, consumers)
 
         # Everything is validated: apply.
         if new_min is not None and new_min > len(topic.active_partitions):
@@ -632,25 +427,27 @@ class ControlPlane:
         if c.HasField("set_important"):
             changed.important = c.set_important
         if c.HasField("set_read_from"):
-            changed.read_from_ns = _timestamp_ns(c.set_read_from, f"read_from of consumer '{c.name}'")
+            changed.read_from_ns = timestamp_ns(c.set_read_from, f"read_from of consumer '{c.name}'")
         if c.HasField("set_supported_codecs"):
-            changed.supported_codecs = _codecs(c.set_supported_codecs.codecs, f" for consumer '{c.name}'")
+            changed.supported_codecs = checked_codecs(c.set_supported_codecs.codecs, f" for consumer '{c.name}'")
         if c.HasField("set_availability_period"):
-            seconds = _seconds(c.set_availability_period, f"availability_period of consumer '{c.name}'")
+            seconds = seconds_of(c.set_availability_period, f"availability_period of consumer '{c.name}'")
             if seconds < 0:
-                raise _bad(f"Invalid availability_period for consumer '{c.name}': duration seconds cannot be negative")
+                raise bad_request(
+                    f"Invalid availability_period for consumer '{c.name}': duration seconds cannot be negative"
+                )
             changed.availability_period_s = seconds or None
         if c.HasField("reset_availability_period"):
             changed.availability_period_s = None
         if changed.important and changed.availability_period_s is not None:
-            raise _bad(
+            raise bad_request(
                 f"Consumer '{c.name}' has both an important flag and a limited availability_period, which are "
                 "mutually exclusive"
             )
         attributes = dict(changed.attributes)
         for key, value in c.alter_attributes.items():
             attributes[key] = value
-        changed.attributes = _consumer_attributes(c.name, attributes)
+        changed.attributes = consumer_attributes(c.name, attributes)
         return changed
 
     # --- drop, commit -------------------------------------------------------------------------
@@ -680,7 +477,9 @@ class ControlPlane:
                     "SESSION_EXPIRED", f"set offset in already dead session {req.read_session_id} actual is {current}"
                 )
         if req.offset < 0 or req.offset > partition.end_offset:
-            raise _bad(f"offset {req.offset} is outside [0, {partition.end_offset}] of partition {req.partition_id}")
+            raise bad_request(
+                f"offset {req.offset} is outside [0, {partition.end_offset}] of partition {req.partition_id}"
+            )
         if req.read_session_id:
             if req.offset > consumer.stored_offset(partition):  # a lower one is a stale request: OK, no change
                 consumer.commit(partition, req.offset)
