@@ -11,7 +11,9 @@ a plain import and the package must still import). The checks:
   extras (the one error, ``MissingDependencyError``, for a package of an extra that is missing);
 - the adapters (integrations, Spark, the CLI, the demo, the FastStream broker) use only the public API: the package's
   root, the public namespaces (``observability``, ``extras``, ``testing``, ``spark``,
-  ``integrations``: their modules without a leading underscore), and their own modules.
+  ``integrations``: their modules without a leading underscore), and their own modules;
+- no module is longer than ``MAX_LINES`` (the generated protobuf modules aside): a longer one
+  does several jobs, and is cut for what it holds.
 
 Importing ``pkg.sub`` counts as importing ``pkg.sub`` only: a package's ``__init__`` is a
 re-export for users, placed at the layer of what it re-exports.
@@ -84,6 +86,7 @@ ADAPTERS = ("integrations", "spark", "cli", "demo", "faststream")
 PUBLIC = ("", "observability", "extras", "testing", "spark", "integrations")
 """What adapters may import: the root, and these public namespaces (their modules' public names)."""
 SERVER_MAY_USE = ("_proto", "_key_ranges", "extras")
+MAX_LINES = 700
 
 
 def _layer_of(module: str) -> int:
@@ -220,6 +223,15 @@ def server_violations(graph: Mapping[str, Iterable[str]]) -> list[str]:
     ]
 
 
+def long_modules(root: Path = PACKAGE, limit: int = MAX_LINES) -> dict[str, int]:
+    """The modules longer than ``limit`` lines, with their length (generated protobuf modules aside)."""
+    return {
+        _module_name(path, root) or NAME: lines
+        for path in sorted(root.rglob("*.py"))
+        if "_proto" not in path.relative_to(root).parts and (lines := len(path.read_text().splitlines())) > limit
+    }
+
+
 GRAPH = import_graph()
 
 
@@ -255,6 +267,10 @@ def test_nothing_below_the_driver_imports_it() -> None:
     driver = _layer_of("_driver")
     below = sorted(m for m, targets in GRAPH.items() if "_driver" in targets and _layer_of(m) < driver)
     assert below == []
+
+
+def test_no_module_is_longer_than_the_limit() -> None:
+    assert long_modules() == {}
 
 
 # --- the checks themselves can fail -------------------------------------------------------------
@@ -321,3 +337,17 @@ def test_the_check_sees_adapters_and_the_server_reaching_inside(tmp_path: Path) 
     graph = import_graph(root)
     assert adapter_violations(graph) == ["cli -> _retry"]
     assert server_violations(graph) == ["testing -> _errors"]
+
+
+def test_the_check_sees_a_long_module(tmp_path: Path) -> None:
+    root = _tree(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "fits.py": "x = 1\n" * MAX_LINES,
+            "writer/__init__.py": "",
+            "writer/grown.py": "x = 1\n" * (MAX_LINES + 1),
+            "_proto/ydb_topic_pb2.py": "x = 1\n" * (MAX_LINES * 3),  # generated: not counted
+        },
+    )
+    assert long_modules(root) == {"writer.grown": MAX_LINES + 1}
