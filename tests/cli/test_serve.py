@@ -103,6 +103,7 @@ async def test_every_serve_option_works_from_every_entry_point(entry_point: str,
             assert [p.stats.end_offset for p in described.partitions if p.stats] == [2]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("entry_point", list(ENTRY_POINTS))
 async def test_mistakes_in_serve_options_exit_2_naming_the_option(entry_point: str) -> None:
     for option, value, message in (
