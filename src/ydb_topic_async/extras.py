@@ -24,9 +24,10 @@ def install_hint(extra: str) -> str:
 def missing_dependency(exc: ImportError, feature: str, needs: str, extra: str) -> MissingDependencyError:
     """The error for ``feature``, which needs ``needs`` (the ``extra``'s packages), when importing
     failed with ``exc``: it names the missing module and the install command. Raise it ``from exc``."""
+    missing = exc.name.split(".")[0] if exc.name else None  # the package to install, not its submodule
     return MissingDependencyError(
-        f"{feature} needs {needs} ({exc.name or 'a package'} is missing): {install_hint(extra)}",
-        name=exc.name,
+        f"{feature} needs {needs} ({missing or 'a package'} is missing): {install_hint(extra)}",
+        name=missing,
         extra=extra,
     )
 

@@ -14,7 +14,7 @@ holding its query session is stopped under it (``LocalTopicCluster.stop_node_dur
 when a node dies with a commit on it. What the settling relies on is YDB's rule for offsets in a
 transaction: a transaction's offsets of a partition must start at the consumer's committed offset,
 or the commit is aborted (``ydb/core/persqueue`` checks a transaction's consumer offsets against
-the committed ones before it applies them; ``testing/partition_log.py``'s ``PendingOffsets`` does
+the committed ones before it applies them; ``testing/storage/transactions.py``'s ``PendingOffsets`` does
 the same here). Sessions' calls go to their node as the official SDKs send them
 (ydb-python-sdk ``ydb/query/session.py`` passes ``preferred_endpoint`` of the session's node id;
 ydb-go-sdk v3.116.1 moved ``UpdateOffsetsInTransaction`` to the transaction's node).

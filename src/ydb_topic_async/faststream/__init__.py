@@ -16,7 +16,7 @@
 
 from importlib.util import find_spec
 
-from ..extras import install_hint
+from ..extras import missing_dependency
 
 try:
     from faststream import TestApp
@@ -34,7 +34,7 @@ try:
     from ._testing import InMemoryMessage, TestYdbBroker
 except ImportError as exc:
     if find_spec("faststream") is None:  # the extra is missing, rather than something inside it
-        raise ImportError(f"ydb_topic_async.faststream needs FastStream: {install_hint('faststream')}") from exc
+        raise missing_dependency(exc, __name__, "FastStream", "faststream") from exc
     raise
 
 __all__ = [
