@@ -55,6 +55,7 @@ CASES = {
     "spark without pyspark": ("pyspark", "spark", "import ydb_topic_async.spark"),
     "spark without pyarrow": ("pyarrow", "spark", "import ydb_topic_async.spark"),
     "tracing": ("opentelemetry", "otel", "yta.OpenTelemetryTracing()"),
+    "OpenTelemetry metrics": ("opentelemetry", "otel", "yta.OpenTelemetryMetrics()"),
     "service account key": ("jwt", "cloud", "yta.ServiceAccountCredentials('sa', 'key', 'not used')"),
     "metadata credentials": ("httpx", "cloud", "yta.MetadataUrlCredentials()"),
     "testing token services": (

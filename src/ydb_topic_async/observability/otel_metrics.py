@@ -25,9 +25,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .._errors import InvalidArgumentError, MissingDependencyError
+from .._errors import InvalidArgumentError
+from ..extras import missing_dependency
 from .metrics import NoopMetrics
-from .tracing import INSTALL_HINT, MESSAGING_SYSTEM
+from .tracing import MESSAGING_SYSTEM
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import MeterProvider
@@ -78,7 +79,7 @@ class OpenTelemetryMetrics(NoopMetrics):
         try:
             from opentelemetry import metrics
         except ImportError as exc:
-            raise MissingDependencyError(f"OpenTelemetry metrics need the OpenTelemetry API: {INSTALL_HINT}") from exc
+            raise missing_dependency(exc, "OpenTelemetry metrics", "the OpenTelemetry API", "otel") from exc
         from .._version import __version__
 
         if meter_provider is not None and not callable(getattr(meter_provider, "get_meter", None)):
