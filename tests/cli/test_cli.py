@@ -82,7 +82,8 @@ async def test_write_then_read_with_and_without_consumer(server: LocalTopicServe
 async def test_mistakes_get_clear_errors_and_exit_codes(server: LocalTopicServer) -> None:
     code, out, err = await cli(server, "topic", "describe", "missing")
     assert code == 1 and out == ""
-    assert "SchemeError" in err and "/local/missing" in err and "Traceback" not in err
+    # A missing topic is the SchemeError that says so: TopicNotFoundError.
+    assert "TopicNotFoundError" in err and "/local/missing" in err and "Traceback" not in err
     code, _, err = await cli(server, "read", "anything")
     assert code == 2 and "--consumer" in err and "Traceback" not in err
     code, _, err = await cli(server, "topic", "create", "x", "--codecs", "snappy")
