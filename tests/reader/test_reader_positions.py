@@ -267,6 +267,28 @@ async def test_a_long_backward_seek_is_read_again_within_the_buffer(driver: yta.
         assert reader.peak_buffered_bytes <= 2 * buffer + 64 * 1024
 
 
+async def test_a_backward_seek_at_the_in_flight_limit_is_not_held_by_what_it_reads_again(
+    driver: yta.Driver, topic: str
+) -> None:
+    """``partition_max_in_flight_bytes`` counts what was handed out and not committed. What a
+    backward seek passes back over is handed out again, and counted then: counted twice, it would
+    hold the partition over its limit for good, as none of it can be committed before it is read
+    again. And a commit that frees room wakes a receive already waiting for what is read again."""
+    await fill(driver, topic, [b"x" * 1000] * 10)
+    async with driver.topic.reader(topic, consumer="consumer", partition_max_in_flight_bytes=3000) as reader:
+        first = [(await reader.receive_batch(max_messages=1, timeout=10))[0] for _ in range(3)]
+        with pytest.raises(yta.OperationTimeoutError):
+            await reader.receive_batch(timeout=0.3)  # at the limit: nothing more until commits
+        await reader.seek(first[0].partition_session, 1)
+        again = await _take(reader, 2)
+        assert _offsets(again) == [1, 2]
+        with pytest.raises(yta.OperationTimeoutError):
+            await reader.receive_batch(timeout=0.3)  # counted again: at the limit once more
+        for message in (first[0], *again):
+            reader.commit(message)
+        assert _offsets(await _take(reader, 2)) == [3, 4]
+
+
 async def test_when_reading_again_fails_everything_uncommitted_is_delivered_again(
     server: LocalTopicServer, driver: yta.Driver, topic: str, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -266,7 +266,8 @@ class ReadBuffer:
         """``session``'s hold or in-flight limit changed: wake receivers if it may be taken from."""
         books = session._bookkeeping
         books.paused = books.hold or books.over_limit
-        if not books.paused and books.buffered:
+        if books.buffered and not books.over_limit:
+            # Held by a backward seek, what it reads again may go: let receivers look.
             self.nonempty.set()
 
     def settle(self) -> None:
@@ -290,6 +291,22 @@ class ReadBuffer:
             in_flight -= marks.popleft()[1]
         books.in_flight = in_flight
         if books.over_limit and in_flight < self.partition_limit:
+            books.over_limit = False
+            self.paused_changed(session)
+
+    def forget_in_flight(self, session: PartitionSession, offset: int) -> None:
+        """A backward seek to ``offset``: what was handed out from there on is handed out again
+        (and counted again then), so it is no longer in flight. A take that straddles ``offset``
+        is forgotten whole: the limit is a bound that one take may cross anyway, and counting
+        it twice could hold the session over the limit with nothing left to commit."""
+        books = session._bookkeeping
+        marks = books.in_flight_marks
+        if not marks:
+            return
+        kept = deque(mark for mark in marks if mark[0] <= offset)
+        books.in_flight -= sum(nbytes for _, nbytes in marks) - sum(nbytes for _, nbytes in kept)
+        books.in_flight_marks = kept
+        if books.over_limit and books.in_flight < self.partition_limit:
             books.over_limit = False
             self.paused_changed(session)
 

@@ -553,6 +553,7 @@ class ReaderConnection:
         )
         books.replay = replay
         books.hold = True
+        buffer.forget_in_flight(session, offset)
         buffer.paused_changed(session)
         group.start_soon(replay.run, name=f"topic reader replay {session.topic_path}:{session.partition_id}")
         logger.debug("topic reader: %r sought back to %d (reading %r)", session, offset, replay, extra=self.log_fields)
