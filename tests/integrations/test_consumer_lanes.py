@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections import defaultdict
 from collections.abc import AsyncIterator
 
@@ -319,3 +320,94 @@ async def test_a_consumer_without_a_consumer_name_reads_explicit_partitions_and_
 
 async def _ignore(message: yta.TopicMessage) -> None:
     pass
+
+
+async def test_redeliver_reads_a_partition_again_from_the_message_while_the_other_lanes_go_on(
+    server: LocalTopicServer, driver: yta.Driver
+) -> None:
+    """``redeliver`` from a handler: its lane passes over what it holds, commits nothing from the
+    message on, and after the backoff seeks the partition session back; no restart, no other
+    lane touched. A batch handler's redelivery starts at the batch's first message."""
+    await _topic(driver, "again", 2, 5)
+    seen: dict[int, list[int]] = defaultdict(list)
+    committed_when_seen_again: list[int] = []
+    kept: list[yta.TopicMessage] = []
+
+    async def handle(message: yta.TopicMessage) -> None:
+        partition, offset = message.partition_id, message.offset
+        if (partition, offset) == (0, 2) and kept:
+            committed_when_seen_again.append(server.storage.committed_offsets("again", "group")[0])
+        seen[partition].append(offset)
+        if (partition, offset) == (0, 2) and not kept:
+            kept.append(message)
+            assert consumer.redeliver(message) is True
+
+    consumer = Consumer("again", "group", handle, concurrency=2, initial_backoff=0.05, max_backoff=0.1)
+    async with _running(server, consumer):
+        await eventually(lambda: server.storage.committed_offsets("again", "group") == {0: 5, 1: 5}, "committed")
+        assert consumer.restarts == 0
+    assert seen == {0: [0, 1, 2, 2, 3, 4], 1: [0, 1, 2, 3, 4]}
+    assert committed_when_seen_again == [2]  # nothing from the redelivered message on was committed
+    assert consumer.handled == 10  # the redelivered call does not count
+    assert consumer.redeliver(kept[0]) is False  # its run is over
+    with pytest.raises(yta.InvalidArgumentError, match="TopicMessage or a MessageBatch"):
+        consumer.redeliver("not a message")  # type: ignore[arg-type]
+
+    batches: list[list[int]] = []
+
+    async def handle_batch(batch: yta.MessageBatch) -> None:
+        batches.append([m.offset for m in batch])
+        if len(batches) == 1:
+            batch_consumer.redeliver(batch)
+
+    await _topic(driver, "again-batches", 1, 4)
+    batch_consumer = Consumer(
+        "again-batches", "group", batch_handler=handle_batch, initial_backoff=0.05, max_backoff=0.1
+    )
+    async with _running(server, batch_consumer):
+        await eventually(lambda: server.storage.committed_offsets("again-batches", "group") == {0: 4}, "committed")
+    first = batches[0]
+    assert [o for b in batches[1:] for o in b] == list(range(first[0], 4))
+
+
+async def test_a_partition_taken_away_while_its_lane_waits_to_read_it_again_goes_to_its_new_owner(
+    server: LocalTopicServer, driver: yta.Driver
+) -> None:
+    """A rebalance during a redelivery's backoff: the lane ends without seeking, and the new
+    owner reads the partition from the committed offset, the redelivered message included.
+    Stopping does not wait for a lane's backoff either."""
+    await _topic(driver, "moving", 2, 3)
+    seen: list[tuple[str, int, int]] = []
+
+    async def refuse(message: yta.TopicMessage) -> None:
+        seen.append(("first", message.partition_id, message.offset))
+        first.redeliver(message)  # every time: its lanes only wait
+
+    async def take(message: yta.TopicMessage) -> None:
+        seen.append(("second", message.partition_id, message.offset))
+
+    def taken_by_second(partition: int) -> list[int]:
+        return [offset for who, p, offset in seen if who == "second" and p == partition]
+
+    # A backoff of 10 to 20 s, longer than the test: the first's lanes wait all along.
+    first = Consumer(
+        "moving", "group", refuse, concurrency=2, initial_backoff=20, max_backoff=20, graceful_stop_timeout=0.2
+    )
+    second = Consumer("moving", "group", take, concurrency=2)
+    first_runtime = TopicRuntime(server.endpoint, server.database, consumers=[first], shutdown_timeout=20)
+    await first_runtime.start()
+    try:
+        await eventually(lambda: len(seen) == 2, "both partitions refused once")
+        async with _running(server, second):
+            await eventually(lambda: any(taken_by_second(p) for p in (0, 1)), "a partition moved")
+            moved = next(p for p in (0, 1) if taken_by_second(p))
+            await eventually(lambda: taken_by_second(moved) == [0, 1, 2], "read from its committed offset")
+            started = time.monotonic()
+            await first_runtime.close()
+            assert time.monotonic() - started < 5  # not held by the other lane's backoff
+            await eventually(lambda: taken_by_second(1 - moved) == [0, 1, 2], "the other one too, from the start")
+            await eventually(lambda: server.storage.committed_offsets("moving", "group") == {0: 3, 1: 3}, "committed")
+    finally:
+        await first_runtime.close()
+    assert sorted((p, o) for who, p, o in seen if who == "first") == [(0, 0), (1, 0)]
+    assert first.restarts == 0 and first.last_error is None

@@ -30,7 +30,7 @@ try:
     from ._registrator import YdbRegistrator
     from ._response import YdbPublishCommand, YdbPublishMessage, YdbResponse
     from ._router import YdbPublisher, YdbRoute, YdbRouter
-    from ._subscriber import DEFAULT_ACK_POLICY, RedeliveryRequested, YdbBatchSubscriber, YdbSubscriber
+    from ._subscriber import DEFAULT_ACK_POLICY, YdbBatchSubscriber, YdbSubscriber
     from ._testing import InMemoryMessage, TestYdbBroker
 except ImportError as exc:
     if find_spec("faststream") is None:  # the extra is missing, rather than something inside it
@@ -41,7 +41,6 @@ __all__ = [
     "DEFAULT_ACK_POLICY",
     "KEY_METADATA",
     "InMemoryMessage",
-    "RedeliveryRequested",
     "TestApp",
     "TestYdbBroker",
     "YdbBatchPublisher",

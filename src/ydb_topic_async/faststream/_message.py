@@ -2,8 +2,8 @@
 
 A message's headers are its metadata items (decoded as UTF-8); the key a publisher gave travels
 in the metadata item ``__key``. Acknowledging maps onto YDB's commits through a ``Settlement``
-that the subscriber provides: ``ack`` and ``reject`` commit, ``nack`` asks for the message
-(and what follows it in its partition) to be delivered again.
+that the subscriber provides: ``ack`` and ``reject`` commit, ``nack`` has the message (and what
+follows it in its partition) delivered again.
 """
 
 from __future__ import annotations
@@ -53,8 +53,9 @@ class Settlement(Protocol):
     def commit(self, raw: Any) -> None:
         """Commit ``raw``'s offsets (``ack``, ``reject``)."""
 
-    def redeliver(self, raw: Any) -> None:
-        """Leave ``raw`` uncommitted and have it delivered again (``nack``)."""
+    async def redeliver(self, raw: Any) -> None:
+        """Leave ``raw`` uncommitted and have it, and what follows it in its partition, delivered
+        again (``nack``)."""
 
 
 class NoSettlement:
@@ -63,7 +64,7 @@ class NoSettlement:
     def commit(self, raw: Any) -> None:
         pass
 
-    def redeliver(self, raw: Any) -> None:
+    async def redeliver(self, raw: Any) -> None:
         pass
 
 
@@ -74,9 +75,9 @@ class YdbMessage(StreamMessage[Any]):
     """A message read from a YDB topic (or, for a batch subscriber, a batch of one partition).
 
     ``ack()`` and ``reject()`` commit it; ``nack()`` leaves it uncommitted and has it delivered
-    again, with the messages after it in its partition (YDB commits contiguous offsets and has
-    no per-message negative acknowledgement). For a batch, the fields describe its first
-    message and ``raw_message`` is the batch.
+    again, with the messages after it in its partition, while the other partitions go on (YDB
+    commits contiguous offsets and has no per-message negative acknowledgement). For a batch,
+    the fields describe its first message and ``raw_message`` is the batch.
 
     Attributes:
         key: The key it was published with (the ``__key`` metadata item), or None.
@@ -157,9 +158,10 @@ class YdbMessage(StreamMessage[Any]):
 
     async def nack(self) -> None:
         """Leave the message uncommitted and have it, and what follows it in its partition,
-        delivered again (the subscriber's reader restarts after a short backoff)."""
+        delivered again: a handler's subscriber reads the partition again from it after a
+        backoff (the other partitions go on); ``get_one`` and ``async for`` get it next."""
         if self.committed is None:
-            self._settlement.redeliver(self.raw_message)
+            await self._settlement.redeliver(self.raw_message)
         await super().nack()
 
 

@@ -83,8 +83,10 @@ class YdbRegistrator(Registrator[Any, YdbBrokerConfig]):
             max_in_flight_bytes: The most payload bytes received and not yet handled.
             reader_options: The keyword arguments of ``driver.topic.reader`` (buffer size,
                 decoders, partition callbacks...).
-            initial_backoff: Seconds before the subscriber's reader restarts after a failure or a
-                nack, doubling up to ``max_backoff`` while nothing is handled in between.
+            initial_backoff: Seconds before the subscriber's reader restarts after a failure,
+                and before a nacked message's partition is read again from it, doubling up to
+                ``max_backoff`` while nothing is handled in between (in that partition, for a
+                nack).
             max_backoff: See ``initial_backoff``.
             persistent: Keep the subscriber registered while nothing else refers to it.
             dependencies: Dependencies of every handler of the subscriber.

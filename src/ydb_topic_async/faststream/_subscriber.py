@@ -4,6 +4,7 @@ partition's messages to FastStream's handler pipeline in order; commits follow t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import dataclasses
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
@@ -23,6 +24,7 @@ from .. import (
     MessageBatch,
     OperationTimeoutError,
     PartitionSession,
+    PartitionSessionClosedError,
     ReaderOptions,
     TopicMessage,
     TopicReader,
@@ -46,10 +48,6 @@ DEFAULT_GRACEFUL_TIMEOUT = 15.0
 
 _HANDLING: contextvars.ContextVar[object] = contextvars.ContextVar("ydb_faststream_handling", default=None)
 """The subscriber whose handler the current task runs (so that ``stop`` from a handler does not wait for itself)."""
-
-
-class RedeliveryRequested(Exception):
-    """A handler nacked a message: the subscriber's consumer restarts and delivers it again."""
 
 
 @dataclass(kw_only=True)
@@ -136,11 +134,12 @@ class YdbSubscriberSpecification(SubscriberSpecification[YdbBrokerConfig, YdbSub
 
 
 class _ReaderSettlement:
-    """Commits through the reader that delivered a message; records nacks for the handler wrapper."""
+    """Commits through the reader that delivered a message; a nack rewinds its partition."""
 
     def __init__(self, subscriber: YdbSubscriber) -> None:
         self._subscriber = subscriber
-        self._redeliver: set[int] = set()
+        self._nacked: set[int] = set()
+        """Without a consumer: the messages (batches) nacked, by ``id``, until ``take_nack``."""
 
     def commit(self, raw: Any) -> None:
         if self._subscriber.consumer_name is None:
@@ -149,15 +148,30 @@ class _ReaderSettlement:
         if reader is not None and isinstance(raw, (TopicMessage, MessageBatch)):
             reader.commit(raw)
 
-    def redeliver(self, raw: Any) -> None:
-        self._redeliver.add(id(raw))
+    async def redeliver(self, raw: Any) -> None:
+        if not isinstance(raw, (TopicMessage, MessageBatch)):
+            return
+        subscriber = self._subscriber
+        consumer = subscriber.consumer
+        if consumer is not None:
+            # Its lane passes over what follows it and reads the partition again from it, after
+            # a backoff; the other lanes go on.
+            consumer.redeliver(raw)
+            if subscriber.consumer_name is None:
+                self._nacked.add(id(raw))
+            return
+        reader = subscriber.reader
+        if reader is not None:  # get_one / async for: the next receive of its partition is it again
+            first = raw if isinstance(raw, TopicMessage) else raw.messages[0]
+            with contextlib.suppress(PartitionSessionClosedError):  # taken away: read again by its next owner
+                await reader.seek(raw.partition_session, first.offset)
 
-    def take_redelivery(self, raw: Any) -> bool:
-        """Whether ``raw`` was nacked (forgotten once asked)."""
-        if not self._redeliver:
+    def take_nack(self, raw: Any) -> bool:
+        """Whether ``raw`` was nacked (forgotten once asked); only without a consumer."""
+        if not self._nacked:
             return False
-        found = id(raw) in self._redeliver
-        self._redeliver.discard(id(raw))
+        found = id(raw) in self._nacked
+        self._nacked.discard(id(raw))
         return found
 
 
@@ -353,12 +367,8 @@ class YdbSubscriber(SubscriberUsecase[Any]):
         self._handled(batch, last.partition_id, last.offset)
 
     def _handled(self, raw: Any, partition_id: int, offset: int) -> None:
-        if self._settlement.take_redelivery(raw):
-            raise RedeliveryRequested(
-                f"a handler nacked offset {offset} of partition {partition_id}: it is delivered again,"
-                " with what follows it, once the subscriber's reader has restarted"
-            )
-        if self.consumer_name is None:
+        if self.consumer_name is None and not self._settlement.take_nack(raw):
+            # Where a restarted reader goes on (a nacked message is read again from its lane's rewind).
             topic = raw.topic_path if isinstance(raw, TopicMessage) else raw.partition_session.topic_path
             self._next_offsets[(topic, partition_id)] = offset + 1
 

@@ -10,12 +10,13 @@ writers flush every accepted message, and the driver closes last.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import random
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Unpack
+from typing import Any, Final, Literal, Unpack
 
 import anyio
 import anyio.abc
@@ -29,6 +30,7 @@ from .. import (
     MessageBatch,
     OperationTimeoutError,
     PartitionSession,
+    PartitionSessionClosedError,
     ReaderOptions,
     ReaderSettings,
     RetryPolicy,
@@ -132,6 +134,8 @@ class _Supervised:
         self.batch_window = batch_window
         self.initial_backoff = initial_backoff
         self.max_backoff = max_backoff
+        self.backoff = BackoffSchedule(initial_backoff, max_backoff, floor=0.5)
+        """The delays of restarts, and of a lane's messages delivered again (``Consumer.redeliver``)."""
         self.name = name or f"{consumer or '(no consumer)'}@{topics if isinstance(topics, str) else '...'}"
         self.reader_settings = ReaderSettings(consumer, **reader_options)
         """The reader's options, checked; each reader it runs gets them with its own ``on_partition_stop``."""
@@ -160,7 +164,7 @@ class _Supervised:
 
     async def run(self, driver: Driver) -> None:
         """Consume until ``stop`` or cancellation; failures restart the reader after a backoff."""
-        schedule = BackoffSchedule(self.initial_backoff, self.max_backoff, floor=0.5)
+        schedule = self.backoff
         # Every failure is worth a restart (a handler's bug included): only the delay grows.
         retry = RetryState(RetryPolicy(None, None, fast=schedule, slow=schedule), classify=lambda _: "fast")
         self._stopping = False
@@ -236,11 +240,14 @@ class _Item:
     """A batch dealt to a lane: its payload bytes (counted against ``max_in_flight_bytes``) and,
     for a transactional consumer, the transaction its offsets were recorded in."""
 
-    __slots__ = ("batch", "nbytes", "tx", "tx_slot")
+    __slots__ = ("batch", "generation", "nbytes", "tx", "tx_slot")
 
     def __init__(self, batch: MessageBatch, tx: Transaction | None = None) -> None:
         self.batch = batch
         self.nbytes = sum(len(message.data) for message in batch.messages)
+        self.generation = 0
+        """Its lane's ``generation`` when it was received: an older one was received before the
+        lane's latest rewind, from the position the rewind left."""
         self.tx = tx
         self.tx_slot = tx is not None
         """Whether it still counts against ``max_open_transactions``."""
@@ -284,7 +291,9 @@ class Consumer(_Supervised):
 
     ``auto_commit=False`` leaves committing to the handler, through ``consumer.reader`` (the
     current run's reader); ``consumer=None`` reads without a consumer (nothing can be
-    committed, so it needs ``auto_commit=False``).
+    committed, so it needs ``auto_commit=False``). ``redeliver(message)`` has a message, and
+    what follows it in its partition, delivered again after a backoff without a restart: the
+    other lanes go on.
     """
 
     def __init__(
@@ -330,6 +339,37 @@ class Consumer(_Supervised):
         self.batch_handler = batch_handler
         self.auto_commit = auto_commit
 
+    def redeliver(self, message: TopicMessage | MessageBatch) -> bool:
+        """Have ``message`` (a batch: from its first message on), and every message after it in
+        its partition, delivered again in order, after a backoff; the other partitions' lanes
+        go on undisturbed. For a handler that cannot handle a message now (FastStream's
+        ``nack``); a handler that raises restarts the whole consumer instead.
+
+        The lane of the message's partition session stops: a handler call in progress in it
+        finishes, nothing the lane received after the message is handed to the handler or
+        committed (the message itself neither, when this is called from its own handler call),
+        and no new call starts in it. After a backoff (from ``initial_backoff``, doubling up to
+        ``max_backoff`` while the lane handles nothing in between), the reader seeks the
+        partition session back to the message's offset (``TopicReader.seek``, no lower than the
+        committed offset) and the lane goes on from there. So a message that always fails is
+        retried more and more slowly and holds its partition; its commits wait behind it.
+
+        Returns False, doing nothing, when the message's partition session has ended or is not
+        one of this run's: whoever reads the partition next starts at the committed offset,
+        which is not past the message unless it was committed.
+
+        Raises:
+            InvalidArgumentError: ``message`` is neither a ``TopicMessage`` nor a ``MessageBatch``.
+        """
+        if isinstance(message, TopicMessage):
+            offset = message.offset
+        elif isinstance(message, MessageBatch):
+            offset = message.messages[0].offset
+        else:
+            raise InvalidArgumentError(f"expected a TopicMessage or a MessageBatch, got {message!r}")
+        run = self._run
+        return run is not None and run.rewind(message.partition_session, offset)
+
     async def _receive(self, run: _Run, reader: TopicReader) -> _Item | None:
         batch = await reader.receive_batch(self.max_batch_messages, self.max_batch_bytes, max_wait=self.batch_window)
         return _Item(batch)
@@ -341,6 +381,9 @@ class Consumer(_Supervised):
                 if run.halted():
                     return
                 await self.batch_handler(batch)
+            if item.generation != lane.generation:
+                return  # redelivered: not committed, not handled
+            lane.rewinds = 0
             if self.auto_commit:
                 reader.commit(batch)
             self.handled += len(batch)
@@ -348,9 +391,12 @@ class Consumer(_Supervised):
         assert self.handler is not None
         for message in batch:
             async with run.calls:
-                if run.halted() or lane.session.closed:
+                if run.halted() or lane.session.closed or item.generation != lane.generation:
                     break
                 await self.handler(message)
+            if item.generation != lane.generation:
+                break  # redelivered: neither it nor the rest of the batch is committed
+            lane.rewinds = 0
             if self.auto_commit:
                 reader.commit(message)
             self.handled += 1
@@ -555,12 +601,29 @@ SupervisedConsumer = Consumer | TransactionalConsumer
 """What ``TopicRuntime`` supervises."""
 
 
+REWIND: Final = "rewind"
+"""Put in a lane's queue to wake it for a rewind (``None`` ends the lane)."""
+
+
 class _Lane:
     """One partition session's batches, handled one after another in the order received."""
 
     def __init__(self, session: PartitionSession) -> None:
         self.session = session
-        self.queue: asyncio.Queue[_Item | None] = asyncio.Queue()
+        self.queue: asyncio.Queue[_Item | Literal["rewind"] | None] = asyncio.Queue()
+        self.generation = 0
+        """Bumped by a rewind, when it is asked for and when the reader has sought: the items
+        received before (``_Item.generation``) are passed over, to be received again."""
+        self.rewind_to: int | None = None
+        """The offset to seek the session back to once the backoff has passed (``Consumer.redeliver``)."""
+        self.rewinds = 0
+        """Rewinds since the lane last handled a message: the backoff's attempt."""
+        self.ending = asyncio.Event()
+        """Set when the lane is to end (halted, or its partition session stopped)."""
+
+    def end(self) -> None:
+        self.ending.set()
+        self.queue.put_nowait(None)
 
 
 class _Run:
@@ -604,14 +667,14 @@ class _Run:
             self._receiving.cancel()
         self._room.set()
         for lane in self._lanes.values():
-            lane.queue.put_nowait(None)
+            lane.end()
 
     async def partition_stopped(self, session: PartitionSession) -> None:
         """The reader ended ``session`` (after a graceful stop: once what it handed out was
         committed, or its ``graceful_stop_timeout`` passed): its lane ends after its current call."""
         lane = self._lanes.pop(session, None)
         if lane is not None:
-            lane.queue.put_nowait(None)
+            lane.end()
         callback = self._consumer.reader_settings.on_partition_stop
         if callback is not None:
             result = callback(session)
@@ -637,7 +700,66 @@ class _Run:
             await self._room.wait()
         if self.halted():
             return None
-        return await consumer._receive(self, reader)
+        item = await consumer._receive(self, reader)
+        if item is not None:
+            # Stamped at once: no seek can come between the reader handing it out and this.
+            lane = self._lanes.get(item.batch.partition_session)
+            if lane is not None:
+                item.generation = lane.generation
+        return item
+
+    def rewind(self, session: PartitionSession, offset: int) -> bool:
+        """Have ``session``'s lane pass over what it holds and, after its backoff, seek the
+        reader back to ``offset`` (see ``Consumer.redeliver``); False if the lane is gone."""
+        lane = self._lanes.get(session)
+        if lane is None or session.closed or self.halted():
+            return False
+        # What the lane holds is received again after the seek: let go of it (and of its room
+        # under ``max_in_flight_bytes``, which the other lanes use meanwhile) now. A plain
+        # consumer's batches carry nothing to let go of besides (``_discard`` does nothing).
+        queue = lane.queue
+        ending = False
+        while not queue.empty():
+            left = queue.get_nowait()
+            if isinstance(left, _Item):
+                self._in_flight -= left.nbytes
+            ending = ending or left is None
+        self._room.set()
+        if lane.rewind_to is None:
+            lane.rewinds += 1
+        lane.rewind_to = offset if lane.rewind_to is None else min(lane.rewind_to, offset)
+        lane.generation += 1
+        queue.put_nowait(None if ending else REWIND)  # wakes a lane waiting for its next batch
+        return True
+
+    async def _rewind(self, lane: _Lane) -> None:
+        """Wait out the lane's backoff, then seek its session back (unless it is ending)."""
+        consumer = self._consumer
+        delay = consumer.backoff.delay(lane.rewinds - 1)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(delay):
+                await lane.ending.wait()
+        if self.halted() or lane.session.closed or lane.rewind_to is None:
+            return
+        reader = self.reader
+        assert reader is not None
+        offset = lane.rewind_to
+        if consumer.consumer is not None:
+            offset = max(offset, lane.session.committed_offset)  # YDB reads no lower
+        logger.info(
+            "consumer %s: partition %d of %s is read again from offset %d (after %.2fs)",
+            consumer.name, lane.session.partition_id, lane.session.topic_path, offset, delay,
+        )
+        try:
+            await reader.seek(lane.session, offset)
+        except PartitionSessionClosedError:
+            # Being taken away: its next reader starts at the committed offset. The lane passes
+            # over what still comes until it ends.
+            await lane.ending.wait()
+            return
+        # Whatever was received before the seek is from the old position.
+        lane.generation += 1
+        lane.rewind_to = None
 
     async def _deal(self, lanes: anyio.abc.TaskGroup) -> None:
         reader = self.reader
@@ -668,6 +790,9 @@ class _Run:
             if lane is None:
                 lane = self._lanes[session] = _Lane(session)
                 lanes.start_soon(self._handle, lane, name=f"ydb-topic consumer lane {session.partition_id}")
+            elif lane.rewind_to is not None or item.generation != lane.generation:
+                await consumer._discard(self, item)  # after a rewind's offset: received again later
+                continue
             self._in_flight += item.nbytes
             lane.queue.put_nowait(item)
 
@@ -676,11 +801,18 @@ class _Run:
         assert reader is not None
         consumer = self._consumer
         while True:
+            if lane.rewind_to is not None and not self.halted():
+                try:
+                    await self._rewind(lane)
+                except Exception as exc:
+                    self.halt(exc)
             item = await lane.queue.get()
             if item is None:
                 break
+            if isinstance(item, str):
+                continue  # REWIND: the loop's top does it
             try:
-                if not self.halted() and not lane.session.closed:
+                if not self.halted() and not lane.session.closed and item.generation == lane.generation:
                     await consumer._process(self, reader, lane, item)
                 else:
                     await consumer._discard(self, item)
@@ -692,7 +824,7 @@ class _Run:
         # Whatever is still queued will be delivered again: give its room back.
         while not lane.queue.empty():
             left = lane.queue.get_nowait()
-            if left is not None:
+            if isinstance(left, _Item):
                 self._in_flight -= left.nbytes
                 await consumer._discard(self, left)
         self._room.set()
