@@ -110,3 +110,19 @@ def test_bad_subscriber_options_are_refused_where_given() -> None:
         broker.subscriber("t", consumer="c", max_messages=10)
     with pytest.raises(Exception, match="at least one topic"):
         broker.subscriber(consumer="c")
+
+
+async def test_each_message_of_a_batch_is_decoded_by_its_own_content_type() -> None:
+    broker = _broker()
+    got: list[list[Any]] = []
+
+    @broker.subscriber("t", consumer="c", batch=True)
+    async def handle(bodies: list[Any], msg: YdbMessage) -> None:
+        got.append(bodies)
+        assert [h.get("content-type") for h in msg.batch_headers] == [
+            "application/json", "text/plain", None, "application/json"
+        ]
+
+    async with TestYdbBroker(broker) as br:
+        await br.publish_batch({"a": 1}, "text", b"\xff raw", 5, topic="t")
+    assert got == [[{"a": 1}, "text", b"\xff raw", 5]]

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from faststream._internal.basic_types import DecodedMessage
 from faststream.message import StreamMessage, decode_message
+
+from .. import TopicMessage
 
 KEY_METADATA = "__key"
 """The metadata item that carries a message's key (the partitioner adds ``__partition_key``)."""
@@ -94,13 +96,31 @@ class YdbMessage(StreamMessage[Any]):
 
     def __init__(
         self,
-        *args: Any,
+        raw_message: Any,
+        body: Any,
+        *,
+        headers: dict[str, str],
+        reply_to: str,
+        content_type: str | None,
+        message_id: str,
+        correlation_id: str | None,
         settlement: Settlement,
         first: ReceivedMessage,
         metadata: dict[str, bytes],
-        **kwargs: Any,
+        batch_headers: list[dict[str, Any]] | None = None,
     ) -> None:
-        super().__init__(*args, **kwargs)
+        # Built once per message: the arguments go on as they are, no packing on the way.
+        StreamMessage.__init__(
+            self,
+            raw_message,
+            body,
+            headers=headers,
+            reply_to=reply_to,
+            batch_headers=batch_headers,
+            content_type=content_type,
+            correlation_id=correlation_id,
+            message_id=message_id,
+        )
         self._settlement = settlement
         self._first = first
         self.metadata = metadata
@@ -179,16 +199,23 @@ class YdbParser:
         self.settlement = settlement
 
     async def parse_message(self, raw: ReceivedMessage) -> StreamMessage[Any]:
-        metadata = dict(raw.metadata_items)
-        headers = headers_of(metadata)
+        # A TopicMessage builds a new dict; the in-memory broker's message holds its own.
+        metadata = raw.metadata_items if type(raw) is TopicMessage else dict(raw.metadata_items)
+        if metadata:
+            headers = headers_of(metadata)
+            reply_to = headers.get("reply_to", "")
+            content_type = headers.get("content-type")
+            correlation_id = headers.get("correlation_id")
+        else:
+            headers, reply_to, content_type, correlation_id = {}, "", None, None
         return YdbMessage(
-            raw_message=raw,
-            body=raw.data,
+            raw,
+            raw.data,
             headers=headers,
-            reply_to=headers.get("reply_to", ""),
-            content_type=headers.get("content-type"),
+            reply_to=reply_to,
+            content_type=content_type,
             message_id=f"{raw.partition_id}-{raw.offset}",
-            correlation_id=headers.get("correlation_id"),
+            correlation_id=correlation_id,
             settlement=self.settlement,
             first=raw,
             metadata=metadata,
@@ -208,8 +235,8 @@ class YdbBatchParser(YdbParser):
         headers = batch_headers[0] if batch_headers else {}
         first, last = messages[0], messages[-1]
         return YdbMessage(
-            raw_message=raw,
-            body=[m.data for m in messages],
+            raw,
+            [m.data for m in messages],
             headers=headers,
             batch_headers=batch_headers,
             reply_to=headers.get("reply_to", ""),
@@ -222,7 +249,24 @@ class YdbBatchParser(YdbParser):
         )
 
     async def decode_batch(self, msg: StreamMessage[Any]) -> DecodedMessage:
-        decoded = []
-        for raw in msg.raw_message:
-            decoded.append(decode_message(await self.parse_message(raw)))
-        return decoded
+        """Each message's body decoded by its own content type (``batch_headers`` holds them)."""
+        raws = list(msg.raw_message)
+        headers = msg.batch_headers
+        if len(headers) != len(raws):  # a parser of the user's own made the message
+            headers = [headers_of(m.metadata_items) for m in raws]
+        # ``decode_message`` reads the body and the content type only.
+        return [
+            decode_message(cast("StreamMessage[Any]", _Payload(m.data, h.get("content-type"))))
+            for m, h in zip(raws, headers, strict=True)
+        ]
+
+
+class _Payload:
+    """What FastStream's ``decode_message`` reads of a message, for one message of a batch
+    (a whole ``YdbMessage`` per message would cost a correlation id each)."""
+
+    __slots__ = ("body", "content_type")
+
+    def __init__(self, body: bytes, content_type: str | None) -> None:
+        self.body = body
+        self.content_type = content_type

@@ -142,9 +142,11 @@ class _ReaderSettlement:
         """Without a consumer: the messages (batches) nacked, by ``id``, until ``take_nack``."""
 
     def commit(self, raw: Any) -> None:
-        if self._subscriber.consumer_name is None:
+        subscriber = self._subscriber
+        if subscriber._config.consumer is None:
             return  # read without a consumer: nothing to commit to
-        reader = self._subscriber.reader
+        consumer = subscriber._consumer
+        reader = consumer.reader if consumer is not None else subscriber._reader
         if reader is not None and isinstance(raw, (TopicMessage, MessageBatch)):
             reader.commit(raw)
 
@@ -349,28 +351,29 @@ class YdbSubscriber(SubscriberUsecase[Any]):
             await reader.close()
         await super().stop()
 
+    # The consumer's lanes call these, one task per lane, each running this subscriber's handler
+    # only: ``_HANDLING`` is set once in each, not around every call.
+
     async def _on_message(self, message: TopicMessage) -> None:
-        token = _HANDLING.set(self)
-        try:
-            await self.consume(message)
-        finally:
-            _HANDLING.reset(token)
-        self._handled(message, message.partition_id, message.offset)
+        if _HANDLING.get() is not self:
+            _HANDLING.set(self)
+        await self.consume(message)
+        if self.consumer_name is None:
+            self._handled(message, message.offset)
 
     async def _on_batch(self, batch: MessageBatch) -> None:
-        token = _HANDLING.set(self)
-        try:
-            await self.consume(batch)
-        finally:
-            _HANDLING.reset(token)
-        last = batch.messages[-1]
-        self._handled(batch, last.partition_id, last.offset)
+        if _HANDLING.get() is not self:
+            _HANDLING.set(self)
+        await self.consume(batch)
+        if self.consumer_name is None:
+            self._handled(batch, batch.messages[-1].offset)
 
-    def _handled(self, raw: Any, partition_id: int, offset: int) -> None:
-        if self.consumer_name is None and not self._settlement.take_nack(raw):
-            # Where a restarted reader goes on (a nacked message is read again from its lane's rewind).
-            topic = raw.topic_path if isinstance(raw, TopicMessage) else raw.partition_session.topic_path
-            self._next_offsets[(topic, partition_id)] = offset + 1
+    def _handled(self, raw: TopicMessage | MessageBatch, offset: int) -> None:
+        """Without a consumer: where a restarted reader goes on in ``raw``'s partition (not past a
+        nacked message, which its lane reads again)."""
+        if not self._settlement.take_nack(raw):
+            session = raw.partition_session
+            self._next_offsets[(session.topic_path, session.partition_id)] = offset + 1
 
     def _make_response_publisher(self, message: StreamMessage[Any]) -> Iterable[PublisherProto]:
         return (YdbFakePublisher(self._outer_config.producer, topic=message.reply_to),)
@@ -407,9 +410,11 @@ class YdbSubscriber(SubscriberUsecase[Any]):
             yield await self._parse(await self._receive(None))
 
     def get_log_context(self, message: StreamMessage[Any] | None) -> dict[str, str]:
-        topic = message.topic if isinstance(message, YdbMessage) else ",".join(self.topic_names)
+        # Called for every message, logged or not.
+        if isinstance(message, YdbMessage):
+            return {"topic": message.topic, "consumer": self._config.consumer or "", "message_id": message.message_id}
         return {
-            "topic": topic,
+            "topic": ",".join(self.topic_names),
             "consumer": self.consumer_name or "",
             "message_id": getattr(message, "message_id", ""),
         }
