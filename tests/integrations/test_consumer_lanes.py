@@ -411,3 +411,32 @@ async def test_a_partition_taken_away_while_its_lane_waits_to_read_it_again_goes
         await first_runtime.close()
     assert sorted((p, o) for who, p, o in seen if who == "first") == [(0, 0), (1, 0)]
     assert first.restarts == 0 and first.last_error is None
+
+
+async def test_a_handler_that_never_waits_still_lets_the_event_loop_run(
+    server: LocalTopicServer, driver: yta.Driver
+) -> None:
+    """A lane handling a long batch with a handler that never awaits anything (CPU work) gives
+    the event loop a turn every few milliseconds: other tasks, the reader's own (commits,
+    credit) among them, are not held up until the batch ends."""
+    await _topic(driver, "busy", 1, 400)
+    handled = 0
+    turns_at: list[int] = []  # how many messages were handled when the loop ran a callback
+
+    def turn() -> None:
+        turns_at.append(handled)
+        if handled < 400:
+            asyncio.get_running_loop().call_soon(turn)
+
+    async def handle(message: yta.TopicMessage) -> None:
+        nonlocal handled
+        if handled == 0:
+            asyncio.get_running_loop().call_soon(turn)
+        time.sleep(0.0005)  # noqa: ASYNC251 - the point: a handler that holds the loop
+        handled += 1
+
+    consumer = Consumer("busy", "group", handle)
+    async with _running(server, consumer):
+        await eventually(lambda: handled == 400, "every message handled")
+    # 400 calls of 0.5 ms hold the loop for 200 ms; it ran callbacks in between, many times.
+    assert len([at for at in turns_at if at < 400]) >= 10

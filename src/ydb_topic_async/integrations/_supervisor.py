@@ -14,6 +14,7 @@ import contextlib
 import inspect
 import random
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Final, Literal, Unpack
@@ -388,18 +389,36 @@ class Consumer(_Supervised):
                 reader.commit(batch)
             self.handled += len(batch)
             return
-        assert self.handler is not None
-        for message in batch:
-            async with run.calls:
-                if run.halted() or lane.session.closed or item.generation != lane.generation:
+        handler = self.handler
+        assert handler is not None
+        calls, session, generation = run.calls, lane.session, item.generation
+        commit = reader.commit if self.auto_commit else None
+        loop = asyncio.get_running_loop()
+        # One slot for the batch's calls, passed on between two of them when another lane waits
+        # for one; the event loop gets a turn at least every ``LANE_SLICE`` seconds, also for a
+        # handler that never waits.
+        await calls.acquire()
+        try:
+            slice_ends = loop.time() + LANE_SLICE
+            for count, message in enumerate(batch.messages, 1):
+                if run.halted() or session.closed or generation != lane.generation:
                     break
-                await self.handler(message)
-            if item.generation != lane.generation:
-                break  # redelivered: neither it nor the rest of the batch is committed
-            lane.rewinds = 0
-            if self.auto_commit:
-                reader.commit(message)
-            self.handled += 1
+                await handler(message)
+                if generation != lane.generation:
+                    break  # redelivered: neither it nor the rest of the batch is committed
+                lane.rewinds = 0
+                if commit is not None:
+                    commit(message)
+                self.handled += 1
+                if calls.contended:
+                    calls.release()
+                    await calls.acquire()
+                    slice_ends = loop.time() + LANE_SLICE
+                elif not count % 16 and loop.time() >= slice_ends:
+                    await asyncio.sleep(0)
+                    slice_ends = loop.time() + LANE_SLICE
+        finally:
+            calls.release()
 
 
 class TransactionalConsumer(_Supervised):
@@ -601,6 +620,58 @@ SupervisedConsumer = Consumer | TransactionalConsumer
 """What ``TopicRuntime`` supervises."""
 
 
+LANE_SLICE = 0.005
+"""Seconds a lane handles messages in a row, without waiting, before it lets the event loop run."""
+
+
+class _CallSlots:
+    """The ``concurrency`` handler calls that may run at once across the lanes, handed out in
+    the order asked for (``async with slots`` around a call, or ``acquire``/``release``)."""
+
+    __slots__ = ("_free", "_waiters")
+
+    def __init__(self, count: int) -> None:
+        self._free = count
+        self._waiters: deque[asyncio.Future[None]] = deque()
+
+    @property
+    def contended(self) -> bool:
+        """Whether a lane waits for a slot."""
+        return bool(self._waiters)
+
+    async def acquire(self) -> None:
+        if self._free and not self._waiters:
+            self._free -= 1
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            await waiter
+        except BaseException:
+            if waiter.done() and not waiter.cancelled():
+                self.release()  # given a slot as it was cancelled: pass it on
+            else:
+                waiter.cancel()
+                with contextlib.suppress(ValueError):  # a release may have passed over it already
+                    self._waiters.remove(waiter)
+            raise
+
+    def release(self) -> None:
+        waiters = self._waiters
+        while waiters:
+            waiter = waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)  # the slot goes straight to it
+                return
+        self._free += 1
+
+    async def __aenter__(self) -> None:
+        await self.acquire()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.release()
+
+
 REWIND: Final = "rewind"
 """Put in a lane's queue to wake it for a rewind (``None`` ends the lane)."""
 
@@ -635,7 +706,7 @@ class _Run:
         self.driver = driver
         self.reader: TopicReader | None = None
         self._lanes: dict[PartitionSession, _Lane] = {}
-        self.calls = asyncio.Semaphore(consumer.concurrency)
+        self.calls = _CallSlots(consumer.concurrency)
         self._in_flight = 0
         self._room = asyncio.Event()
         self._room.set()
