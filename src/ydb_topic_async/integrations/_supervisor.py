@@ -266,10 +266,11 @@ class Consumer(_Supervised):
     one call at a time and in offset order, each committed once its handler call returns (in
     order: at-least-once). ``concurrency`` bounds the handler calls running at once across the
     lanes. The default, 1, is one call at a time for the whole consumer (handlers written for
-    that need no locks); raise it to handle partitions concurrently. The handler is either
-    ``handler(message)`` or ``batch_handler(batch)`` (a ``MessageBatch`` of one partition
-    session: ``max_batch_messages``, ``max_batch_bytes`` and ``batch_window``, the seconds a
-    batch is filled for once its first message is there, shape it).
+    that need no locks); raise it to handle partitions concurrently. A lane gives the event loop
+    a turn at least every ``LANE_SLICE`` seconds, even with a handler that never awaits. The
+    handler is either ``handler(message)`` or ``batch_handler(batch)`` (a ``MessageBatch`` of
+    one partition session: ``max_batch_messages``, ``max_batch_bytes`` and ``batch_window``, the
+    seconds a batch is filled for once its first message is there, shape it).
 
     ``max_in_flight_bytes`` bounds the payload bytes received and not yet handled across the
     lanes: reception waits above it. For a bound per partition, pass the reader option
