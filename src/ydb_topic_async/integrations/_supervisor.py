@@ -621,7 +621,7 @@ SupervisedConsumer = Consumer | TransactionalConsumer
 """What ``TopicRuntime`` supervises."""
 
 
-LANE_SLICE = 0.005
+LANE_SLICE = 0.01
 """Seconds a lane handles messages in a row, without waiting, before it lets the event loop run."""
 
 
