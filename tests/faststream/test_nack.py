@@ -70,7 +70,7 @@ async def test_a_nack_reads_its_partition_again_from_the_message_while_the_other
         await eventually(lambda: committed(server) == {0: 10, 1: 6, 2: 10}, "every partition committed to its end")
         subscriber: Any = broker.subscribers[0]
         consumer, reader = subscriber.consumer, subscriber.reader
-        assert consumer.restarts == 0 and reader.reconnects == 0
+        assert consumer.restarts == 0 and reader.reconnects == 0 and consumer.redeliveries == 1
     # The nacked message and those after it, again and in order; the rest exactly once.
     assert handled[1] == [0, 1, 2, 3, 3, 4, 5]
     assert handled[0] == handled[2] == list(range(10))
@@ -97,7 +97,7 @@ async def test_a_message_nacked_again_and_again_is_read_again_after_a_growing_ba
         await seen.wait_for(2)
         await eventually(lambda: committed(server) == {0: 2}, "both committed")
         subscriber: Any = broker.subscribers[0]
-        assert subscriber.consumer.restarts == 0
+        assert subscriber.consumer.restarts == 0 and subscriber.consumer.redeliveries == 4
     assert seen.items == ["poison", "next"]  # "next" waited behind it
     gaps = [later - earlier for earlier, later in itertools.pairwise(attempts)]
     # Each delay is at least half of 0.1, 0.2, 0.4 s (jitter), doubling up to max_backoff.

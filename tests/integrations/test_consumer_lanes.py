@@ -349,6 +349,7 @@ async def test_redeliver_reads_a_partition_again_from_the_message_while_the_othe
     assert seen == {0: [0, 1, 2, 2, 3, 4], 1: [0, 1, 2, 3, 4]}
     assert committed_when_seen_again == [2]  # nothing from the redelivered message on was committed
     assert consumer.handled == 10  # the redelivered call does not count
+    assert consumer.redeliveries == 1
     assert consumer.redeliver(kept[0]) is False  # its run is over
     with pytest.raises(yta.InvalidArgumentError, match="TopicMessage or a MessageBatch"):
         consumer.redeliver("not a message")  # type: ignore[arg-type]

@@ -340,6 +340,9 @@ class Consumer(_Supervised):
         self.handler = handler
         self.batch_handler = batch_handler
         self.auto_commit = auto_commit
+        self.redeliveries = 0
+        """How many times ``redeliver`` had a partition read again (a health check's hint of a
+        message that keeps failing)."""
 
     def redeliver(self, message: TopicMessage | MessageBatch) -> bool:
         """Have ``message`` (a batch: from its first message on), and every message after it in
@@ -370,7 +373,10 @@ class Consumer(_Supervised):
         else:
             raise InvalidArgumentError(f"expected a TopicMessage or a MessageBatch, got {message!r}")
         run = self._run
-        return run is not None and run.rewind(message.partition_session, offset)
+        if run is None or not run.rewind(message.partition_session, offset):
+            return False
+        self.redeliveries += 1
+        return True
 
     async def _receive(self, run: _Run, reader: TopicReader) -> _Item | None:
         batch = await reader.receive_batch(self.max_batch_messages, self.max_batch_bytes, max_wait=self.batch_window)
