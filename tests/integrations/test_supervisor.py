@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import ydb_topic_async as yta
-from ydb_topic_async.integrations._supervisor import Consumer, TopicRuntime, WriterSpec
+from ydb_topic_async.integrations import Consumer, TopicRuntime, WriterSpec
 from ydb_topic_async.testing import LocalTopicServer
 
 from .._helpers import stored_data

@@ -4,16 +4,9 @@
 adapters live in ``ydb_topic_async.integrations.fastapi`` and ``...aiohttp`` (optional extras).
 """
 
-from ._supervisor import (
-    BatchHandler,
-    Consumer,
-    Handler,
-    SupervisedConsumer,
-    TopicRuntime,
-    TransactionalConsumer,
-    TxHandler,
-    WriterSpec,
-)
+from ._runtime import SupervisedConsumer, TopicRuntime, WriterSpec
+from ._supervisor import BatchHandler, Consumer, Handler
+from ._transactional import TransactionalConsumer, TxHandler
 
 __all__ = [
     "BatchHandler",

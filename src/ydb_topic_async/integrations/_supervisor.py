@@ -1,10 +1,7 @@
-"""What the framework integrations share: the runtime that owns a driver, named writers and
-supervised consumers (``Consumer``, at-least-once; ``TransactionalConsumer``, exactly-once through
-transactions), and the supervision loop itself (restart with backoff, logging).
-
-Start-up order: driver, then writers, then consumers. Shutdown runs in reverse: consumers let
-the handler calls in progress finish and their readers wait for commit acknowledgements,
-writers flush every accepted message, and the driver closes last.
+"""Supervised consumers: the supervision loop (restart with backoff, logging) that ``Consumer``
+(at-least-once) and ``TransactionalConsumer`` (exactly-once, ``_transactional``) share, and the
+lanes that hand each partition session's messages to the handler in order, ``concurrency`` calls
+at once.
 """
 
 from __future__ import annotations
@@ -12,12 +9,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-import random
-import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from types import TracebackType
-from typing import Any, Final, Literal, Unpack
+from collections.abc import Awaitable, Callable
+from typing import Final, Literal, Unpack
 
 import anyio
 import anyio.abc
@@ -25,11 +19,9 @@ import anyio.abc
 from .. import (
     BackoffSchedule,
     ClosedError,
-    Credentials,
     Driver,
     InvalidArgumentError,
     MessageBatch,
-    OperationTimeoutError,
     PartitionSession,
     PartitionSessionClosedError,
     ReaderOptions,
@@ -39,10 +31,7 @@ from .. import (
     TopicMessage,
     TopicReader,
     TopicsArg,
-    TopicWriter,
     Transaction,
-    TransactionState,
-    WriterOptions,
     retry_call,
 )
 from ..observability import sdk_logger
@@ -52,38 +41,11 @@ logger = sdk_logger("integrations")
 Handler = Callable[[TopicMessage], Awaitable[None]]
 """An async function called once per message; the message is committed after it returns."""
 
-WRITER_REPLACEMENT_BACKOFF = BackoffSchedule(base=0.5, cap=30.0)
-"""How long a writer whose replacement failed too is left failed before the next replacement."""
-
-
-class WriterSpec:
-    """How to open one named writer: ``WriterSpec("events", producer_id="api", codec=Codec.ZSTD)``.
-
-    The keyword arguments are those of ``driver.topic.writer``.
-    """
-
-    def __init__(self, path: str, **options: Unpack[WriterOptions]) -> None:
-        self.path = path
-        self.options = options
-
-    def __repr__(self) -> str:
-        return f"WriterSpec({self.path!r}, **{self.options!r})"
-
-
 BatchHandler = Callable[[MessageBatch], Awaitable[None]]
 """An async function called with each batch (messages of one partition session, in order); the
 batch is committed after it returns."""
 
-TxHandler = Callable[[MessageBatch, Transaction], Awaitable[None]]
-"""``handle(batch, tx)``: an async function called with each batch and the transaction its offsets
-commit in; what it writes through ``driver.topic.tx_writer(tx, ...)`` (or ``keyed_tx_writer``)
-commits with them."""
-
 DEFAULT_MAX_IN_FLIGHT_BYTES = 8 * 1024 * 1024
-DEFAULT_MAX_OPEN_TRANSACTIONS = 8
-IDLE_TRANSACTION_SECONDS = 30.0
-"""A transactional consumer waiting for messages rolls its waiting transaction back and begins
-another after this long, so that no transaction stays open for long with nothing in it."""
 
 
 class _Supervised:
@@ -223,6 +185,11 @@ class _Supervised:
             logger.error("consumer %s failed while stopping", self.name, exc_info=task.exception())
 
     # --- what a kind of consumer does with a batch ---------------------------------------------
+
+    def _transactions(self, driver: Driver) -> tuple[int, RetryPolicy]:
+        """How many transactions a run may hold open at once, and the retry policy of their
+        attempts (a transactional consumer's; none for the others)."""
+        return 1, driver.retry
 
     async def _receive(self, run: _Run, reader: TopicReader) -> _Item | None:
         """The next batch to deal to a lane, with what it carries (None: nothing yet, ask again)."""
@@ -428,205 +395,6 @@ class Consumer(_Supervised):
             calls.release()
 
 
-class TransactionalConsumer(_Supervised):
-    """Read ``topics`` as ``consumer`` and hand each batch to ``handler(batch, tx)`` in a
-    transaction that commits the batch's offsets together with what the handler wrote in it:
-    exactly-once consume-transform-produce, supervised.
-
-    ``handler`` writes through ``driver.topic.tx_writer(tx, ...)`` or ``keyed_tx_writer`` (the
-    driver is the one ``run`` was given, e.g. ``runtime.driver``); when it returns, the
-    transaction commits: the messages it wrote become visible and the consumer's offsets move
-    past the batch, together, or neither. Partitions are handled as lanes, as by ``Consumer``:
-    one per partition session, in offset order, ``concurrency`` handler calls (and their
-    commits) at once across the lanes. Each batch received waits for its lane in its own open
-    transaction (which holds a query session of the driver's pool); ``max_open_transactions``
-    bounds them.
-
-    Failures are the SDK's to handle, not the service's: an attempt that cannot have committed
-    (see ``driver.query.retriable``: a broken stream or session, a node going away, a commit
-    that never left, or one whose lost answer the consumer offsets show did not commit) is rolled
-    back, the reader delivers the same messages again from the committed offsets, and the
-    handler gets them in a new transaction, after a backoff of the ``transaction_retry`` policy
-    (the driver's ``retry`` by default) while the failures go on; a lost commit the offsets show committed
-    counts as committed. Any other failure (the handler's own error, a commit nothing can
-    settle, a retry budget spent) is logged with its traceback and the consumer restarts with a
-    new reader, like ``Consumer`` (``initial_backoff``, ``max_backoff``), which resumes from the
-    committed offsets: nothing is lost or handled into the output twice. Handlers must be safe to
-    run again for a batch whose transaction did not commit (what they write in the transaction
-    is rolled back with it; other side effects are theirs).
-
-    ``attempts``, ``retries``, ``committed`` and ``settled`` count what happened; each attempt is
-    also reported to the driver's metrics (``transaction_attempt``) and each retry logged.
-    ``reader_options`` are those of ``driver.topic.reader``, checked at this call as by ``Consumer``.
-    """
-
-    def __init__(
-        self,
-        topics: TopicsArg,
-        consumer: str,
-        handler: TxHandler,
-        *,
-        concurrency: int = 1,
-        max_in_flight_bytes: int = DEFAULT_MAX_IN_FLIGHT_BYTES,
-        max_batch_messages: int | None = None,
-        max_batch_bytes: int | None = None,
-        batch_window: float | None = None,
-        max_open_transactions: int = DEFAULT_MAX_OPEN_TRANSACTIONS,
-        transaction_retry: RetryPolicy | None = None,
-        initial_backoff: float = 0.5,
-        max_backoff: float = 30.0,
-        name: str | None = None,
-        **reader_options: Unpack[ReaderOptions],
-    ) -> None:
-        if not callable(handler):
-            raise InvalidArgumentError("the handler must be an async function of (batch, tx)")
-        if not isinstance(max_open_transactions, int) or isinstance(max_open_transactions, bool) or (
-            max_open_transactions < 1
-        ):
-            raise InvalidArgumentError(f"max_open_transactions must be a positive int, got {max_open_transactions!r}")
-        if transaction_retry is not None and not isinstance(transaction_retry, RetryPolicy):
-            raise InvalidArgumentError(f"transaction_retry must be a RetryPolicy or None, got {transaction_retry!r}")
-        super().__init__(
-            topics,
-            consumer,
-            concurrency=concurrency,
-            max_in_flight_bytes=max_in_flight_bytes,
-            max_batch_messages=max_batch_messages,
-            max_batch_bytes=max_batch_bytes,
-            batch_window=batch_window,
-            initial_backoff=initial_backoff,
-            max_backoff=max_backoff,
-            name=name,
-            reader_options=reader_options,
-        )
-        self.handler = handler
-        self.max_open_transactions = max_open_transactions
-        self.transaction_retry = transaction_retry
-        self.attempts = 0
-        """Batches handed to the handler in a transaction (every try counts)."""
-        self.retries = 0
-        """Attempts that did not commit and whose messages were handled again."""
-        self.committed = 0
-        """Attempts that committed."""
-        self.settled = 0
-        """Attempts whose commit answer was lost and was settled from the consumer offsets."""
-
-    async def _receive(self, run: _Run, reader: TopicReader) -> _Item | None:
-        if run.pause_until > time.monotonic():
-            await asyncio.sleep(run.pause_until - time.monotonic())  # backing off after failed attempts
-        await run.open_transactions.acquire()
-        tx = run.driver.query.transaction()
-        try:
-            # Begun before waiting for messages, and not interrupted by ``halt`` while it is a call
-            # in flight (cancelling a gRPC call leaves its end to arrive later); the wait for
-            # messages after it is.
-            run.interruptible = False
-            try:
-                await tx.begin()
-            finally:
-                run.interruptible = True
-            if run.halted():
-                raise _Halted
-            batch = await reader.receive_batch_with_tx(
-                tx, self.max_batch_messages, self.max_batch_bytes, IDLE_TRANSACTION_SECONDS, self.batch_window
-            )
-        except BaseException as exc:
-            run.open_transactions.release()
-            with anyio.CancelScope(shield=True):
-                await _roll_back(tx)
-            if isinstance(exc, _Halted) or (isinstance(exc, OperationTimeoutError) and exc.__cause__ is None):
-                return None  # halted, or idle: begin a new transaction and wait on
-            if not isinstance(exc, Exception) or not run.driver.query.retriable(exc):
-                raise
-            # Beginning the transaction failed (its session's node went away, say): nothing was
-            # read into it. Try again after a backoff, while the retry policy allows.
-            delay = run.retry.next_delay(exc)
-            if delay is None:
-                raise
-            run.pause_until = max(run.pause_until, time.monotonic() + delay)
-            logger.info("consumer %s: a transaction to read into failed (%r); again in %.3fs", self.name, exc, delay)
-            return None
-        return _Item(batch, tx)
-
-    async def _discard(self, run: _Run, item: _Item) -> None:
-        assert item.tx is not None
-        item.free_slot(run)
-        with anyio.CancelScope(shield=True):
-            await _roll_back(item.tx)
-
-    async def _process(self, run: _Run, reader: TopicReader, lane: _Lane, item: _Item) -> None:
-        tx = item.tx
-        assert tx is not None
-        try:
-            async with run.calls:
-                if run.halted() or lane.session.closed:
-                    await self._discard(run, item)
-                    return
-                self.attempts += 1
-                try:
-                    async with tx:
-                        await self.handler(item.batch, tx)
-                except Exception as exc:
-                    self._failed(run, item, exc)
-                    return
-        finally:
-            if tx.ended:
-                item.free_slot(run)
-            else:  # cancelled before the transaction ended
-                await self._discard(run, item)
-        settled = tx.commit_settled is not None
-        self.committed += 1
-        self.settled += settled
-        self.handled += len(item.batch)
-        run.retry.reset()
-        run.driver.metrics.transaction_attempt("committed", settled)
-        if settled:
-            logger.info("consumer %s: the lost commit of %r was settled as committed", self.name, item.batch)
-
-    def _failed(self, run: _Run, item: _Item, error: Exception) -> None:
-        """An attempt failed: repeat the batch (the reader delivers it again) after a backoff, or
-        halt the run for a restart."""
-        tx = item.tx
-        assert tx is not None
-        settled = tx.commit_settled is not None
-        self.settled += settled
-        delay = run.retry.next_delay(error) if run.driver.query.retriable(error) else None
-        if delay is None:
-            run.driver.metrics.transaction_attempt("failed", settled)
-            run.halt(error)
-            return
-        self.retries += 1
-        run.driver.metrics.transaction_attempt("retried", settled)
-        run.pause_until = max(run.pause_until, time.monotonic() + delay)
-        logger.info(
-            "consumer %s: the transaction of %r did not commit (%r)%s; its messages come again, in %.3fs",
-            self.name, item.batch, error,
-            " (the lost commit was settled from the consumer offsets)" if settled else "", delay,
-        )
-
-
-class _Halted(Exception):
-    """The run was halted while a transaction to read into began."""
-
-
-async def _roll_back(tx: Transaction) -> None:
-    """Roll ``tx`` back if it is still open; a failure to do so is logged (the server ends it with
-    its session anyway)."""
-    if tx.ended or tx.state is TransactionState.ROLLING_BACK:
-        return
-    try:
-        await tx.rollback(timeout=ROLLBACK_TIMEOUT)
-    except Exception as exc:
-        logger.debug("rolling back %r failed: %r", tx, exc)
-
-
-ROLLBACK_TIMEOUT = 5.0
-
-
-SupervisedConsumer = Consumer | TransactionalConsumer
-"""What ``TopicRuntime`` supervises."""
-
-
 LANE_SLICE = 0.01
 """Seconds a lane handles messages in a row, without waiting, before it lets the event loop run."""
 
@@ -723,11 +491,8 @@ class _Run:
         self.interruptible = True
         """Whether ``halt`` may cancel the receiving now (not while it begins a transaction)."""
         # A transactional consumer's: its open transactions, and the backoff of failed attempts.
-        policy = driver.retry
-        self.open_transactions = asyncio.Semaphore(1)
-        if isinstance(consumer, TransactionalConsumer):
-            self.open_transactions = asyncio.Semaphore(consumer.max_open_transactions)
-            policy = consumer.transaction_retry or policy
+        open_transactions, policy = consumer._transactions(driver)
+        self.open_transactions = asyncio.Semaphore(open_transactions)
         self.retry = RetryState(policy, classify=lambda _: "fast")
         self.pause_until = 0.0
 
@@ -906,232 +671,3 @@ class _Run:
                 self._in_flight -= left.nbytes
                 await consumer._discard(self, left)
         self._room.set()
-
-
-class TopicRuntime:
-    """One driver, named long-lived writers and supervised consumers for a web application.
-
-    ``async with TopicRuntime(endpoint, database, writers={"events": WriterSpec("events")},
-    consumers=[Consumer("events", "audit", handle)]) as runtime`` opens everything in order;
-    leaving the block closes it in reverse (see the module docstring). ``shutdown_timeout``
-    bounds each step of the shutdown. ``wait_ready`` (seconds) makes start-up fail fast when the
-    database does not answer; ``None`` skips the check. A writer that fails for good is replaced
-    on its next access (see ``writer``); ``writer_backoff`` spaces out the replacements of a
-    writer whose replacements keep failing.
-    """
-
-    def __init__(
-        self,
-        endpoint: str,
-        database: str | None = None,
-        credentials: Credentials | None = None,
-        *,
-        writers: Mapping[str, WriterSpec] | None = None,
-        consumers: Sequence[SupervisedConsumer] = (),
-        driver_options: Mapping[str, Any] | None = None,
-        wait_ready: float | None = 10.0,
-        shutdown_timeout: float = 10.0,
-        writer_backoff: BackoffSchedule = WRITER_REPLACEMENT_BACKOFF,
-    ) -> None:
-        self._writer_specs = dict(writers or {})
-        for name, spec in self._writer_specs.items():
-            if not isinstance(spec, WriterSpec):
-                raise InvalidArgumentError(f"writer {name!r} must be a WriterSpec, got {type(spec).__name__}")
-        self.consumers = tuple(consumers)
-        for consumer in self.consumers:
-            if not isinstance(consumer, Consumer | TransactionalConsumer):
-                raise InvalidArgumentError(
-                    f"consumers must be Consumer or TransactionalConsumer objects, got {type(consumer).__name__}"
-                )
-        names = [c.name for c in self.consumers]
-        if len(set(names)) != len(names):
-            raise InvalidArgumentError(f"consumer names must be unique, got {names}")
-        if wait_ready is not None and not (isinstance(wait_ready, (int, float)) and wait_ready > 0):
-            raise InvalidArgumentError(f"wait_ready must be a positive number of seconds or None, got {wait_ready!r}")
-        if not (isinstance(shutdown_timeout, (int, float)) and shutdown_timeout > 0):
-            raise InvalidArgumentError(
-                f"shutdown_timeout must be a positive number of seconds, got {shutdown_timeout!r}"
-            )
-        if not isinstance(writer_backoff, BackoffSchedule) or not 0 < writer_backoff.base <= writer_backoff.cap:
-            raise InvalidArgumentError(
-                f"writer_backoff must be a BackoffSchedule with 0 < base <= cap, got {writer_backoff!r}"
-            )
-        self._writer_backoff = writer_backoff
-        self._endpoint = endpoint
-        self._database = database
-        self._credentials = credentials
-        self._driver_options = dict(driver_options or {})
-        self._wait_ready = wait_ready
-        self.shutdown_timeout = shutdown_timeout
-        self._driver: Driver | None = None
-        self._writers: dict[str, TopicWriter] = {}
-        self._retiring: set[asyncio.Task[None]] = set()
-        """Closing writers that failed and were replaced; awaited by ``close``."""
-        self._tasks: dict[SupervisedConsumer, asyncio.Task[None]] = {}
-        self._unproven: set[str] = set()
-        """Names whose current writer is a replacement not yet judged (see ``writer``)."""
-        self._failed_replacements: dict[str, int] = {}
-        """Consecutive replacements of a writer that failed without ever connecting."""
-        self._replace_after: dict[str, float] = {}
-        """``time.monotonic()`` before which a writer's failure is raised instead of replaced."""
-
-    @property
-    def driver(self) -> Driver:
-        """The open driver (``RuntimeError`` outside the runtime's lifetime)."""
-        if self._driver is None:
-            raise RuntimeError("the topic runtime is not running (is the lifespan / cleanup context installed?)")
-        return self._driver
-
-    @property
-    def writers(self) -> Mapping[str, TopicWriter]:
-        """The writers by name: a live view whose lookups go through ``writer`` (and so recover)."""
-        return _WriterView(self)
-
-    def current_writer(self, name: str) -> TopicWriter:
-        """The writer called ``name`` as it is now, even one that has failed (``writer`` would
-        replace that): for a health check that must not open a new writer."""
-        try:
-            return self._writers[name]
-        except KeyError:
-            raise KeyError(f"no writer named {name!r}; configured: {sorted(self._writer_specs)}") from None
-
-    def writer(self, name: str) -> TopicWriter:
-        """The writer called ``name``; one that has failed for good is replaced first.
-
-        A writer fails for good on an error no retry can fix, or when its retry budget runs out
-        (writers reconnect for as long as they are open unless their ``WriterSpec`` gives one,
-        e.g. ``retry=RetryPolicy(max_elapsed=60)``). The next access then opens a new writer
-        with the same ``WriterSpec``, logs the replacement at WARNING with the cause and closes
-        the failed writer in the background. Messages the failed writer had accepted but not
-        acknowledged are lost: their futures failed with the cause, so ``write_with_ack`` (and
-        ``flush``) raised it, while a fire-and-forget ``write`` that already returned cannot
-        tell. Use ``write_with_ack`` where a message must not be lost silently. Every caller gets the same new writer.
-
-        When the replacement fails too without ever connecting (a missing topic, a codec the
-        topic refuses, missing rights: something a new stream will not fix), its failure is
-        raised to the callers, without opening another writer, until a backoff has passed; the
-        backoff doubles from ``writer_backoff.base`` up to ``writer_backoff.cap`` seconds with
-        each such replacement and starts over once a replacement connects.
-        """
-        driver = self.driver
-        writer = self.current_writer(name)
-        failure = writer.failure
-        if failure is None:
-            return writer
-        now = time.monotonic()
-        if name in self._unproven:
-            self._unproven.discard(name)
-            if writer.init_info is None:
-                # A replacement that failed before its first handshake: a new one would fail the same way.
-                attempt = self._failed_replacements.get(name, 0)
-                self._failed_replacements[name] = attempt + 1
-                delay = self._writer_backoff.delay(attempt, rand=lambda: random.uniform(0.5, 1.0))
-                self._replace_after[name] = now + delay
-                logger.warning(
-                    "the replacement of writer %r for %s failed too (%s: %s); replacing it again in %.1fs",
-                    name, self._writer_specs[name].path, type(failure).__name__, failure, delay,
-                )
-            else:
-                self._failed_replacements.pop(name, None)
-        if now < self._replace_after.get(name, 0.0):
-            raise failure.with_traceback(None)  # the same error for every call; do not grow its traceback
-        # No await between the check and the swap: concurrent callers all see the one new writer.
-        spec = self._writer_specs[name]
-        replacement = driver.topic.writer(spec.path, **spec.options)
-        self._writers[name] = replacement
-        self._unproven.add(name)
-        logger.warning(
-            "writer %r for %s failed (%s: %s); replaced it with a new writer (its unacknowledged messages are lost)",
-            name, spec.path, type(failure).__name__, failure,
-        )
-        task = asyncio.get_running_loop().create_task(
-            self._close_failed(name, writer), name=f"ydb-topic close failed writer {name}"
-        )
-        self._retiring.add(task)
-        task.add_done_callback(self._retiring.discard)
-        return replacement
-
-    async def _close_failed(self, name: str, writer: TopicWriter) -> None:
-        try:
-            await writer.close(self.shutdown_timeout)
-        except Exception as exc:
-            if exc is not writer.failure:
-                logger.warning("closing the failed writer %r also failed: %r", name, exc)
-
-    async def __aenter__(self) -> TopicRuntime:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.close()
-
-    async def start(self) -> None:
-        """Open the driver and writers and start the consumers; on failure close what was opened."""
-        if self._driver is not None:
-            raise RuntimeError("the topic runtime is already running")
-        driver = Driver(self._endpoint, self._database, self._credentials, **self._driver_options)
-        await driver.open()
-        self._driver = driver
-        try:
-            if self._wait_ready is not None:
-                await driver.wait_ready(self._wait_ready)
-            for name, spec in self._writer_specs.items():
-                writer = driver.topic.writer(spec.path, **spec.options)
-                await writer.open()
-                self._writers[name] = writer
-            for consumer in self.consumers:
-                # Owned here and always awaited in ``close``.
-                self._tasks[consumer] = asyncio.get_running_loop().create_task(
-                    consumer.run(driver), name=f"ydb-topic consumer {consumer.name}"
-                )
-        except BaseException:
-            await self.close()
-            raise
-
-    async def close(self) -> None:
-        """Stop consumers, flush and close writers, close the driver; raise the first failure after all."""
-        first: BaseException | None = None
-        tasks, self._tasks = self._tasks, {}
-        await asyncio.gather(*(c.stop(t, self.shutdown_timeout) for c, t in tasks.items()))
-        if self._retiring:
-            await asyncio.wait(list(self._retiring))
-        writers, self._writers = self._writers, {}
-        for name, writer in writers.items():
-            try:
-                await writer.close(self.shutdown_timeout)
-            except Exception as exc:
-                logger.error("closing writer %r failed: %s", name, exc)
-                first = first or exc
-        driver, self._driver = self._driver, None
-        if driver is not None:
-            try:
-                await driver.close()
-            except Exception as exc:
-                logger.error("closing the driver failed: %s", exc)
-                first = first or exc
-        if first is not None:
-            raise first
-
-
-class _WriterView(Mapping[str, TopicWriter]):
-    """The runtime's writers by name; a lookup replaces a failed writer (``TopicRuntime.writer``)."""
-
-    def __init__(self, runtime: TopicRuntime) -> None:
-        self._runtime = runtime
-
-    def __getitem__(self, name: str) -> TopicWriter:
-        return self._runtime.writer(name)
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._runtime._writers
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(list(self._runtime._writers))
-
-    def __len__(self) -> int:
-        return len(self._runtime._writers)
-
-    def __repr__(self) -> str:
-        return f"<writers {sorted(self._runtime._writers)}>"

@@ -26,7 +26,9 @@ except ImportError as exc:
     raise
 
 from .. import Driver, TopicWriter
-from ._supervisor import Consumer, Handler, TopicRuntime, TransactionalConsumer, TxHandler, WriterSpec
+from ._runtime import TopicRuntime, WriterSpec
+from ._supervisor import Consumer, Handler
+from ._transactional import TransactionalConsumer, TxHandler
 
 __all__ = [
     "DRIVER",
