@@ -11,6 +11,7 @@ caching_service.cpp``) and YDB's own tests of them (``ydb/services/persqueue_v1/
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
@@ -331,6 +332,46 @@ async def test_unacknowledged_reads_hold_the_session_back(
     assert direct_offsets(fourth) == [(psid, 4, 3)]
     await control.credit(fourth.direct_read_response.bytes_size)
     await direct.nothing("direct_read_response")
+    await direct.close()
+    await control.close()
+
+
+async def test_each_read_goes_out_while_the_next_ones_are_formed(
+    server: LocalTopicServer, channel: grpc.aio.Channel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A direct read goes to its node's stream as soon as it is formed, not once every read the
+    credit allows is formed: YDB's node cache sends a published read to the attached stream at
+    once (``caching_service.cpp``: ``HandlePublish`` ends in ``SendNextReadToClient``), while the
+    read session goes on issuing reads. A task that runs on every turn of the server's event loop
+    sees a read sent while later ones are still to be formed."""
+    monkeypatch.setattr(read_session_module, "MAX_RESPONSE_MESSAGES", 1)  # a read per message
+    await create_topic(channel, "t", consumers=("c",))
+    await write_messages(channel, "t", 5, size=100)
+    control = RawReader(channel)
+    session_id = (await control.init("t", consumer="c", direct_read=True)).init_response.session_id
+    psid, _, generation = await start_direct(control)
+    direct = RawDirectReader(channel)
+    await direct.init("t", "c", session_id=session_id)
+    await direct.start(psid, generation)
+    await direct.expect("start_direct_read_partition_session_response")
+    stats = server.stats
+    sent_before = stats.read_bytes_sent
+    seen: list[tuple[int, int]] = []  # (reads formed, read bytes sent) at each turn of the loop
+
+    async def watch() -> None:
+        while True:
+            seen.append((stats.direct_read_responses, stats.read_bytes_sent))
+            await asyncio.sleep(0)
+
+    watcher = asyncio.get_running_loop().create_task(watch())
+    try:
+        await control.credit(1_000_000)  # room for all five at once
+        reads = [await direct.expect("direct_read_response") for _ in range(5)]
+    finally:
+        watcher.cancel()
+        await asyncio.wait([watcher])
+    assert [read.direct_read_response.direct_read_id for read in reads] == [1, 2, 3, 4, 5]
+    assert any(formed < 5 and sent > sent_before for formed, sent in seen), seen[-3:]
     await direct.close()
     await control.close()
 

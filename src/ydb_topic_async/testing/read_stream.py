@@ -157,6 +157,11 @@ class ReadService:
                         break
                     if response:
                         yield response
+                    else:
+                        # A direct read, kept for its node's stream: let that stream send it
+                        # while the next one is formed, as YDB's node cache pushes a published
+                        # read at once (instead of every read the credit allows formed first).
+                        await asyncio.sleep(0)
                 if handle.broken:
                     await context.abort(grpc.StatusCode.UNAVAILABLE, state.faults.details)
                 if inbox.unparsable:
