@@ -24,6 +24,7 @@ from ydb_topic_async.testing.storage import NewMessage
 
 from .._helpers import fill
 from .._polling import eventually
+from .._streams import record_requests
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -296,6 +297,33 @@ async def test_buffered_bytes_stay_bounded(driver: yta.Driver, topic: str) -> No
         # the limit): the reader keeps room for it, so the buffer fills up to its size and no
         # further; credit comes back only as messages are handed out.
         assert buffer_size - 2 * len(payload) < reader.peak_buffered_bytes <= buffer_size
+
+
+@pytest.mark.parametrize("direct_read", [False, True], ids=["ordinary", "direct"])
+async def test_freed_credit_goes_out_before_the_commit_made_with_it(
+    driver: yta.Driver, topic: str, monkeypatch: pytest.MonkeyPatch, direct_read: bool
+) -> None:
+    """A batch taken (its bytes freed) and committed leaves the stream's sender both to write:
+    the credit goes first. Each write waits for the one before it to complete, and meanwhile a
+    receive may hand out a whole buffered batch without yielding: credit queued behind the commit
+    would reach the server that much later, holding back what it may send (reading directly, the
+    acknowledgements of direct reads go first too, for the same reason)."""
+    await fill(driver, topic, [b"c" * 3000] * 4)
+    sent = record_requests(monkeypatch, "read_request", "commit_offset_request")
+    async with driver.topic.reader(
+        topic, consumer="consumer", buffer_size_bytes=4096, direct_read=direct_read
+    ) as reader:
+        first = await reader.receive_batch(timeout=10)
+        reader.commit(first)
+        # The next message arrives and uses up the credit: one message fills this buffer.
+        await eventually(lambda: reader.buffered_bytes > 0, "the next message buffered")
+        del sent[:]
+        second = await reader.receive_batch(timeout=10)  # the buffer is empty: credit to grant
+        reader.commit(second)
+        rest = [await reader.receive_batch(timeout=10) for _ in range(2)]
+    assert [m.offset for batch in (first, second, *rest) for m in batch] == [0, 1, 2, 3]
+    kinds = [request.WhichOneof("client_message") for request in sent]
+    assert kinds[:2] == ["read_request", "commit_offset_request"], kinds
 
 
 def _text(size: int, seed: int) -> bytes:

@@ -76,6 +76,8 @@ class ReaderConnection:
         self.read_session_id = ""
         self.closing = False
         self._outbox: list[Any] = []
+        self._acks: list[Any] = []
+        """DirectReadAcks to send, in the order the reads arrived (ahead of ``_outbox``)."""
         self.partitions = PartitionSessions(
             settings,
             self._selectors,
@@ -245,6 +247,7 @@ class ReaderConnection:
         self.buffer.reset()  # first: it brings the sessions up to date with what was handed out
         lost = self.partitions.end_all(error)
         self._outbox.clear()
+        self._acks.clear()
         self.commits.take_request()
         return lost
 
@@ -408,9 +411,10 @@ class ReaderConnection:
     ) -> None:
         """A direct read arrived: acknowledged (in the order received) and buffered as if the
         read stream had brought it; a graceful stop waiting for it goes ahead."""
-        self._send(pb.StreamReadMessage.FromClient(direct_read_ack={
+        self._acks.append(pb.StreamReadMessage.FromClient(direct_read_ack={
             "partition_session_id": partition_session_id, "direct_read_id": direct_read_id
         }))
+        self.wake.set()
         self._on_data(bytes_size, (data,), external)
         self.keeper.progressed()
         held = self._held_stops.get(partition_session_id)
@@ -461,8 +465,18 @@ class ReaderConnection:
                 with contextlib.suppress(TimeoutError):
                     await wait_within(wake.wait(), partitions.stop_timeout())
             wake.clear()
+            # What lets the server send more goes first: each write waits for the one before it
+            # to complete, and meanwhile a receive may hand out a whole batch without yielding.
+            acks, self._acks = self._acks, []
+            for ack in acks:
+                await stream.write(ack)
+            if buffer.credit_ready:
+                credit = buffer.take_credit()
+                if credit > 0:
+                    await stream.write(pb.StreamReadMessage.FromClient(read_request={"bytes_size": credit}))
+                    self._report.buffer_changed()
             stopped, freed = partitions.due()
-            # Commits first: the server applies them before it releases a stopped session.
+            # Then commits: the server applies them before it releases a stopped session.
             commit = self.commits.take_request()
             if commit is not None:
                 if self._report.recording:  # before the write: its answer may be handled before it returns
@@ -471,11 +485,6 @@ class ReaderConnection:
                 await stream.write(commit)
             for session in stopped:
                 partitions.confirm_stop(session)
-            if buffer.credit_ready:
-                credit = buffer.take_credit()
-                if credit > 0:
-                    self._outbox.append(pb.StreamReadMessage.FromClient(read_request={"bytes_size": credit}))
-                    self._report.buffer_changed()
             outbox, self._outbox = self._outbox, []
             for message in outbox:
                 await stream.write(message)
