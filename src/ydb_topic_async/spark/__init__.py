@@ -23,11 +23,15 @@ stored, and one whose rows moved or differ fails before it writes a row twice.
 
 from __future__ import annotations
 
+from importlib import import_module
 from typing import Any
 
 from ..extras import raise_for_missing_extra
 
 try:
+    # pyspark first: an environment with neither is told of the one the extra is named for
+    for _package in ("pyspark", "pyarrow"):
+        import_module(_package)
     from ._errors import DataLossError, ReplayMismatchError
     from .source import NAME, SCHEMA, YdbTopicCommitMessage, YdbTopicDataSource, lag, offsets_behind_latest
 except ImportError as exc:  # pragma: no cover - depends on the environment
