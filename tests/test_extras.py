@@ -53,6 +53,7 @@ CASES = {
     "fastapi integration": ("fastapi", "fastapi", "import ydb_topic_async.integrations.fastapi"),
     "aiohttp integration": ("aiohttp", "aiohttp", "import ydb_topic_async.integrations.aiohttp"),
     "FastStream broker": ("faststream", "faststream", "import ydb_topic_async.faststream"),
+    "FastStream's FastAPI router": ("fastapi", "fastapi", "import ydb_topic_async.faststream.fastapi"),
     "spark without pyspark": ("pyspark", "spark", "import ydb_topic_async.spark"),
     "spark without pyarrow": ("pyarrow", "spark", "import ydb_topic_async.spark"),
     "tracing": ("opentelemetry", "otel", "yta.OpenTelemetryTracing()"),
@@ -89,6 +90,30 @@ def test_a_missing_package_is_one_error_naming_its_extra(place: str) -> None:
     message = str(result["message"])
     assert f"({blocked} is missing)" in message
     assert f'pip install -e ".[{extra}]"' in message and f"ydb-topic-async[{extra}]" in message
+
+
+FASTSTREAM_EXTRAS = {
+    # place: (the package refused, FastStream's extra that installs it, what uses it)
+    "FastStream's OpenTelemetry middleware": (
+        "opentelemetry", "otel", "import ydb_topic_async.faststream.opentelemetry"
+    ),
+    "FastStream's Prometheus middleware": (
+        "prometheus_client", "prometheus", "import ydb_topic_async.faststream.prometheus"
+    ),
+}
+
+
+@pytest.mark.parametrize("place", list(FASTSTREAM_EXTRAS))
+def test_a_missing_package_of_a_faststream_extra_names_that_extra(place: str) -> None:
+    """FastStream's telemetry middlewares need packages of FastStream's own extras, which no extra
+    of this package installs: the error names FastStream's."""
+    blocked, extra, code = FASTSTREAM_EXTRAS[place]
+    result = _run(blocked, code)
+    assert result["kind"] == "MissingDependencyError", result
+    assert result["missing"] is True and result["usage"] is True
+    assert (result["name"], result["extra"]) == (blocked, None)
+    message = str(result["message"])
+    assert f"({blocked} is missing)" in message and f"pip install 'faststream[{extra}]'" in message
 
 
 def test_the_demo_says_which_extra_it_needs_before_it_starts() -> None:

@@ -1,5 +1,5 @@
-"""The optional extras (``spark``, ``fastapi``, ``aiohttp``, ``otel``, ``cloud``): how to install
-one, and the one error a feature raises when a package of its extra is missing:
+"""The optional extras (``spark``, ``fastapi``, ``aiohttp``, ``otel``, ``faststream``, ``cloud``):
+how to install one, and the one error a feature raises when a package of its extra is missing:
 ``MissingDependencyError`` (an ``ImportError`` too), naming the extra to install.
 
 Every place that imports an optional package goes through here: ``missing_dependency`` makes the
@@ -21,22 +21,38 @@ def install_hint(extra: str) -> str:
     )
 
 
-def missing_dependency(exc: ImportError, feature: str, needs: str, extra: str) -> MissingDependencyError:
+def missing_dependency(
+    exc: ImportError, feature: str, needs: str, extra: str | None, *, install: str | None = None
+) -> MissingDependencyError:
     """The error for ``feature``, which needs ``needs`` (the ``extra``'s packages), when importing
-    failed with ``exc``: it names the missing module and the install command. Raise it ``from exc``."""
+    failed with ``exc``: it names the missing module and the install command. Raise it ``from exc``.
+
+    ``install`` is the command for a package that no extra of ydb-topic-async installs (``extra``
+    None): an extra of FastStream's, say."""
     missing = exc.name.split(".")[0] if exc.name else None  # the package to install, not its submodule
+    if install is None:
+        assert extra is not None, "say how to install what no extra installs"
+        install = install_hint(extra)
     return MissingDependencyError(
-        f"{feature} needs {needs} ({missing or 'a package'} is missing): {install_hint(extra)}",
+        f"{feature} needs {needs} ({missing or 'a package'} is missing): {install}",
         name=missing,
         extra=extra,
     )
 
 
-def raise_for_missing_extra(exc: ImportError, feature: str, needs: str, extra: str, packages: tuple[str, ...]) -> None:
+def raise_for_missing_extra(
+    exc: ImportError,
+    feature: str,
+    needs: str,
+    extra: str | None,
+    packages: tuple[str, ...],
+    *,
+    install: str | None = None,
+) -> None:
     """Raise ``missing_dependency`` for ``exc`` when the module it misses belongs to one of
     ``packages`` (the extra's dependencies); return otherwise (the caller re-raises ``exc``)."""
     if exc.name is not None and exc.name.split(".")[0] in packages:
-        raise missing_dependency(exc, feature, needs, extra) from exc
+        raise missing_dependency(exc, feature, needs, extra, install=install) from exc
 
 
 __all__ = ["MissingDependencyError", "install_hint", "missing_dependency", "raise_for_missing_extra"]

@@ -112,6 +112,30 @@ def test_bad_subscriber_options_are_refused_where_given() -> None:
         broker.subscriber(consumer="c")
 
 
+@pytest.mark.parametrize(
+    ("options", "error", "named"),
+    [
+        ({"batch": True, "max_messages": 0}, "InvalidArgumentError", "max_messages"),
+        ({"batch": True, "max_bytes": 1.5}, "InvalidArgumentError", "max_bytes"),
+        ({"batch": True, "max_wait": -1}, "InvalidArgumentError", "max_wait"),
+        ({"max_in_flight_bytes": 0}, "InvalidArgumentError", "max_in_flight_bytes"),
+        ({"initial_backoff": 5, "max_backoff": 1}, "InvalidArgumentError", "initial_backoff"),
+        ({"reader_options": {"buffer_size_bytes": 5}}, "InvalidArgumentError", "buffer_size_bytes"),
+        ({"reader_options": {"bufer_size_bytes": 2**20}}, "TypeError", "bufer_size_bytes"),
+    ],
+)
+def test_options_the_subscriber_passes_on_are_checked_where_given(
+    options: dict[str, Any], error: str, named: str
+) -> None:
+    """What the subscriber hands to the consumer and the reader it makes when it starts is checked
+    at ``subscriber(...)``: not at ``start``, and under ``TestYdbBroker`` (which starts no reader)
+    too."""
+    broker = _broker()
+    with pytest.raises(Exception, match=named) as refused:
+        broker.subscriber("t", consumer="c", **options)
+    assert type(refused.value).__name__ == error
+
+
 async def test_each_message_of_a_batch_is_decoded_by_its_own_content_type() -> None:
     broker = _broker()
     got: list[list[Any]] = []

@@ -322,3 +322,32 @@ async def test_a_partition_stop_while_reading_again_is_not_taken_for_its_end(
         while again[-1].offset != 199:
             again.extend(await _take(reader, 1))
         assert set(_offsets(again)) == set(range(200))
+
+
+async def test_a_seek_that_replaces_one_still_connecting_leaves_the_stream_alone(
+    server: LocalTopicServer, driver: yta.Driver, topic_name: str
+) -> None:
+    """A backward seek made while the previous one's stream to read again is still waiting for the
+    server (here: a handshake the server never answers) stops that one and reads again from the
+    new position; the reader's own stream and its other partitions go on undisturbed.
+
+    Stopping the waiting read cancels an awaited gRPC call, which ends with a CancelledError of
+    gRPC's own: taken for a cancellation of the whole stream, it ended every partition session of
+    the reader and made it reconnect."""
+    await driver.topic.create_topic(topic_name, min_active_partitions=2, consumers=["consumer"])
+    await fill(driver, topic_name, _payloads(0, 10), partition_id=0)
+    await fill(driver, topic_name, _payloads(0, 10), partition_id=1)
+    async with driver.topic.reader(topic_name, consumer="consumer") as reader:
+        before = await _collect(reader, {0: 10, 1: 10})
+        session = before[0][0].partition_session
+        session_id = reader.read_session_id
+        server.faults.hang_next("StreamRead")  # the stream the first seek opens never answers
+        assert await reader.seek(session, 2) is None
+        # Long enough for the first seek's stream to open and wait for its answer (on loopback a
+        # matter of milliseconds; the wait lasts until the reader's init_timeout).
+        await asyncio.sleep(0.3)
+        assert await reader.seek(session, 4) is None
+        after = await _collect(reader, {0: 6})
+        assert _offsets(after[0]) == list(range(4, 10))
+        assert not session.closed and not before[1][0].partition_session.closed
+        assert reader.read_session_id == session_id and reader.reconnects == 0

@@ -175,7 +175,8 @@ class MissingDependencyError(UsageError, ImportError):
     """An optional feature was asked for, but the package it needs is not installed.
 
     ``name`` is the missing module (as an ``ImportError``'s), ``extra`` the extra of
-    ``ydb-topic-async`` that installs it; the message says how.
+    ``ydb-topic-async`` that installs it (None when none does: FastStream's telemetry
+    middlewares need extras of FastStream's own); the message says how.
     """
 
     def __init__(self, message: str, *, name: str | None = None, extra: str | None = None) -> None:

@@ -12,7 +12,7 @@ from faststream._internal.configs import BrokerConfig, UnderlyingDriverAnnotatio
 from faststream._internal.logger import DefaultLoggerStorage, make_logger_state
 from faststream._internal.logger.logging import get_broker_logger
 
-from .. import AlreadyExistsError, Driver, SchemeError, WriterOptions
+from .. import AlreadyExistsError, Driver, SchemeError, TopicNotFoundError, WriterOptions
 from ._annotations import YdbDriver, YdbMessage
 from ._message import YdbMessage as _YdbMessage
 
@@ -49,17 +49,20 @@ class YdbBrokerConfig(BrokerConfig):
 
     async def ensure_topic(self, path: str, consumer: str | None = None) -> None:
         """Check that ``path`` exists, with ``consumer`` when one is given; with
-        ``auto_create_topics`` create what is missing, else raise ``SchemeError`` naming both."""
+        ``auto_create_topics`` create what is missing, else raise ``TopicNotFoundError`` (a
+        missing topic) or ``SchemeError`` (a missing consumer) naming both. Any other
+        ``SchemeError`` (a path that is not a topic, say) is raised as it is."""
         topic = self.connected_driver().topic
         reader = f" (read with consumer {consumer!r})" if consumer else ""
         try:
             description = await topic.describe_topic(path)
-        except SchemeError as exc:
+        except TopicNotFoundError as exc:
             if not self.auto_create_topics:
-                raise SchemeError(
+                raise TopicNotFoundError(
                     f"topic {path!r}{reader} does not exist: create it"
                     + (f" with the consumer {consumer!r}" if consumer else "")
-                    + ", or pass auto_create_topics=True to YdbBroker (a development convenience)"
+                    + ", or pass auto_create_topics=True to YdbBroker (a development convenience)",
+                    exc.issues,
                 ) from exc
             await topic.create_topic(path, consumers=[consumer] if consumer else [], exists_ok=True)
             description = await topic.describe_topic(path)

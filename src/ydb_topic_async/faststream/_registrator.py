@@ -12,7 +12,8 @@ from faststream._internal.endpoint.subscriber.call_item import CallsCollection
 from faststream.exceptions import SetupError
 from faststream.middlewares import AckPolicy
 
-from .. import InvalidArgumentError, ReaderOptions, TopicSelector
+from .. import InvalidArgumentError, ReaderOptions, TopicMessage, TopicSelector
+from ..integrations import Consumer
 from ._config import YdbBrokerConfig
 from ._publisher import (
     YdbBatchPublisher,
@@ -33,6 +34,10 @@ if TYPE_CHECKING:
     from fast_depends.dependencies import Dependant
     from faststream._internal.parser import CodecProto
     from faststream._internal.types import BrokerMiddleware, CustomCallable
+
+
+async def _checked_only(message: TopicMessage) -> None:
+    """The handler of a consumer made only to check a subscriber's options."""
 
 
 class YdbRegistrator(Registrator[Any, YdbBrokerConfig]):
@@ -121,6 +126,25 @@ class YdbRegistrator(Registrator[Any, YdbBrokerConfig]):
             )
         if not batch and (max_messages is not None or max_bytes is not None or max_wait is not None):
             raise SetupError("max_messages, max_bytes and max_wait shape batches: pass batch=True")
+        for limit, what in ((max_messages, "max_messages"), (max_bytes, "max_bytes")):
+            if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
+                raise InvalidArgumentError(f"{what} must be a positive int or None, got {limit!r}")
+        if max_wait is not None and (
+            not isinstance(max_wait, (int, float)) or isinstance(max_wait, bool) or max_wait < 0
+        ):
+            raise InvalidArgumentError(f"max_wait must be None or a number of seconds >= 0, got {max_wait!r}")
+        # The subscriber makes its consumer when it starts; the consumer's checks of the other
+        # options (and of reader_options: a misspelt one is a TypeError) run here, at this call.
+        Consumer(
+            list(topics),
+            consumer,
+            _checked_only,
+            auto_commit=False,
+            max_in_flight_bytes=max_in_flight_bytes,
+            initial_backoff=initial_backoff,
+            max_backoff=max_backoff,
+            **(reader_options or {}),
+        )
         config = cast("YdbBrokerConfig", self.config)
         subscriber_config = YdbSubscriberConfig(
             topics=list(topics),

@@ -16,11 +16,18 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from fastapi.datastructures import Default
 from faststream._internal.constants import EMPTY
-from faststream._internal.fastapi.context import Context, ContextRepo, Logger
-from faststream._internal.fastapi.router import StreamRouter
 from faststream.middlewares import AckPolicy
+
+from ..extras import raise_for_missing_extra
+
+try:
+    from fastapi.datastructures import Default
+    from faststream._internal.fastapi.context import Context, ContextRepo, Logger
+    from faststream._internal.fastapi.router import StreamRouter
+except ImportError as exc:
+    raise_for_missing_extra(exc, __name__, "FastAPI", "fastapi", ("fastapi", "starlette", "pydantic"))
+    raise
 
 from .. import Credentials, ReaderOptions, TopicSelector, WriterOptions
 from ._broker import DEFAULT_CONNECT_TIMEOUT, DEFAULT_ENDPOINT, YdbBroker

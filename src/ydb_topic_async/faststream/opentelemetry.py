@@ -13,11 +13,21 @@ from __future__ import annotations
 from typing import Any
 
 from faststream.message import StreamMessage
-from faststream.opentelemetry import TelemetryMiddleware, TelemetrySettingsProvider
-from faststream.opentelemetry.consts import MESSAGING_DESTINATION_PUBLISH_NAME
 from faststream.response import PublishCommand
-from opentelemetry.metrics import Meter, MeterProvider
-from opentelemetry.trace import TracerProvider
+
+from ..extras import raise_for_missing_extra
+
+try:
+    from faststream.opentelemetry import TelemetryMiddleware, TelemetrySettingsProvider
+    from faststream.opentelemetry.consts import MESSAGING_DESTINATION_PUBLISH_NAME
+    from opentelemetry.metrics import Meter, MeterProvider
+    from opentelemetry.trace import TracerProvider
+except ImportError as exc:
+    raise_for_missing_extra(
+        exc, __name__, "FastStream's OpenTelemetry support", None, ("opentelemetry",),
+        install="pip install 'faststream[otel]'",
+    )
+    raise
 
 from ._message import YdbMessage
 from ._response import YdbPublishCommand

@@ -11,8 +11,18 @@ from typing import TYPE_CHECKING, Any
 
 from faststream._internal.constants import EMPTY
 from faststream.message import StreamMessage
-from faststream.prometheus import ConsumeAttrs, MetricsSettingsProvider, PrometheusMiddleware
 from faststream.response import PublishCommand
+
+from ..extras import raise_for_missing_extra
+
+try:
+    from faststream.prometheus import ConsumeAttrs, MetricsSettingsProvider, PrometheusMiddleware
+except ImportError as exc:
+    raise_for_missing_extra(
+        exc, __name__, "FastStream's Prometheus support", None, ("prometheus_client",),
+        install="pip install 'faststream[prometheus]'",
+    )
+    raise
 
 from ._message import YdbMessage
 from ._response import YdbPublishCommand

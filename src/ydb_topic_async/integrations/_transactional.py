@@ -68,7 +68,31 @@ class TransactionalConsumer(_Supervised):
 
     ``attempts``, ``retries``, ``committed`` and ``settled`` count what happened; each attempt is
     also reported to the driver's metrics (``transaction_attempt``) and each retry logged.
-    ``reader_options`` are those of ``driver.topic.reader``, checked at this call as by ``Consumer``.
+
+    Parameters:
+        topics: A topic path, a ``TopicSelector`` or a list of them, as for ``driver.topic.reader``.
+        consumer: The consumer whose offsets commit with the handler's writes.
+        handler: ``async def handle(batch, tx)``: a ``MessageBatch`` of one partition and the
+            ``Transaction`` its offsets commit in.
+        concurrency: Handler calls (with their commits) running at once across the lanes
+            (default 1).
+        max_in_flight_bytes: The most payload bytes received and not yet handled, across the
+            lanes (8 MiB by default); reception waits above it.
+        max_batch_messages: A batch's most messages (None: as many as the reader has).
+        max_batch_bytes: A batch's most payload bytes (its first message may exceed it).
+        batch_window: Seconds a batch is filled for once its first message is there (None: not
+            waited for).
+        max_open_transactions: Transactions open at once, each holding a query session: one per
+            batch received and not yet committed (default 8).
+        transaction_retry: The policy of the repeats of attempts that cannot have committed
+            (None: the driver's ``retry``).
+        initial_backoff: Seconds before the first restart after a failure it cannot handle,
+            doubling up to ``max_backoff`` while nothing is handled in between.
+        max_backoff: See ``initial_backoff``.
+        name: The consumer's name in logs (``consumer@topics`` by default).
+        reader_options: The keyword options of ``driver.topic.reader``, checked at this call as
+            by ``Consumer`` (``InvalidArgumentError`` for a wrong value, ``TypeError`` for an
+            unknown option).
     """
 
     def __init__(

@@ -202,11 +202,19 @@ class Replay:
             self._scope = scope
             if self._ended:
                 return
-            try:
-                await self._read()
-            except Exception as exc:
-                self.fetching = False
-                self._failed(self, exc)
+            # ``cancel`` may come while the side read awaits gRPC, which ends a cancelled call
+            # with a CancelledError of its own: in this task, the scope would not take it for
+            # its cancellation and would let it end the whole read stream. The reading runs as a
+            # child task; what reaches the scope is then anyio's own cancellation.
+            async with anyio.create_task_group() as group:
+                group.start_soon(self._read_or_fail)
+
+    async def _read_or_fail(self) -> None:
+        try:
+            await self._read()
+        except Exception as exc:
+            self.fetching = False
+            self._failed(self, exc)
 
     async def _read(self) -> None:
         session = self.session

@@ -17,7 +17,7 @@ from typing import Any, TypedDict, cast
 from .. import _codecs
 from .._errors import InvalidArgumentError
 from .._retry import RetryPolicy
-from .._validate import check_optional_int, check_seconds
+from .._validate import check_int, check_optional_int, check_seconds
 from .messages import CommitAck, PartitionSession, StartOffsets
 
 DEFAULT_BUFFER_SIZE = 50 * 1024 * 1024
@@ -85,9 +85,7 @@ class ReaderSettings:
         consumer = self.consumer
         if consumer is not None and (not isinstance(consumer, str) or not consumer):
             raise InvalidArgumentError(f"consumer must be a non-empty string or None, got {consumer!r}")
-        size = self.buffer_size_bytes
-        if not isinstance(size, int) or isinstance(size, bool) or size < 1024:
-            raise InvalidArgumentError(f"buffer_size_bytes must be an int of at least 1024, got {size!r}")
+        check_int(self.buffer_size_bytes, "buffer_size_bytes", minimum=1024)
         fraction = self.credit_release_fraction
         if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
             raise InvalidArgumentError("credit_release_fraction must be in (0, 1]")
