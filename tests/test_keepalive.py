@@ -104,6 +104,7 @@ async def test_reader_survives_a_silently_dead_connection(
     assert [p.committed_offset for p in description.partitions] == [50]
 
 
+@pytest.mark.slow
 async def test_the_local_server_accepts_frequent_pings(
     server: LocalTopicServer, proxy: FlakyProxy, topic: str
 ) -> None:

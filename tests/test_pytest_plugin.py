@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]  # the plugins' set-ups, not Python's
 
 USER_TESTS = '''
 import socket

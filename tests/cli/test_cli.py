@@ -34,6 +34,7 @@ async def cli(server: LocalTopicServer, *args: str, stdin: bytes = b"") -> tuple
     return proc.returncode, out.decode(), err.decode()
 
 
+@pytest.mark.slow
 async def test_topic_lifecycle(server: LocalTopicServer) -> None:
     assert await cli(server, "topic", "create", "events", "--partitions", "3", "--consumer", "a",
                      "--codecs", "raw,zstd") == (0, "created /local/events\n", "")
@@ -49,6 +50,7 @@ async def test_topic_lifecycle(server: LocalTopicServer) -> None:
     assert "/local/events" not in server.storage.topics
 
 
+@pytest.mark.slow
 async def test_write_then_read_with_and_without_consumer(server: LocalTopicServer) -> None:
     assert (await cli(server, "topic", "create", "lines", "--consumer", "c"))[0] == 0
     code, out, _ = await cli(server, "write", "lines", "--producer-id", "cli", "--codec", "zstd",
@@ -92,6 +94,7 @@ async def test_mistakes_get_clear_errors_and_exit_codes(server: LocalTopicServer
     assert code == 1 and "No such file" in err and "Traceback" not in err
 
 
+@pytest.mark.slow
 async def test_lines_are_written_as_bytes_in_any_encoding(server: LocalTopicServer, tmp_path: pathlib.Path) -> None:
     assert (await cli(server, "topic", "create", "raw"))[0] == 0
     lines = [b"\xff\xfe not utf-8", "caf\u00e9".encode("latin-1"), b"plain"]
@@ -108,6 +111,7 @@ async def test_partition_counts_below_one_are_refused(server: LocalTopicServer) 
     assert "/local/none" not in server.storage.topics
 
 
+@pytest.mark.slow
 async def test_write_a_file_with_progress_bar_and_rate_limit(server: LocalTopicServer, tmp_path: pathlib.Path) -> None:
     assert (await cli(server, "topic", "create", "paced"))[0] == 0
     source = tmp_path / "lines.txt"
@@ -122,6 +126,7 @@ async def test_write_a_file_with_progress_bar_and_rate_limit(server: LocalTopicS
     assert (stored[-1].created_at_ns - stored[0].created_at_ns) / 1e9 >= 0.4
 
 
+@pytest.mark.slow
 async def test_read_follow_waits_for_new_messages(server: LocalTopicServer) -> None:
     assert (await cli(server, "topic", "create", "live", "--consumer", "c"))[0] == 0
     follower = asyncio.create_task(cli(server, "read", "live", "--consumer", "c", "--follow", "--count", "2"))
@@ -180,6 +185,7 @@ async def test_refused_connection_fails_at_once_with_exit_1() -> None:
     assert took < 15, f"waited {took:.1f}s of the 30s timeout for a refused connection"
 
 
+@pytest.mark.slow
 async def test_endpoint_that_never_answers_fails_after_the_timeout_with_exit_1() -> None:
     """A server that accepts connections and never speaks: one line after --timeout, whatever the
     driver's wait raised underneath (a timeout, or a bare CancelledError from gRPC)."""
@@ -241,6 +247,7 @@ async def test_help_has_no_markup() -> None:
         assert "``" not in out, (args, out)
 
 
+@pytest.mark.slow
 async def test_read_progress_counts_messages_on_stderr(server: LocalTopicServer) -> None:
     assert (await cli(server, "topic", "create", "counted", "--consumer", "c"))[0] == 0
     assert (await cli(server, "write", "counted", stdin=b"".join(b"m%d\n" % i for i in range(5))))[0] == 0
@@ -346,6 +353,7 @@ async def cli_env(env: dict[str, str], *args: str) -> tuple[int, str, str]:
     return proc.returncode, out.decode(), err.decode()
 
 
+@pytest.mark.slow
 async def test_credentials_from_the_environment_and_options_over_them() -> None:
     async with LocalTopicServer(tokens={"env-token": "env-user", "flag-token": "flag-user"}) as server:
         env = {"YDB_CONNECTION_STRING": server.connection_string, "YDB_ACCESS_TOKEN_CREDENTIALS": "env-token"}
@@ -360,6 +368,7 @@ async def test_credentials_from_the_environment_and_options_over_them() -> None:
         assert code == 1 and "Access denied without user token" in err
 
 
+@pytest.mark.slow
 async def test_a_service_account_key_file_option(tmp_path: pathlib.Path) -> None:
     from ydb_topic_async.testing import IamTokenService
 
@@ -376,6 +385,7 @@ async def test_a_service_account_key_file_option(tmp_path: pathlib.Path) -> None
         assert code == 2 and "not allowed with argument" in err
 
 
+@pytest.mark.slow
 async def test_mutual_tls_options(tmp_path: pathlib.Path) -> None:
     from ..credentials._pki import CertificateAuthority
 

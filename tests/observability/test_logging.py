@@ -199,6 +199,7 @@ def test_masking_is_safe_while_another_thread_registers_secrets() -> None:
     assert errors == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", [*CLOUD_KINDS, "static"])
 async def test_no_token_key_or_password_of_any_kind_reaches_the_logs(
     kind: str, caplog: pytest.LogCaptureFixture
