@@ -31,7 +31,7 @@ from ydb_topic_async.spark._options import parse_options
 from ydb_topic_async.spark.source import HAS_READ_LIMIT, SCHEMA, _arrow_schema, read_range
 
 from .._helpers import read_with_official_sdk as read_with_official
-from .conftest import T0, Server, copy_stream, create, ended, payload_counts, read_all, write_messages
+from .conftest import T0, Server, copy_stream, create, ended, payload_counts, read_all, wait_for, write_messages
 
 # --- options ------------------------------------------------------------------------------------
 
@@ -400,7 +400,7 @@ def test_a_batch_write_waits_for_its_topic_with_wait_for_topic(spark: Any, ydb_s
     started = time.monotonic()
     creator.start()
     try:
-        rows.write.format("ydb_topic").options(**ydb_server.options(topic_name, waitForTopic="60")).mode(
+        rows.write.format("ydb_topic").options(**ydb_server.options(topic_name)).mode(
             "append"
         ).save()
     finally:
@@ -412,6 +412,39 @@ def test_a_batch_write_waits_for_its_topic_with_wait_for_topic(spark: Any, ydb_s
     for message in messages:
         key = message.metadata_items["__key"]
         assert message.partition_id == partition_for_key(description, key, "ydb")
+
+
+
+@pytest.mark.tolerate_asyncio_reports("PollerCompletionQueue._handle_events")
+def test_a_streaming_sink_waits_for_its_topic_with_wait_for_topic(
+    spark: Any, ydb_server: Server, topic_name: str, tmp_path: Path
+) -> None:
+    """``waitForTopic`` on a streaming sink: a query started before its output topic exists (the
+    migration that creates it runs alongside the deploy) waits in its first micro-batch and then
+    stores every row once."""
+    source = f"{topic_name}-in"
+    write_messages(ydb_server, source, partitions=2, per_partition=20)
+    query = (
+        spark.readStream.format("ydb_topic").options(**ydb_server.options(source)).load()
+        .select("data")
+        .writeStream.format("ydb_topic")
+        .options(**ydb_server.options(topic_name, waitForTopic="60"))
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        # The topic appears once the first micro-batch has run for a while: without the option,
+        # setting up its writer finds the topic missing and fails the query within these 5 s.
+        wait_for(lambda: query.status["isTriggerActive"], 120, "the first micro-batch", query)
+        time.sleep(5.0)
+        assert query.isActive, query.exception()
+        create(ydb_server, topic_name, partitions=2)
+    finally:
+        ended(query)
+    assert query.exception() is None, query.exception()
+    expected = Counter(f"p{p}-{i}".encode() for p in range(2) for i in range(20))
+    assert Counter(m.data for m in ydb_server.messages(topic_name)) == expected  # each once
 
 
 # --- streaming ----------------------------------------------------------------------------------
