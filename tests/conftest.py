@@ -27,13 +27,14 @@ _tests_since_full_collection = itertools.count(1)
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
-    """After each test's teardown (its event loop closed), collect what it left and move what
-    survives out of the collector's view: each test's collections then walk only what was made
-    since, instead of the whole heap of an interpreter with Spark, FastStream and gRPC loaded
-    (about 0.1 s per test). What module-scoped fixtures held (a module's server and event loop)
-    becomes garbage when the module ends, so the heap is collected in full then, and every 100
-    tests: left aside, a driver of a closed loop would keep its gRPC calls and channels alive.
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Once a test is done with (its event loop closed, its fixtures' values let go), collect
+    what it left and move what survives out of the collector's view: each test's collections
+    then walk only what was made since, instead of the whole heap of an interpreter with Spark,
+    FastStream and gRPC loaded (about 0.1 s per test). What module-scoped fixtures held becomes
+    garbage when the module ends, so the heap is collected in full then, and every 100 tests.
+    (Set aside any earlier, while pytest still holds the test's fixture values, a closed driver
+    keeps gRPC calls alive that later fire into their closed loop.)
     """
     yield
     module_ends = nextitem is None or nextitem.path != item.path

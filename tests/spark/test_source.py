@@ -400,7 +400,7 @@ def test_a_batch_write_waits_for_its_topic_with_wait_for_topic(spark: Any, ydb_s
     started = time.monotonic()
     creator.start()
     try:
-        rows.write.format("ydb_topic").options(**ydb_server.options(topic_name)).mode(
+        rows.write.format("ydb_topic").options(**ydb_server.options(topic_name, waitForTopic="60")).mode(
             "append"
         ).save()
     finally:
