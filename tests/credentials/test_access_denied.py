@@ -73,7 +73,10 @@ async def test_a_token_refused_in_band_fails_the_writer() -> None:
                     await asyncio.wait_for(writer.write_with_ack(b"more"), 10)
                     await asyncio.sleep(0.05)
         assert isinstance(refused.value, yta.UnauthenticatedError), refused.value
-        assert "refreshed token is invalid" in str(refused.value)
+        # Refused in-band by the stream, or, when a call or a reconnect carries the new token
+        # first, in its metadata: either way the server refused that token.
+        refusals = ("refreshed token is invalid", "Could not find correct token validator")
+        assert any(text in str(refused.value) for text in refusals), refused.value
         assert server.storage.read("t", 0)[0].data == b"accepted"  # before the refusal
 
 
